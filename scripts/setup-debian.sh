@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Prepare a Debian 12 machine to build and test tierfs.
+#
+# Idempotent: every step checks first and does nothing when the machine is
+# already set up, so scripts/test.sh can run it on every CI run at almost no
+# cost. Run it as root, or as a user with sudo (apt and /etc/fuse.conf need
+# root; the Rust tools install into that user's ~/.cargo/bin).
+#
+# Needs the network (Debian mirrors, crates.io) only the first time; a
+# machine that has everything is left untouched and nothing is downloaded.
+set -euo pipefail
+
+say() { printf 'setup: %s\n' "$*"; }
+die() {
+    printf 'setup: error: %s\n' "$*" >&2
+    exit 1
+}
+
+# Root does it directly; anyone else goes through sudo.
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || die "not root and sudo is missing: run this script as root"
+    SUDO=(sudo)
+fi
+
+# --- Debian packages ---------------------------------------------------------
+# fuse3: fusermount3 and the kernel interface for the mount and its tests.
+# clang, libclang-dev: bindgen (librocksdb-sys, exacl in pjdfstest).
+# libacl1-dev, acl, attr: pjdfstest links libacl; setfacl/getfattr for
+#   debugging xattr behaviour by hand.
+# pkg-config: -sys crates find their C libraries with it.
+# bindfs: a reference FUSE filesystem to check the POSIX runners themselves.
+# fio: benchmarks. python3: helper scripts and the notebook module.
+PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    # dpkg -s is a local database lookup: much cheaper than an apt-get run,
+    # which would refresh and lock the package lists.
+    if ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed'; then
+        missing+=("$pkg")
+    fi
+done
+if ((${#missing[@]} > 0)); then
+    say "installing Debian packages: ${missing[*]}"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    say "Debian packages present: ${PACKAGES[*]}"
+fi
+
+# --- FUSE --------------------------------------------------------------------
+# pjdfstest switches to other users (nobody, daemon), so its mount must be
+# allow_other; a non-root user may only ask for that when fuse.conf allows it.
+FUSE_CONF=/etc/fuse.conf
+if [[ -f $FUSE_CONF ]] && grep -Eq '^[[:space:]]*user_allow_other[[:space:]]*$' "$FUSE_CONF"; then
+    say "$FUSE_CONF already has user_allow_other"
+else
+    say "adding user_allow_other to $FUSE_CONF"
+    echo user_allow_other | "${SUDO[@]}" tee -a "$FUSE_CONF" >/dev/null
+fi
+
+if [[ ! -c /dev/fuse ]]; then
+    # Not fatal here (fmt, clippy and unit tests still work), but every mount
+    # will fail; in a container this needs --device /dev/fuse --cap-add SYS_ADMIN.
+    say "WARNING: /dev/fuse is missing: FUSE mounts (integration tests, pjdfstest, fsx) will fail"
+fi
+
+# The pjdfstest configuration (tests/posix/pjdfstest.toml) switches to these
+# users and groups; Debian ships them in base-passwd.
+for user in nobody daemon; do
+    getent passwd "$user" >/dev/null || die "user '$user' is missing (needed by pjdfstest)"
+done
+for group in nogroup daemon; do
+    getent group "$group" >/dev/null || die "group '$group' is missing (needed by pjdfstest)"
+done
+
+# --- Rust toolchain ----------------------------------------------------------
+# rustup installs into ~/.cargo/bin, which a non-login shell (CI) may not
+# have on its PATH yet.
+if [[ -d ${CARGO_HOME:-$HOME/.cargo}/bin ]]; then
+    PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+    export PATH
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+        say "rustup present but no toolchain: installing stable"
+        rustup toolchain install stable --profile minimal --component rustfmt,clippy
+        rustup default stable
+    else
+        die "cargo not found. Install Rust with rustup (https://rustup.rs):
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component rustfmt,clippy
+then open a new shell (or: source \"\$HOME/.cargo/env\") and run this script again."
+    fi
+fi
+
+# The workspace is edition 2024 with rust-version 1.85.
+RUST_MIN=1.85
+rustc_version=$(rustc --version | awk '{print $2}')
+if [[ $(printf '%s\n%s\n' "$RUST_MIN" "$rustc_version" | sort -V | head -n1) != "$RUST_MIN" ]]; then
+    die "rustc $rustc_version is older than $RUST_MIN: run 'rustup update stable'"
+fi
+say "Rust toolchain: $(cargo --version)"
+
+for component in rustfmt clippy; do
+    sub=${component/rustfmt/fmt}
+    if ! cargo "$sub" --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null 2>&1 || die "cargo $sub is missing and rustup is not installed"
+        say "adding Rust component $component"
+        rustup component add "$component"
+    fi
+done
+
+# --- External POSIX test suites ----------------------------------------------
+# Pinned: scripts/pjdfstest.sh parses pjdfstest's output and
+# tests/posix/pjdfstest-expected-failures.txt names its test cases, both of
+# which may change between releases. Bump deliberately, together.
+declare -A TOOLS=([pjdfstest]=0.2.2 [fsx]=0.3.2)
+for tool in pjdfstest fsx; do
+    want=${TOOLS[$tool]}
+    have=$("$tool" --version 2>/dev/null | awk '{print $2}' || true)
+    if [[ $have == "$want" ]]; then
+        say "$tool $have present"
+    else
+        say "installing $tool $want with cargo install (had: ${have:-none}; a few minutes)"
+        # Without CARGO_TARGET_DIR, cargo install builds in a temporary
+        # directory and deletes it, instead of filling the project's cache.
+        env -u CARGO_TARGET_DIR cargo install --locked "$tool@$want"
+    fi
+done
+
+say "done"

@@ -1,0 +1,32 @@
+//! # tierfs — the core library
+//!
+//! tierfs gives ephemeral GPU and notebook runtimes a workspace that behaves like a local disk
+//! and survives runtime resets. This crate is the core: it knows nothing of FUSE, file
+//! watchers, command lines or signals (those live in `tierfs-mount` and `tierfs-daemon`).
+//!
+//! Layers, each calling only downward:
+//! - [`vfs`]: POSIX semantics over inode numbers; the single place errors become errno;
+//! - [`meta`]: the RocksDB metadata store (one atomic batch per operation);
+//! - [`tier`]: the hot tier, file contents in sparse data files on local disk.
+//!
+//! ```
+//! use tierfs::vfs::{Caller, Vfs, VfsConfig, ROOT_INO};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let fs = Vfs::new(VfsConfig::new(dir.path()))?;
+//! let me = Caller::ROOT;
+//! let (file, fh) = fs.create(&me, ROOT_INO, b"hello.txt", 0o644, 0o022, libc::O_RDWR)?;
+//! fs.write(file.ino, fh, 0, b"hello")?;
+//! assert_eq!(fs.read(file.ino, fh, 0, 100)?, b"hello");
+//! fs.release(file.ino, fh)?;
+//! assert_eq!(fs.lookup(ROOT_INO, b"hello.txt")?.size, 5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod error;
+pub mod meta;
+pub mod tier;
+pub mod vfs;
+
+pub use error::{Error, ErrorKind};
+pub use vfs::{Vfs, VfsConfig, VfsError, VfsResult, VfsStats};

@@ -1,0 +1,232 @@
+//! Key and value encodings of the metadata store (docs/FORMAT.md, "Local metadata").
+//!
+//! Keys start with a one-byte table tag so each table is a contiguous, ordered key range;
+//! integers in keys are big-endian so RocksDB's byte order is numeric order and a directory's
+//! entries form one prefix range. Values are fixed little-endian layouts with a leading
+//! version byte, so a record written by a newer layout is detected instead of misread.
+
+use crate::vfs::{Attr, FileKind, Ino, Timestamp};
+
+use super::MetaError;
+
+/// `S` → schema version (u32 LE).
+pub const SCHEMA_KEY: &[u8] = b"S";
+/// `C` + counter name → u64 LE.
+pub const NEXT_INO_KEY: &[u8] = b"Cnext_ino";
+
+const TAG_INODE: u8 = b'I';
+const TAG_DENTRY: u8 = b'D';
+const TAG_XATTR: u8 = b'X';
+const TAG_SYMLINK: u8 = b'L';
+const TAG_ORPHAN: u8 = b'O';
+
+/// Layout version of an inode record.
+const INODE_RECORD_V1: u8 = 1;
+/// Encoded size of an inode record, version byte included.
+const INODE_RECORD_LEN: usize = 1 + 1 + 2 + 4 * 4 + 8 + 8 + 4 * 12;
+
+fn tagged(tag: u8, ino: Ino, rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + rest.len());
+    k.push(tag);
+    k.extend_from_slice(&ino.to_be_bytes());
+    k.extend_from_slice(rest);
+    k
+}
+
+pub fn inode_key(ino: Ino) -> Vec<u8> {
+    tagged(TAG_INODE, ino, &[])
+}
+
+/// The first byte of every inode key: the inode table is `[b"I", b"J")`.
+pub const INODE_TABLE: [u8; 1] = [TAG_INODE];
+
+pub fn dentry_key(parent: Ino, name: &[u8]) -> Vec<u8> {
+    tagged(TAG_DENTRY, parent, name)
+}
+
+/// Prefix shared by all entries of directory `parent`.
+pub fn dentry_prefix(parent: Ino) -> Vec<u8> {
+    tagged(TAG_DENTRY, parent, &[])
+}
+
+pub fn xattr_key(ino: Ino, name: &[u8]) -> Vec<u8> {
+    tagged(TAG_XATTR, ino, name)
+}
+
+pub fn xattr_prefix(ino: Ino) -> Vec<u8> {
+    tagged(TAG_XATTR, ino, &[])
+}
+
+pub fn symlink_key(ino: Ino) -> Vec<u8> {
+    tagged(TAG_SYMLINK, ino, &[])
+}
+
+pub fn orphan_key(ino: Ino) -> Vec<u8> {
+    tagged(TAG_ORPHAN, ino, &[])
+}
+
+/// Prefix of all orphan markers (inodes unlinked while open).
+pub const ORPHAN_TABLE: [u8; 1] = [TAG_ORPHAN];
+
+/// Decodes the inode number that follows the tag byte of a key.
+pub fn key_ino(key: &[u8]) -> Result<Ino, MetaError> {
+    key.get(1..9)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| MetaError::Corrupt(format!("short key {key:?}")))
+}
+
+/// An inode as stored: its attributes plus the parent of a directory (for `..`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InodeRecord {
+    pub attr: Attr,
+    /// For directories, the directory that holds it; for other kinds, the directory it was
+    /// created in (informational only: hard links have several).
+    pub parent: Ino,
+}
+
+fn put_ts(out: &mut Vec<u8>, t: Timestamp) {
+    out.extend_from_slice(&t.secs.to_le_bytes());
+    out.extend_from_slice(&t.nanos.to_le_bytes());
+}
+
+pub fn encode_inode(rec: &InodeRecord) -> Vec<u8> {
+    let a = &rec.attr;
+    let mut v = Vec::with_capacity(INODE_RECORD_LEN);
+    v.push(INODE_RECORD_V1);
+    v.push(a.kind.code());
+    v.extend_from_slice(&a.perm.to_le_bytes());
+    v.extend_from_slice(&a.nlink.to_le_bytes());
+    v.extend_from_slice(&a.uid.to_le_bytes());
+    v.extend_from_slice(&a.gid.to_le_bytes());
+    v.extend_from_slice(&a.rdev.to_le_bytes());
+    v.extend_from_slice(&a.size.to_le_bytes());
+    v.extend_from_slice(&rec.parent.to_le_bytes());
+    for t in [a.atime, a.mtime, a.ctime, a.crtime] {
+        put_ts(&mut v, t);
+    }
+    v
+}
+
+/// A little-endian reader over a record that has already been length-checked.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let mut out = [0u8; N];
+        out.copy_from_slice(&self.0[..N]);
+        self.0 = &self.0[N..];
+        out
+    }
+    fn u8(&mut self) -> u8 {
+        self.take::<1>()[0]
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.take())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take())
+    }
+    fn ts(&mut self) -> Timestamp {
+        let secs = i64::from_le_bytes(self.take());
+        Timestamp { secs, nanos: self.u32() }
+    }
+}
+
+pub fn decode_inode(ino: Ino, bytes: &[u8]) -> Result<InodeRecord, MetaError> {
+    if bytes.len() != INODE_RECORD_LEN || bytes[0] != INODE_RECORD_V1 {
+        return Err(MetaError::Corrupt(format!(
+            "inode {ino}: record of {} bytes, layout version {:?}",
+            bytes.len(),
+            bytes.first()
+        )));
+    }
+    let mut r = Reader(&bytes[1..]);
+    let code = r.u8();
+    let kind =
+        FileKind::from_code(code).ok_or_else(|| MetaError::Corrupt(format!("inode {ino}: unknown kind {code}")))?;
+    let perm = r.u16();
+    let nlink = r.u32();
+    let uid = r.u32();
+    let gid = r.u32();
+    let rdev = r.u32();
+    let size = r.u64();
+    let parent = r.u64();
+    let (atime, mtime, ctime, crtime) = (r.ts(), r.ts(), r.ts(), r.ts());
+    let blocks = size.div_ceil(512);
+    Ok(InodeRecord {
+        attr: Attr { ino, kind, perm, nlink, uid, gid, rdev, size, blocks, atime, mtime, ctime, crtime },
+        parent,
+    })
+}
+
+pub fn encode_dentry(ino: Ino, kind: FileKind) -> [u8; 9] {
+    let mut v = [0u8; 9];
+    v[..8].copy_from_slice(&ino.to_le_bytes());
+    v[8] = kind.code();
+    v
+}
+
+pub fn decode_dentry(bytes: &[u8]) -> Result<(Ino, FileKind), MetaError> {
+    if bytes.len() != 9 {
+        return Err(MetaError::Corrupt(format!("directory entry of {} bytes", bytes.len())));
+    }
+    let mut ino = [0u8; 8];
+    ino.copy_from_slice(&bytes[..8]);
+    let kind = FileKind::from_code(bytes[8])
+        .ok_or_else(|| MetaError::Corrupt(format!("directory entry kind {}", bytes[8])))?;
+    Ok((u64::from_le_bytes(ino), kind))
+}
+
+pub fn decode_u64(bytes: &[u8]) -> Result<u64, MetaError> {
+    bytes
+        .try_into()
+        .map(u64::from_le_bytes)
+        .map_err(|_| MetaError::Corrupt(format!("counter of {} bytes", bytes.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_ts() -> impl Strategy<Value = Timestamp> {
+        (any::<i64>(), 0u32..1_000_000_000).prop_map(|(secs, nanos)| Timestamp { secs, nanos })
+    }
+
+    proptest! {
+        #[test]
+        fn inode_round_trips(ino in 1u64.., code in 1u8..=7, perm in 0u16..0o10000, nlink: u32, uid: u32,
+                             gid: u32, rdev: u32, size: u64, parent: u64,
+                             t in proptest::array::uniform4(arb_ts())) {
+            let kind = FileKind::from_code(code).expect("valid code");
+            let rec = InodeRecord {
+                attr: Attr { ino, kind, perm, nlink, uid, gid, rdev, size, blocks: size.div_ceil(512),
+                             atime: t[0], mtime: t[1], ctime: t[2], crtime: t[3] },
+                parent,
+            };
+            prop_assert_eq!(decode_inode(ino, &encode_inode(&rec)).expect("decodes"), rec);
+        }
+
+        #[test]
+        fn dentry_round_trips(ino: u64, code in 1u8..=7) {
+            let kind = FileKind::from_code(code).expect("valid code");
+            prop_assert_eq!(decode_dentry(&encode_dentry(ino, kind)).expect("decodes"), (ino, kind));
+        }
+
+        #[test]
+        fn dentry_keys_sort_by_parent_then_name(a: u64, b: u64, na in ".{0,8}", nb in ".{0,8}") {
+            let (ka, kb) = (dentry_key(a, na.as_bytes()), dentry_key(b, nb.as_bytes()));
+            prop_assert_eq!(ka.cmp(&kb), (a, na.as_bytes()).cmp(&(b, nb.as_bytes())));
+        }
+    }
+
+    #[test]
+    fn truncated_record_is_corrupt_not_garbage() {
+        let err = decode_inode(5, &[1, 2, 3]).expect_err("must fail");
+        assert!(err.to_string().contains("inode 5"), "{err}");
+    }
+}

@@ -1,0 +1,269 @@
+//! The metadata store: inodes, directory entries, xattrs, symlink targets and counters in
+//! RocksDB.
+//!
+//! Invariants:
+//! - every POSIX operation commits as exactly one [`MetaBatch`] (one RocksDB write batch), so a
+//!   crash leaves either all or none of an operation's changes;
+//! - batches go through the write-ahead log without an fsync: the log is written with
+//!   `write(2)` before a batch is acknowledged, so a `kill -9` of the serving process loses
+//!   nothing, and [`MetaStore::sync`] (fsync, fsyncdir, unmount) makes it survive power loss;
+//! - the schema version key is checked on open: a newer schema is refused with a clear error.
+//!
+//! The store is unaware of POSIX rules; `vfs` decides what to write, this module only encodes
+//! and stores it (key layout in [`codec`] and docs/FORMAT.md).
+
+pub mod codec;
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+
+use crate::vfs::{FileKind, Ino};
+pub use codec::InodeRecord;
+
+/// The metadata schema this build writes and understands.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Why a metadata operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("RocksDB: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    #[error(
+        "metadata in {path} has schema version {found}, newer than the {supported} this tierfs \
+         understands; upgrade tierfs to open it"
+    )]
+    SchemaTooNew { path: PathBuf, found: u32, supported: u32 },
+    #[error("corrupt metadata: {0}")]
+    Corrupt(String),
+}
+
+impl MetaError {
+    /// Every metadata failure is an I/O error to a program: the operation did not happen.
+    pub fn errno(&self) -> i32 {
+        libc::EIO
+    }
+}
+
+type Result<T> = std::result::Result<T, MetaError>;
+
+/// The RocksDB-backed metadata of one workspace on this node.
+pub struct MetaStore {
+    db: DB,
+    write_opts: WriteOptions,
+}
+
+impl MetaStore {
+    /// Opens (creating if needed) the store in `dir` and checks its schema version.
+    pub fn open(dir: &Path) -> Result<MetaStore> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.increase_parallelism(2);
+        opts.set_max_background_jobs(2);
+        // Point-in-time recovery: after a crash the store is a prefix of the acknowledged
+        // batches, never a state with a hole in the middle.
+        opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
+        let db = DB::open(&opts, dir)?;
+        let mut write_opts = WriteOptions::default();
+        write_opts.set_sync(false);
+        let store = MetaStore { db, write_opts };
+        match store.db.get(codec::SCHEMA_KEY)? {
+            None => {
+                let mut b = WriteBatch::default();
+                b.put(codec::SCHEMA_KEY, SCHEMA_VERSION.to_le_bytes());
+                store.db.write_opt(b, &store.write_opts)?;
+            }
+            Some(v) => {
+                let found = v
+                    .as_slice()
+                    .try_into()
+                    .map(u32::from_le_bytes)
+                    .map_err(|_| MetaError::Corrupt("schema version key".into()))?;
+                if found > SCHEMA_VERSION {
+                    return Err(MetaError::SchemaTooNew { path: dir.to_path_buf(), found, supported: SCHEMA_VERSION });
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    pub fn inode(&self, ino: Ino) -> Result<Option<InodeRecord>> {
+        match self.db.get_pinned(codec::inode_key(ino))? {
+            None => Ok(None),
+            Some(v) => codec::decode_inode(ino, &v).map(Some),
+        }
+    }
+
+    pub fn dentry(&self, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
+        match self.db.get_pinned(codec::dentry_key(parent, name))? {
+            None => Ok(None),
+            Some(v) => codec::decode_dentry(&v).map(Some),
+        }
+    }
+
+    /// Calls `f(key_suffix, value)` for every key starting with `prefix`, in key order, until
+    /// `f` returns false.
+    fn scan(&self, prefix: &[u8], mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+        for item in self.db.iterator(IteratorMode::From(prefix, Direction::Forward)) {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) || !f(&k[prefix.len()..], &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// All entries of directory `parent`, sorted by name.
+    pub fn list_dir(&self, parent: Ino) -> Result<Vec<(Vec<u8>, Ino, FileKind)>> {
+        let mut out = Vec::new();
+        self.scan(&codec::dentry_prefix(parent), |name, v| {
+            let (ino, kind) = codec::decode_dentry(v)?;
+            out.push((name.to_vec(), ino, kind));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    pub fn dir_is_empty(&self, parent: Ino) -> Result<bool> {
+        let mut empty = true;
+        self.scan(&codec::dentry_prefix(parent), |_, _| {
+            empty = false;
+            Ok(false)
+        })?;
+        Ok(empty)
+    }
+
+    pub fn xattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get(codec::xattr_key(ino, name))?)
+    }
+
+    /// Names of all xattrs of `ino`, sorted.
+    pub fn xattr_names(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        self.scan(&codec::xattr_prefix(ino), |name, _| {
+            out.push(name.to_vec());
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    pub fn symlink(&self, ino: Ino) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get(codec::symlink_key(ino))?)
+    }
+
+    /// The next inode number to hand out (1 + the highest ever used).
+    pub fn next_ino(&self) -> Result<Option<u64>> {
+        self.db.get_pinned(codec::NEXT_INO_KEY)?.map(|v| codec::decode_u64(&v)).transpose()
+    }
+
+    /// Inodes that were unlinked while open and must be reclaimed.
+    pub fn orphans(&self) -> Result<Vec<Ino>> {
+        let mut out = Vec::new();
+        self.scan(&codec::ORPHAN_TABLE, |rest, _| {
+            let mut key = codec::ORPHAN_TABLE.to_vec();
+            key.extend_from_slice(rest);
+            out.push(codec::key_ino(&key)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Number of inodes in the store (a full scan of the inode table; used at open).
+    pub fn count_inodes(&self) -> Result<u64> {
+        let mut n = 0;
+        self.scan(&codec::INODE_TABLE, |_, _| {
+            n += 1;
+            Ok(true)
+        })?;
+        Ok(n)
+    }
+
+    /// Applies one batch atomically.
+    pub fn commit(&self, batch: MetaBatch) -> Result<()> {
+        self.db.write_opt(batch.0, &self.write_opts)?;
+        Ok(())
+    }
+
+    /// Makes every committed batch durable against power loss.
+    pub fn sync(&self) -> Result<()> {
+        self.db.flush_wal(true)?;
+        Ok(())
+    }
+}
+
+/// The changes of one POSIX operation, committed atomically by [`MetaStore::commit`].
+#[derive(Default)]
+pub struct MetaBatch(WriteBatch);
+
+impl MetaBatch {
+    pub fn new() -> MetaBatch {
+        MetaBatch::default()
+    }
+    pub fn put_inode(&mut self, rec: &InodeRecord) {
+        self.0.put(codec::inode_key(rec.attr.ino), codec::encode_inode(rec));
+    }
+    pub fn delete_inode(&mut self, ino: Ino) {
+        self.0.delete(codec::inode_key(ino));
+    }
+    pub fn put_dentry(&mut self, parent: Ino, name: &[u8], ino: Ino, kind: FileKind) {
+        self.0.put(codec::dentry_key(parent, name), codec::encode_dentry(ino, kind));
+    }
+    pub fn delete_dentry(&mut self, parent: Ino, name: &[u8]) {
+        self.0.delete(codec::dentry_key(parent, name));
+    }
+    pub fn put_xattr(&mut self, ino: Ino, name: &[u8], value: &[u8]) {
+        self.0.put(codec::xattr_key(ino, name), value);
+    }
+    pub fn delete_xattr(&mut self, ino: Ino, name: &[u8]) {
+        self.0.delete(codec::xattr_key(ino, name));
+    }
+    pub fn put_symlink(&mut self, ino: Ino, target: &[u8]) {
+        self.0.put(codec::symlink_key(ino), target);
+    }
+    pub fn delete_symlink(&mut self, ino: Ino) {
+        self.0.delete(codec::symlink_key(ino));
+    }
+    pub fn put_orphan(&mut self, ino: Ino) {
+        self.0.put(codec::orphan_key(ino), []);
+    }
+    pub fn delete_orphan(&mut self, ino: Ino) {
+        self.0.delete(codec::orphan_key(ino));
+    }
+    pub fn put_next_ino(&mut self, next: u64) {
+        self.0.put(codec::NEXT_INO_KEY, next.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newer_schema_is_refused_with_a_clear_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let store = MetaStore::open(dir.path()).expect("open");
+            let mut b = WriteBatch::default();
+            b.put(codec::SCHEMA_KEY, (SCHEMA_VERSION + 1).to_le_bytes());
+            store.db.write(b).expect("write");
+        }
+        let err = MetaStore::open(dir.path()).err().expect("must refuse");
+        let msg = err.to_string();
+        assert!(msg.contains("schema version 2") && msg.contains("upgrade tierfs"), "{msg}");
+    }
+
+    #[test]
+    fn list_dir_stays_inside_its_prefix() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(dir.path()).expect("open");
+        let mut b = MetaBatch::new();
+        b.put_dentry(1, b"a", 2, FileKind::File);
+        b.put_dentry(1, b"b", 3, FileKind::Dir);
+        b.put_dentry(2, b"c", 4, FileKind::File);
+        store.commit(b).expect("commit");
+        let names: Vec<_> = store.list_dir(1).expect("list").into_iter().map(|e| e.0).collect();
+        assert_eq!(names, vec![b"a".to_vec(), b"b".to_vec()]);
+        assert!(!store.dir_is_empty(2).expect("scan"));
+        assert!(store.dir_is_empty(3).expect("scan"));
+    }
+}

@@ -1,0 +1,315 @@
+//! The hot tier: file contents on the node's local disk.
+//!
+//! Each regular file's bytes live in one sparse *data file* under `<data_dir>/data/`, at the
+//! file's own offsets, so reads and writes are a single `pread`/`pwrite` with no translation,
+//! holes stay holes (SEEK_DATA/SEEK_HOLE and fallocate map onto the data file), and there is no
+//! lock on the data path beyond the kernel's own.
+//!
+//! Invariants:
+//! - a data file never holds bytes the metadata does not account for: writers write data
+//!   first and then commit the new size; the data file of an open inode is trimmed to its
+//!   recorded size when it is opened, so bytes of an interrupted write never show up later;
+//! - the data directory is used by one process at a time ([`DataDirLock`]).
+//!
+//! This layout is the "dirty" state of the extent model in docs/ARCHITECTURE.md: the cold tier
+//! seals fixed-size chunks of a data file into immutable content-addressed blocks and records
+//! them per chunk in the metadata; a chunk that is sealed and evicted becomes a hole here.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::vfs::Ino;
+
+/// Why a hot-tier operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HotTierError {
+    #[error("{op} {path}: {source}")]
+    Io { op: &'static str, path: PathBuf, source: std::io::Error },
+    #[error(
+        "data directory {dir} is in use by another tierfs process ({holder}); unmount it first \
+         (`tierfs umount`) or use another --data-dir"
+    )]
+    InUse { dir: PathBuf, holder: String },
+}
+
+impl HotTierError {
+    /// The errno a program sees: the underlying OS error where there is one (ENOSPC stays
+    /// ENOSPC), EIO otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            HotTierError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            HotTierError::InUse { .. } => libc::EBUSY,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, HotTierError>;
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> HotTierError + 'a {
+    move |source| HotTierError::Io { op, path: path.to_path_buf(), source }
+}
+
+/// An exclusive, process-lifetime lock on a data directory (`flock` on `<dir>/tierfs.lock`).
+/// The kernel drops it when the process dies, so a `kill -9` never leaves a stale lock.
+pub struct DataDirLock {
+    _file: File,
+}
+
+impl DataDirLock {
+    /// Takes the lock, or fails with [`HotTierError::InUse`] naming the holder.
+    pub fn acquire(dir: &Path, holder_note: &str) -> Result<DataDirLock> {
+        let path = dir.join("tierfs.lock");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err("open", &path))?;
+        // SAFETY: flock on a valid, owned descriptor has no memory-safety preconditions.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(HotTierError::InUse {
+                    dir: dir.to_path_buf(),
+                    holder: if holder.is_empty() { "unknown holder".into() } else { holder.into() },
+                });
+            }
+            return Err(HotTierError::Io { op: "lock", path, source: err });
+        }
+        let note = format!("pid {} {}", std::process::id(), holder_note);
+        file.set_len(0).map_err(io_err("truncate", &path))?;
+        file.seek(SeekFrom::Start(0)).map_err(io_err("seek", &path))?;
+        file.write_all(note.trim_end().as_bytes()).map_err(io_err("write", &path))?;
+        Ok(DataDirLock { _file: file })
+    }
+}
+
+/// Number of fan-out directories under `data/` (one per low byte of the inode number).
+const FANOUT: usize = 256;
+
+/// The local data files of one workspace.
+pub struct HotTier {
+    root: PathBuf,
+    /// Fan-out directories that may hold a data file created since their last fsync, so a
+    /// whole-tier sync fsyncs only those instead of all 256.
+    unsynced_dirs: Vec<AtomicBool>,
+}
+
+impl HotTier {
+    /// Uses (creating if needed) `<data_dir>/data`.
+    pub fn open(data_dir: &Path) -> Result<HotTier> {
+        let root = data_dir.join("data");
+        fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+        // Until the first sync, any directory may hold files from a crashed predecessor.
+        let unsynced_dirs = (0..FANOUT).map(|_| AtomicBool::new(true)).collect();
+        Ok(HotTier { root, unsynced_dirs })
+    }
+
+    /// Where the data file of `ino` lives: 256 fan-out directories keep directories small.
+    pub fn path(&self, ino: Ino) -> PathBuf {
+        self.root.join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"))
+    }
+
+    /// Opens the data file of `ino` for reading and writing, creating it if missing, and trims
+    /// or extends it to `size` (see the module invariants).
+    pub fn open_file(&self, ino: Ino, size: u64) -> Result<File> {
+        let path = self.path(ino);
+        self.unsynced_dirs[(ino as usize) % FANOUT].store(true, Ordering::Relaxed);
+        let open = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);
+        let file = match open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = path.parent() {
+                    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+                }
+                open(&path).map_err(io_err("open", &path))?
+            }
+            Err(e) => return Err(HotTierError::Io { op: "open", path, source: e }),
+        };
+        let len = file.metadata().map_err(io_err("stat", &path))?.len();
+        if len != size {
+            file.set_len(size).map_err(io_err("truncate", &path))?;
+        }
+        Ok(file)
+    }
+
+    /// fsyncs the directory holding the data file of `ino`, so a new data file's name is on
+    /// disk too (needed once per file for power-loss durability, not for process crashes).
+    pub fn sync_dir_of(&self, ino: Ino) -> Result<()> {
+        let path = self.path(ino);
+        let dir = path.parent().unwrap_or(&self.root);
+        sync_dir(dir)
+    }
+
+    /// fsyncs every fan-out directory that may have new entries, and the data root.
+    pub fn sync_all_dirs(&self) -> Result<()> {
+        for (i, flag) in self.unsynced_dirs.iter().enumerate() {
+            if flag.swap(false, Ordering::Relaxed) {
+                if let Err(e) = sync_dir(&self.root.join(format!("{i:02x}"))) {
+                    flag.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        sync_dir(&self.root)
+    }
+
+    /// Removes the data file of `ino` (no error if it never existed).
+    pub fn remove(&self, ino: Ino) -> Result<()> {
+        let path = self.path(ino);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(HotTierError::Io { op: "remove", path, source: e }),
+        }
+    }
+
+    /// Bytes allocated by all data files (for status; walks the tree).
+    pub fn allocated_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let mut total = 0;
+        let Ok(dirs) = fs::read_dir(&self.root) else { return 0 };
+        for d in dirs.flatten() {
+            let Ok(files) = fs::read_dir(d.path()) else { continue };
+            for f in files.flatten() {
+                if let Ok(m) = f.metadata() {
+                    total += m.blocks() * 512;
+                }
+            }
+        }
+        total
+    }
+
+    /// `statvfs` of the disk holding the data files.
+    pub fn disk_stats(&self) -> Result<libc::statvfs> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(self.root.as_os_str().as_bytes()).map_err(|_| HotTierError::Io {
+            op: "statvfs",
+            path: self.root.clone(),
+            source: std::io::ErrorKind::InvalidInput.into(),
+        })?;
+        // SAFETY: statvfs is plain old data; zeroed is a valid initial value.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out pointer.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return Err(HotTierError::Io {
+                op: "statvfs",
+                path: self.root.clone(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(st)
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    match File::open(dir) {
+        Ok(d) => d.sync_all().map_err(io_err("fsync", dir)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(HotTierError::Io { op: "open", path: dir.to_path_buf(), source: e }),
+    }
+}
+
+/// Positional I/O and space management on an open data file, with errors that name the file.
+pub struct DataFile<'a> {
+    pub file: &'a File,
+    pub ino: Ino,
+}
+
+impl DataFile<'_> {
+    fn err(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> HotTierError {
+        let path = PathBuf::from(format!("data file of inode {}", self.ino));
+        move |source| HotTierError::Io { op, path, source }
+    }
+
+    /// Reads up to `len` bytes at `offset`; short only at the end of the file.
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.err("read")(e)),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.file.write_all_at(data, offset).map_err(self.err("write"))
+    }
+
+    pub fn set_len(&self, size: u64) -> Result<()> {
+        self.file.set_len(size).map_err(self.err("truncate"))
+    }
+
+    pub fn sync_data(&self) -> Result<()> {
+        self.file.sync_data().map_err(self.err("fsync"))
+    }
+
+    /// `fallocate(2)` with the caller's mode bits.
+    pub fn fallocate(&self, mode: i32, offset: u64, len: u64) -> Result<()> {
+        // SAFETY: plain syscall on an owned descriptor.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
+        if rc != 0 {
+            return Err(self.err("fallocate")(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// `lseek(2)` with SEEK_DATA / SEEK_HOLE. Safe to share: tierfs never uses the file offset.
+    pub fn seek(&self, offset: i64, whence: i32) -> Result<i64> {
+        // SAFETY: plain syscall on an owned descriptor.
+        let rc = unsafe { libc::lseek(self.file.as_raw_fd(), offset, whence) };
+        if rc < 0 {
+            return Err(self.err("lseek")(std::io::Error::last_os_error()));
+        }
+        Ok(rc)
+    }
+
+    /// Copies `len` bytes from `self` at `off_in` to `out` at `off_out` inside the kernel
+    /// (reflinks where the disk's filesystem can); returns bytes copied.
+    pub fn copy_to(&self, off_in: u64, out: &DataFile<'_>, off_out: u64, len: u64) -> Result<u64> {
+        let mut copied = 0u64;
+        while copied < len {
+            let mut i = (off_in + copied) as i64;
+            let mut o = (off_out + copied) as i64;
+            // SAFETY: valid descriptors and offset pointers that live across the call.
+            let n = unsafe {
+                libc::copy_file_range(
+                    self.file.as_raw_fd(),
+                    &mut i,
+                    out.file.as_raw_fd(),
+                    &mut o,
+                    (len - copied) as usize,
+                    0,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(self.err("copy_file_range")(e));
+            }
+            if n == 0 {
+                break;
+            }
+            copied += n as u64;
+        }
+        Ok(copied)
+    }
+}

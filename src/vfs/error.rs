@@ -1,0 +1,78 @@
+//! The VFS error type and the one place where errors become errno values.
+//!
+//! Every failure of a POSIX operation is a [`VfsError`]; lower layers' errors (metadata,
+//! hot tier) convert into it. [`VfsError::errno`] is the only mapping to errno in tierfs, so
+//! the FUSE adapter and the tests agree on what each failure looks like to a program.
+
+use crate::meta::MetaError;
+use crate::tier::HotTierError;
+
+/// Why a POSIX operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VfsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("file name longer than 255 bytes")]
+    NameTooLong,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("operation not permitted")]
+    NotPermitted,
+    #[error("permission denied")]
+    Access,
+    #[error("no such extended attribute")]
+    NoXattr,
+    #[error("buffer too small")]
+    Range,
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("operation not supported: {0}")]
+    NotSupported(&'static str),
+    #[error("bad file handle")]
+    BadHandle,
+    #[error("file too large")]
+    TooBig,
+    #[error("no data at or after this offset")]
+    NoDataAfter,
+    #[error("metadata: {0}")]
+    Meta(#[from] MetaError),
+    #[error("hot tier: {0}")]
+    HotTier(#[from] HotTierError),
+}
+
+impl VfsError {
+    /// The errno a program sees for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            VfsError::NotFound => libc::ENOENT,
+            VfsError::Exists => libc::EEXIST,
+            VfsError::NotDir => libc::ENOTDIR,
+            VfsError::IsDir => libc::EISDIR,
+            VfsError::NotEmpty => libc::ENOTEMPTY,
+            VfsError::NameTooLong => libc::ENAMETOOLONG,
+            VfsError::Invalid(_) => libc::EINVAL,
+            VfsError::NotPermitted => libc::EPERM,
+            VfsError::Access => libc::EACCES,
+            VfsError::NoXattr => libc::ENODATA,
+            VfsError::Range => libc::ERANGE,
+            VfsError::TooManyLinks => libc::EMLINK,
+            VfsError::NotSupported(_) => libc::EOPNOTSUPP,
+            VfsError::BadHandle => libc::EBADF,
+            VfsError::TooBig => libc::EFBIG,
+            VfsError::NoDataAfter => libc::ENXIO,
+            VfsError::Meta(e) => e.errno(),
+            VfsError::HotTier(e) => e.errno(),
+        }
+    }
+}
+
+/// Result of a VFS operation.
+pub type VfsResult<T> = Result<T, VfsError>;

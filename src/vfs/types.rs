@@ -1,0 +1,221 @@
+//! Plain value types of the POSIX surface: attributes, directory entries, the caller's
+//! credentials and the option sets of setattr, rename and fallocate.
+//!
+//! They carry no behaviour beyond conversions, so the FUSE adapter, the reference model and
+//! the metadata codec can all share them without depending on each other.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// An inode number. `ROOT_INO` is the workspace root; numbers are never reused.
+pub type Ino = u64;
+
+/// The root directory's inode number (the kernel's FUSE_ROOT_ID).
+pub const ROOT_INO: Ino = 1;
+
+/// Longest file name component in bytes (NAME_MAX).
+pub const NAME_MAX: usize = 255;
+
+/// Block size reported in `st_blksize` and used for `st_blocks` rounding.
+pub const BLOCK_SIZE: u32 = 4096;
+
+/// The type of an inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FileKind {
+    /// The `S_IFMT` bits of this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDev => libc::S_IFCHR,
+            FileKind::BlockDev => libc::S_IFBLK,
+        }
+    }
+
+    /// The kind named by the `S_IFMT` bits of `mode`, if any.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDev,
+            libc::S_IFBLK => FileKind::BlockDev,
+            _ => return None,
+        })
+    }
+
+    /// Stable one-byte code used in the metadata encoding (see docs/FORMAT.md).
+    pub fn code(self) -> u8 {
+        match self {
+            FileKind::File => 1,
+            FileKind::Dir => 2,
+            FileKind::Symlink => 3,
+            FileKind::Fifo => 4,
+            FileKind::Socket => 5,
+            FileKind::CharDev => 6,
+            FileKind::BlockDev => 7,
+        }
+    }
+
+    /// Inverse of [`FileKind::code`].
+    pub fn from_code(code: u8) -> Option<FileKind> {
+        Some(match code {
+            1 => FileKind::File,
+            2 => FileKind::Dir,
+            3 => FileKind::Symlink,
+            4 => FileKind::Fifo,
+            5 => FileKind::Socket,
+            6 => FileKind::CharDev,
+            7 => FileKind::BlockDev,
+            _ => return None,
+        })
+    }
+}
+
+/// A timestamp with nanosecond precision, seconds relative to the Unix epoch (may be negative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    pub fn now() -> Timestamp {
+        Timestamp::from(SystemTime::now())
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    fn from(t: SystemTime) -> Timestamp {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
+            Err(e) => {
+                let d = e.duration();
+                if d.subsec_nanos() == 0 {
+                    Timestamp { secs: -(d.as_secs() as i64), nanos: 0 }
+                } else {
+                    Timestamp { secs: -(d.as_secs() as i64) - 1, nanos: 1_000_000_000 - d.subsec_nanos() }
+                }
+            }
+        }
+    }
+}
+
+impl From<Timestamp> for SystemTime {
+    fn from(t: Timestamp) -> SystemTime {
+        if t.secs >= 0 {
+            UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs()) + Duration::from_nanos(u64::from(t.nanos))
+        }
+    }
+}
+
+/// The attributes of an inode, as `stat` shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Permission bits including setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub size: u64,
+    /// Bytes allocated on the hot tier, in 512-byte units (`st_blocks`).
+    pub blocks: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub crtime: Timestamp,
+}
+
+impl Attr {
+    /// The full `st_mode` (type and permission bits).
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | u32::from(self.perm)
+    }
+}
+
+/// A new value for a timestamp in `setattr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(Timestamp),
+}
+
+/// The changes of one `setattr` call; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (`mode & 0o7777`; type bits are ignored).
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    pub ctime: Option<Timestamp>,
+}
+
+/// Who is asking: the credentials the kernel reports for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Caller {
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0, pid: 0 };
+}
+
+/// One entry of a directory listing. `offset` is the cookie to resume after this entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub name: Vec<u8>,
+    pub offset: u64,
+}
+
+/// `renameat2` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+impl RenameFlags {
+    /// Decodes the kernel's `RENAME_*` bits; unknown bits are rejected by the caller.
+    pub fn from_bits(bits: u32) -> RenameFlags {
+        RenameFlags { noreplace: bits & libc::RENAME_NOREPLACE != 0, exchange: bits & libc::RENAME_EXCHANGE != 0 }
+    }
+}
+
+/// `statfs` numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}

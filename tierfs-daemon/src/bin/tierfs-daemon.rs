@@ -1,0 +1,47 @@
+//! `tierfs-daemon`: serve one tierfs mount in the foreground until it is unmounted (see
+//! `tierfs-daemon --help`). `tierfs mount` runs it in the background; service managers run
+//! it directly.
+//!
+//! Exit status: 0 after a clean unmount with a complete flush, 1 on any failure (including a
+//! flush that did not finish within --flush-timeout), 2 on a usage error.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Parser;
+use tierfs_daemon::cli::DaemonCli;
+use tierfs_daemon::launch::Readiness;
+use tierfs_daemon::{logging, serve};
+use tracing::error;
+
+fn main() -> ExitCode {
+    let cli = DaemonCli::parse();
+    logging::init("info");
+    let mut readiness = match cli.ready_fd {
+        Some(fd) => match Readiness::from_fd(fd) {
+            Ok(readiness) => readiness,
+            Err(err) => {
+                error!("{err:#}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => Readiness::Quiet,
+    };
+    match run(&cli, &mut readiness) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            error!("{err:#}");
+            readiness.failed(&err);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &DaemonCli, readiness: &mut Readiness) -> Result<()> {
+    let config = cli.mount.resolve(cli.runtime_dir.as_deref())?;
+    let rt = serve::build_runtime()?;
+    let result = serve::run(&rt, &config, readiness);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
+}

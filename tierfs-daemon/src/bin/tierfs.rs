@@ -1,0 +1,27 @@
+//! `tierfs`: mount, unmount and inspect tierfs workspaces (see `tierfs --help`).
+//!
+//! Exit status: 0 success, 1 failure, 2 usage error (clap's own).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tierfs_daemon::cli::{Cli, Command};
+use tierfs_daemon::{commands, logging};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let serving = matches!(&cli.command, Command::Mount(m) if m.foreground);
+    logging::init(if serving { "info" } else { "warn" });
+    match commands::run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let message = format!("{err:#}");
+            if cli.json {
+                let json = serde_json::json!({ "ok": false, "error": message });
+                println!("{json}");
+            }
+            eprintln!("tierfs: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! Command-line definitions of the `tierfs` and `tierfs-daemon` binaries (clap derive),
+//! and the value parsers they share (sizes like `10G`, durations in seconds).
+//!
+//! Invariants:
+//! - Both binaries take the *same* mount options ([`MountArgs`]): `tierfs mount` resolves
+//!   them once ([`MountArgs::resolve`]: default data dir, `allow_other` default, absolute
+//!   paths) and hands the resolved [`MountConfig`] to the background daemon as explicit
+//!   arguments ([`MountConfig::to_daemon_args`]), so parent and daemon can never disagree
+//!   about a default. A unit test round-trips config → arguments → config.
+//! - Usage errors exit with status 2 (clap's convention), every other failure with 1.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use crate::mounts;
+use crate::paths;
+use crate::serve::MountConfig;
+
+/// Exit status documentation shown at the end of `--help`.
+pub const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0  success
+  1  failure (the message on stderr says what failed; with --json also a JSON object on stdout)
+  2  usage error (unknown option, bad value)
+
+Environment:
+  RUST_LOG            log filter, e.g. `info`, `tierfs=debug` (default: warn; info for a mount)
+  TIERFS_DATA_DIR     default for --data-dir
+  TIERFS_RUNTIME_DIR  default for --runtime-dir";
+
+/// The `tierfs` command-line tool.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tierfs",
+    version,
+    about = "Mount and manage tierfs workspaces: a local-disk-speed POSIX filesystem whose \
+             contents survive runtime resets",
+    after_help = EXIT_STATUS_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Print machine-readable JSON on stdout instead of human-readable text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Directory of the per-mount control sockets
+    /// [default: $XDG_RUNTIME_DIR/tierfs, else ~/.local/share/tierfs/run].
+    #[arg(long, global = true, env = "TIERFS_RUNTIME_DIR", value_name = "DIR")]
+    pub runtime_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands of `tierfs`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Mount a workspace at MOUNTPOINT (created if missing).
+    ///
+    /// By default a background daemon (`tierfs-daemon`, next to this executable) serves the
+    /// mount and this command returns once the mount is ready; the daemon logs to
+    /// <DATA_DIR>/daemon.log. Running it again for a mount that is already up is a no-op.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Mount(MountCommand),
+
+    /// Flush everything and unmount the workspace at MOUNTPOINT.
+    ///
+    /// Asks the serving process over its control socket to write everything it holds to
+    /// disk and unmount, and waits until it has exited. When no tierfs process answers
+    /// (it died), falls back to `fusermount3 -u` (umount2 as root) to clear the stale mount.
+    #[command(visible_alias = "unmount", after_help = EXIT_STATUS_HELP)]
+    Umount(UmountCommand),
+
+    /// Show the state of one mount, or of every mount of this user.
+    ///
+    /// Reports data dir, mountpoint, pid, uptime, inode count, open files, data bytes and
+    /// cache size, as queried from each serving process's control socket.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Status(StatusCommand),
+}
+
+/// `tierfs mount`.
+#[derive(Debug, Args)]
+pub struct MountCommand {
+    /// Serve the mount in this process until it is unmounted (Ctrl-C, SIGTERM or
+    /// `tierfs umount`) instead of starting a background daemon.
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+
+    /// How long to wait for the background daemon to report the mount ready.
+    #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_secs)]
+    pub timeout: Duration,
+
+    #[command(flatten)]
+    pub mount: MountArgs,
+}
+
+/// `tierfs umount`.
+#[derive(Debug, Args)]
+pub struct UmountCommand {
+    /// Detach the mount even if it is busy: it disappears at once and the serving process
+    /// flushes and exits when the last open file there is closed.
+    #[arg(short = 'l', long)]
+    pub lazy: bool,
+
+    /// How long to wait for the flush, the unmount and the serving process to exit.
+    #[arg(long, value_name = "SECS", default_value = "300", value_parser = parse_secs)]
+    pub timeout: Duration,
+
+    /// The mounted directory.
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: PathBuf,
+}
+
+/// `tierfs status`.
+#[derive(Debug, Args)]
+pub struct StatusCommand {
+    /// The mounted directory; without it, every mount of this user is listed.
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: Option<PathBuf>,
+}
+
+/// The `tierfs-daemon` serving process.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tierfs-daemon",
+    version,
+    about = "Serve one tierfs mount in the foreground until it is unmounted",
+    long_about = "Serve one tierfs mount in the foreground until it is unmounted.\n\n\
+                  `tierfs mount` starts this process in the background; run it directly \
+                  under a service manager (systemd, a Kubernetes DaemonSet). SIGTERM or \
+                  SIGINT flush everything (bounded by --flush-timeout) and unmount; so does \
+                  `tierfs umount MOUNTPOINT`. Logs go to stderr (filter with RUST_LOG).",
+    after_help = EXIT_STATUS_HELP
+)]
+pub struct DaemonCli {
+    /// Directory of the per-mount control sockets
+    /// [default: $XDG_RUNTIME_DIR/tierfs, else ~/.local/share/tierfs/run].
+    #[arg(long, env = "TIERFS_RUNTIME_DIR", value_name = "DIR")]
+    pub runtime_dir: Option<PathBuf>,
+
+    /// Inherited file descriptor on which to report readiness (one JSON line), then close.
+    /// Used by `tierfs mount`.
+    #[arg(long, value_name = "FD", hide = true)]
+    pub ready_fd: Option<i32>,
+
+    #[command(flatten)]
+    pub mount: MountArgs,
+}
+
+/// Options of one mount, shared by `tierfs mount` and `tierfs-daemon`.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct MountArgs {
+    /// Local data directory (hot tier and metadata). Only one mount may use a data
+    /// directory at a time
+    /// [default: $XDG_DATA_HOME/tierfs/default, else ~/.local/share/tierfs/default].
+    #[arg(long, value_name = "DIR", env = "TIERFS_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Size of the local cache, in bytes or with a binary unit: 512M, 10G, 1.5T
+    /// (K, M, G, T, P are powers of 1024; a trailing B or iB is accepted).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub cache_size: Option<u64>,
+
+    /// Let other users (and root) access the mount. Default: on when running as root (a
+    /// node serving other users' notebooks), off otherwise. `--allow-other=false` turns it
+    /// off. Non-root users need `user_allow_other` in /etc/fuse.conf.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub allow_other: Option<bool>,
+
+    /// Same as --allow-other=false.
+    #[arg(long, conflicts_with = "allow_other")]
+    pub no_allow_other: bool,
+
+    /// Number of FUSE worker threads [default: chosen by the FUSE adapter].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+
+    /// Turn off the kernel's writeback cache (each write() then reaches tierfs at once;
+    /// slower for small writes).
+    #[arg(long)]
+    pub no_writeback_cache: bool,
+
+    /// How long the kernel may cache file attributes, in seconds (fractions allowed)
+    /// [default: chosen by the FUSE adapter].
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub attr_ttl: Option<Duration>,
+
+    /// How long the kernel may cache name lookups, in seconds (fractions allowed)
+    /// [default: chosen by the FUSE adapter].
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub entry_ttl: Option<Duration>,
+
+    /// Mount read-only.
+    #[arg(long)]
+    pub read_only: bool,
+
+    /// Mount even if MOUNTPOINT is not empty (its files are hidden while mounted).
+    #[arg(long)]
+    pub nonempty: bool,
+
+    /// At unmount or SIGTERM, how long to wait for everything to be flushed before giving
+    /// up; the outcome is logged and reported to `tierfs umount`.
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
+    pub flush_timeout: Duration,
+
+    /// Directory to mount the workspace on; created if missing.
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: PathBuf,
+}
+
+impl MountArgs {
+    /// Fills in every default and makes paths absolute.
+    pub fn resolve(&self, runtime_dir: Option<&std::path::Path>) -> Result<MountConfig> {
+        let data_dir = match &self.data_dir {
+            Some(dir) => paths::absolute(dir)?,
+            None => paths::default_data_dir()?,
+        };
+        let allow_other = if self.no_allow_other { false } else { self.allow_other.unwrap_or_else(mounts::is_root) };
+        Ok(MountConfig {
+            mountpoint: paths::canonical_mountpoint(&self.mountpoint)?,
+            data_dir,
+            runtime_dir: paths::runtime_dir(runtime_dir)?,
+            cache_size: self.cache_size,
+            allow_other,
+            threads: self.threads.map(usize::from),
+            writeback_cache: !self.no_writeback_cache,
+            attr_ttl: self.attr_ttl,
+            entry_ttl: self.entry_ttl,
+            read_only: self.read_only,
+            nonempty: self.nonempty,
+            flush_timeout: self.flush_timeout,
+        })
+    }
+}
+
+impl MountConfig {
+    /// `tierfs-daemon` arguments that reproduce exactly this configuration.
+    pub fn to_daemon_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "--runtime-dir".into(),
+            self.runtime_dir.clone().into(),
+            "--data-dir".into(),
+            self.data_dir.clone().into(),
+            format!("--allow-other={}", self.allow_other).into(),
+            "--flush-timeout".into(),
+            format_secs(self.flush_timeout).into(),
+        ];
+        if let Some(size) = self.cache_size {
+            args.extend(["--cache-size".into(), size.to_string().into()]);
+        }
+        if let Some(threads) = self.threads {
+            args.extend(["--threads".into(), threads.to_string().into()]);
+        }
+        if !self.writeback_cache {
+            args.push("--no-writeback-cache".into());
+        }
+        if let Some(ttl) = self.attr_ttl {
+            args.extend(["--attr-ttl".into(), format_secs(ttl).into()]);
+        }
+        if let Some(ttl) = self.entry_ttl {
+            args.extend(["--entry-ttl".into(), format_secs(ttl).into()]);
+        }
+        if self.read_only {
+            args.push("--read-only".into());
+        }
+        if self.nonempty {
+            args.push("--nonempty".into());
+        }
+        args.push("--".into());
+        args.push(self.mountpoint.clone().into());
+        args
+    }
+}
+
+/// Parses a byte size: a plain number of bytes, or a (possibly fractional) number with a
+/// binary unit K, M, G, T or P, optionally followed by `B` or `iB`, any case: `512M`,
+/// `10G`, `1.5TiB`, `4096`. Zero is refused: a cache must hold something.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let unit = unit.trim();
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        "p" | "pb" | "pib" => 50,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?}; use a number of bytes or K, M, G, T, P \
+                 (powers of 1024), e.g. 512M or 10G"
+            ));
+        }
+    };
+    let (whole, fraction) = match number.split_once('.') {
+        Some((w, f)) => (w, f),
+        None => (number, ""),
+    };
+    if whole.is_empty() && fraction.is_empty() {
+        return Err(format!("{text:?} is not a size; e.g. 512M, 10G or 1073741824"));
+    }
+    if fraction.contains('.') || (shift == 0 && !fraction.is_empty()) {
+        return Err(format!("{text:?} is not a whole number of bytes"));
+    }
+    let overflow = || format!("{text:?} is too large");
+    let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| overflow())? };
+    let mut bytes = whole.checked_shl(shift).filter(|b| b >> shift == whole).ok_or_else(overflow)?;
+    if !fraction.is_empty() {
+        // Exact decimal fraction of the unit, truncated to whole bytes; at most 18 digits
+        // so the numerator stays within u128 comfortably.
+        let digits = &fraction[..fraction.len().min(18)];
+        let numerator: u128 = digits.parse().map_err(|_| overflow())?;
+        let denominator = 10u128.pow(digits.len() as u32);
+        let extra = (numerator << shift) / denominator;
+        bytes = u64::try_from(extra).ok().and_then(|e| bytes.checked_add(e)).ok_or_else(overflow)?;
+    }
+    if bytes == 0 {
+        return Err("the size must be greater than zero".into());
+    }
+    Ok(bytes)
+}
+
+/// Parses a duration in seconds with an optional decimal fraction (`30`, `0.5`,
+/// `1.000000001`), exactly to the nanosecond.
+pub fn parse_secs(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let (whole, fraction) = match trimmed.split_once('.') {
+        Some((w, f)) => (w, f),
+        None => (trimmed, ""),
+    };
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction) {
+        return Err(format!("{text:?} is not a number of seconds, e.g. 30 or 0.5"));
+    }
+    if fraction.len() > 9 {
+        return Err(format!("{text:?} is more precise than a nanosecond"));
+    }
+    let secs: u64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| format!("{text:?} is too large"))? };
+    let nanos: u32 = if fraction.is_empty() {
+        0
+    } else {
+        let padded = format!("{fraction:0<9}");
+        padded.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?
+    };
+    Ok(Duration::new(secs, nanos))
+}
+
+/// The inverse of [`parse_secs`], exact to the nanosecond.
+pub fn format_secs(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        duration.as_secs().to_string()
+    } else {
+        let fraction = format!("{:09}", duration.subsec_nanos());
+        format!("{}.{}", duration.as_secs(), fraction.trim_end_matches('0'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4096B"), Ok(4096));
+        assert_eq!(parse_size("1k"), Ok(1024));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("10G"), Ok(10 << 30));
+        assert_eq!(parse_size("10gb"), Ok(10 << 30));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size(".5K"), Ok(512));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert_eq!(parse_size(" 1 P "), Ok(1 << 50));
+        assert_eq!(parse_size("0.3333K"), Ok(341));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_a_reason() {
+        for bad in ["", "G", "abc", "10X", "1.5", "1.2.3G", "-1G", "0", "0G", "1.2.3"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert!(parse_size("16384P").is_err(), "overflow");
+        assert!(parse_size("99999999999999999999").is_err(), "overflow");
+        assert!(parse_size("10X").unwrap_err().contains("unit"));
+    }
+
+    #[test]
+    fn seconds_round_trip() {
+        assert_eq!(parse_secs("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_secs("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_secs(".25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_secs("0"), Ok(Duration::ZERO));
+        for bad in ["", ".", "-1", "1e3", "abc", "0.1234567891"] {
+            assert!(parse_secs(bad).is_err(), "{bad:?}");
+        }
+        for d in [Duration::ZERO, Duration::from_secs(60), Duration::from_millis(1500), Duration::new(1, 1)] {
+            assert_eq!(parse_secs(&format_secs(d)), Ok(d));
+        }
+    }
+
+    #[test]
+    fn clap_definitions_are_consistent() {
+        Cli::command().debug_assert();
+        DaemonCli::command().debug_assert();
+    }
+
+    #[test]
+    fn allow_other_forms() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["tierfs", "mount"];
+            argv.extend_from_slice(args);
+            argv.push("/mnt/x");
+            match Cli::try_parse_from(argv).unwrap().command {
+                Command::Mount(m) => (m.mount.allow_other, m.mount.no_allow_other),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(parse(&[]), (None, false));
+        assert_eq!(parse(&["--allow-other"]), (Some(true), false));
+        assert_eq!(parse(&["--allow-other=false"]), (Some(false), false));
+        assert_eq!(parse(&["--no-allow-other"]), (None, true));
+        assert!(Cli::try_parse_from(["tierfs", "mount", "--allow-other", "--no-allow-other", "/m"]).is_err());
+    }
+
+    #[test]
+    fn json_is_global() {
+        let cli = Cli::try_parse_from(["tierfs", "status", "--json"]).unwrap();
+        assert!(cli.json);
+        let cli = Cli::try_parse_from(["tierfs", "--json", "status", "/m"]).unwrap();
+        assert!(cli.json);
+    }
+
+    #[test]
+    fn daemon_args_reproduce_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv = [
+            "tierfs",
+            "mount",
+            "--data-dir",
+            "/data/ws",
+            "--cache-size",
+            "1.5G",
+            "--no-allow-other",
+            "--threads",
+            "8",
+            "--no-writeback-cache",
+            "--attr-ttl",
+            "0.25",
+            "--entry-ttl",
+            "2",
+            "--read-only",
+            "--nonempty",
+            "--flush-timeout",
+            "7.5",
+        ];
+        let mountpoint = dir.path().join("-dashed mount");
+        let mut argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        argv.push(mountpoint.clone().into());
+        let Command::Mount(cmd) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not a mount command");
+        };
+        let run = dir.path().join("run");
+        let config = cmd.mount.resolve(Some(&run)).unwrap();
+        assert!(!config.allow_other);
+        assert_eq!(config.cache_size, Some(3 << 29));
+
+        let mut daemon_argv: Vec<OsString> = vec!["tierfs-daemon".into()];
+        daemon_argv.extend(config.to_daemon_args());
+        let daemon = DaemonCli::try_parse_from(daemon_argv).unwrap();
+        let again = daemon.mount.resolve(daemon.runtime_dir.as_deref()).unwrap();
+        assert_eq!(again, config);
+
+        // Defaults round-trip too, including allow_other chosen from the uid.
+        let plain = Cli::try_parse_from(["tierfs", "mount", "--data-dir", "/d", "/mnt/p"]).unwrap();
+        let Command::Mount(cmd) = plain.command else {
+            panic!("not a mount command");
+        };
+        let config = cmd.mount.resolve(Some(&run)).unwrap();
+        assert_eq!(config.allow_other, mounts::is_root());
+        let mut daemon_argv: Vec<OsString> = vec!["tierfs-daemon".into()];
+        daemon_argv.extend(config.to_daemon_args());
+        let daemon = DaemonCli::try_parse_from(daemon_argv).unwrap();
+        assert_eq!(daemon.mount.resolve(daemon.runtime_dir.as_deref()).unwrap(), config);
+    }
+}

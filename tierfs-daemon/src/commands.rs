@@ -1,0 +1,470 @@
+//! The `tierfs` subcommands: `mount`, `umount` and `status`, and their human and JSON
+//! output.
+//!
+//! Invariants:
+//! - A command succeeds only when its effect is observable: `mount` returns once the mount
+//!   answers on its control socket, `umount` once the mount is gone from the kernel's table
+//!   *and* the serving process has exited (so the data directory is free for the next
+//!   mount).
+//! - The kernel mount table, not a socket file, decides whether something is mounted; a
+//!   socket nobody answers on is stale and is cleaned up.
+//! - With `--json`, stdout carries exactly one JSON document per invocation.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::Serialize;
+
+use crate::cli::{Cli, Command, MountCommand, StatusCommand, UmountCommand};
+use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
+use crate::launch::{self, Readiness, ReadyInfo};
+use crate::mounts;
+use crate::paths;
+use crate::serve;
+
+/// How long a liveness ping may take before the serving process counts as hung.
+const PING_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long a status query may take (it reads metadata).
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often to look again while waiting for an unmount to complete.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Runs one `tierfs` invocation.
+pub fn run(cli: &Cli) -> Result<()> {
+    match &cli.command {
+        Command::Mount(cmd) => mount(cli, cmd),
+        Command::Umount(cmd) => umount(cli, cmd),
+        Command::Status(cmd) => status(cli, cmd),
+    }
+}
+
+/// `tierfs mount` output with `--json`.
+#[derive(Debug, Serialize)]
+struct MountOutput<'a> {
+    ok: bool,
+    already_mounted: bool,
+    #[serde(flatten)]
+    info: &'a ReadyInfo,
+}
+
+fn mount(cli: &Cli, cmd: &MountCommand) -> Result<()> {
+    let config = cmd.mount.resolve(cli.runtime_dir.as_deref())?;
+
+    // Re-running the mount command of a live mount (a re-executed notebook cell) is fine.
+    if let Some(pong) = serving(&config.runtime_dir, &config.mountpoint) {
+        if pong.data_dir != config.data_dir {
+            bail!(
+                "{} is already mounted from data dir {} (pid {}); unmount it first",
+                pong.mountpoint.display(),
+                pong.data_dir.display(),
+                pong.pid
+            );
+        }
+        let info = ReadyInfo {
+            pid: pong.pid,
+            mountpoint: pong.mountpoint,
+            data_dir: pong.data_dir,
+            socket: paths::socket_path(&config.runtime_dir, &config.mountpoint)?,
+            log: None,
+        };
+        if cli.json {
+            print_json(&MountOutput { ok: true, already_mounted: true, info: &info })?;
+        } else {
+            println!(
+                "tierfs: {} is already mounted (pid {}, data dir {})",
+                info.mountpoint.display(),
+                info.pid,
+                info.data_dir.display()
+            );
+        }
+        return Ok(());
+    }
+
+    if cmd.foreground {
+        let rt = serve::build_runtime()?;
+        let mut readiness = Readiness::Print { json: cli.json };
+        let result = serve::run(&rt, &config, &mut readiness);
+        rt.shutdown_timeout(Duration::from_secs(1));
+        return result;
+    }
+
+    let info = launch::spawn_daemon(&config, cmd.timeout)?;
+    if cli.json {
+        print_json(&MountOutput { ok: true, already_mounted: false, info: &info })?;
+    } else {
+        println!(
+            "tierfs: mounted {} (data dir {}, daemon pid {}, log {})",
+            info.mountpoint.display(),
+            info.data_dir.display(),
+            info.pid,
+            info.log.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// The process serving `mountpoint`, if one answers.
+fn serving(runtime_dir: &Path, mountpoint: &Path) -> Option<control::Pong> {
+    let socket = paths::socket_path(runtime_dir, mountpoint).ok()?;
+    control::ping(&socket, PING_TIMEOUT).ok().flatten()
+}
+
+/// `tierfs umount` output with `--json`.
+#[derive(Debug, Serialize)]
+struct UmountOutput {
+    ok: bool,
+    mountpoint: PathBuf,
+    /// `control-socket` when the serving process flushed and unmounted, otherwise the
+    /// helper that cleared a mount nobody served.
+    method: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flush: Option<UnmountReport>,
+}
+
+fn umount(cli: &Cli, cmd: &UmountCommand) -> Result<()> {
+    let runtime_dir = paths::runtime_dir(cli.runtime_dir.as_deref())?;
+    let mountpoint = paths::canonical_mountpoint(&cmd.mountpoint)?;
+    let socket = paths::socket_path(&runtime_dir, &mountpoint)?;
+    let deadline = Instant::now() + cmd.timeout;
+
+    let pong = match control::ping(&socket, PING_TIMEOUT) {
+        Ok(pong) => pong,
+        Err(err) => {
+            eprintln!("tierfs: warning: {err}; unmounting without the serving process");
+            None
+        }
+    };
+    let Some(pong) = pong else {
+        return umount_unserved(cli, cmd, &mountpoint, &socket, deadline);
+    };
+
+    let response = control::request(&socket, &Request::Unmount { lazy: cmd.lazy }, cmd.timeout)
+        .with_context(|| format!("asking pid {} to unmount {}", pong.pid, mountpoint.display()))?;
+    if !response.ok {
+        bail!("{}", response.error.unwrap_or_else(|| "the serving process refused to unmount".into()));
+    }
+    let report = response.unmount.ok_or_else(|| anyhow!("the serving process answered without an unmount report"))?;
+    wait_until_gone(Some(pong.pid), &mountpoint, !cmd.lazy, deadline)?;
+
+    if cli.json {
+        print_json(&UmountOutput {
+            ok: report.flushed,
+            mountpoint: mountpoint.clone(),
+            method: "control-socket".into(),
+            pid: Some(pong.pid),
+            flush: Some(report.clone()),
+        })?;
+    } else if report.flushed {
+        println!("tierfs: unmounted {} (flushed in {} ms)", mountpoint.display(), report.flush_millis);
+    }
+    if !report.flushed {
+        bail!(
+            "unmounted {}, but the flush did not complete: {}",
+            mountpoint.display(),
+            report.flush_error.as_deref().unwrap_or("unknown reason")
+        );
+    }
+    Ok(())
+}
+
+/// No tierfs process answers for `mountpoint`: clear a stale mount with the system helper.
+fn umount_unserved(cli: &Cli, cmd: &UmountCommand, mountpoint: &Path, socket: &Path, deadline: Instant) -> Result<()> {
+    // A socket file nobody answers on was left by a dead process.
+    if control::ping(socket, PING_TIMEOUT).ok().flatten().is_none() {
+        let _ = fs::remove_file(socket);
+    }
+    let entry = mounts::find_mount(mountpoint)
+        .context("reading the mount table")?
+        .ok_or_else(|| anyhow!("{} is not mounted", mountpoint.display()))?;
+    if !(entry.fs_type == "fuse.tierfs" || (entry.is_fuse() && entry.source == "tierfs")) {
+        bail!(
+            "{} is a {} mount of {}, not a tierfs mount; not touching it",
+            mountpoint.display(),
+            entry.fs_type,
+            entry.source
+        );
+    }
+    let method = mounts::unmount(mountpoint, cmd.lazy)?;
+    wait_until_gone(None, mountpoint, true, deadline)?;
+    if cli.json {
+        print_json(&UmountOutput {
+            ok: true,
+            mountpoint: mountpoint.to_path_buf(),
+            method: method.to_string(),
+            pid: None,
+            flush: None,
+        })?;
+    } else {
+        println!(
+            "tierfs: unmounted {} with {method} (no tierfs process was serving it, so nothing \
+             was flushed)",
+            mountpoint.display()
+        );
+    }
+    Ok(())
+}
+
+/// Waits until the serving process `pid` has exited and, if `check_table`, the mount is
+/// gone from the kernel's table.
+fn wait_until_gone(pid: Option<u32>, mountpoint: &Path, check_table: bool, deadline: Instant) -> Result<()> {
+    loop {
+        let alive = pid.is_some_and(mounts::process_alive);
+        let mounted = check_table && mounts::find_mount(mountpoint).context("reading the mount table")?.is_some();
+        if !alive && !mounted {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let what = match (alive, pid) {
+                (true, Some(pid)) => format!("serving process {pid} to exit"),
+                _ => format!("{} to disappear from the mount table", mountpoint.display()),
+            };
+            bail!("timed out waiting for {what}");
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+fn status(cli: &Cli, cmd: &StatusCommand) -> Result<()> {
+    let runtime_dir = paths::runtime_dir(cli.runtime_dir.as_deref())?;
+    match &cmd.mountpoint {
+        Some(mountpoint) => {
+            let mountpoint = paths::canonical_mountpoint(mountpoint)?;
+            let socket = paths::socket_path(&runtime_dir, &mountpoint)?;
+            let report = query_status(&socket).map_err(|err| explain_unserved(err, &mountpoint))?;
+            if cli.json {
+                print_json(&report)
+            } else {
+                print!("{}", format_status(&report));
+                Ok(())
+            }
+        }
+        None => {
+            let reports = all_statuses(&runtime_dir)?;
+            if cli.json {
+                print_json(&reports)
+            } else {
+                print!("{}", format_table(&reports));
+                Ok(())
+            }
+        }
+    }
+}
+
+fn query_status(socket: &Path) -> Result<StatusReport, ClientError> {
+    let response = control::request(socket, &Request::Status, STATUS_TIMEOUT)?;
+    match response.status {
+        Some(status) if response.ok => Ok(status),
+        _ => Err(ClientError::Io {
+            path: socket.to_path_buf(),
+            source: std::io::Error::other(response.error.unwrap_or_else(|| "status answer without a report".into())),
+        }),
+    }
+}
+
+/// Turns "nobody answers" into what the user should know about the mountpoint.
+fn explain_unserved(err: ClientError, mountpoint: &Path) -> anyhow::Error {
+    if !matches!(err, ClientError::NotServing(_)) {
+        return err.into();
+    }
+    match mounts::find_mount(mountpoint) {
+        Ok(Some(entry)) if entry.is_fuse() => anyhow!(
+            "{} is mounted ({}) but no tierfs process answers for it: its daemon died or runs \
+             with another --runtime-dir; `tierfs umount {}` clears a stale mount",
+            mountpoint.display(),
+            entry.fs_type,
+            mountpoint.display()
+        ),
+        _ => anyhow!("{} is not a tierfs mount", mountpoint.display()),
+    }
+}
+
+/// Every mount that answers in `runtime_dir`, sorted by mountpoint.
+fn all_statuses(runtime_dir: &Path) -> Result<Vec<StatusReport>> {
+    let entries = match fs::read_dir(runtime_dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => {
+            return Err(err).with_context(|| format!("listing {}", runtime_dir.display()));
+        }
+    };
+    let mut reports = Vec::new();
+    for entry in entries {
+        let path = entry.with_context(|| format!("listing {}", runtime_dir.display()))?.path();
+        if path.extension().is_none_or(|ext| ext != "sock") {
+            continue;
+        }
+        match query_status(&path) {
+            Ok(report) => reports.push(report),
+            Err(ClientError::NotServing(_)) => {}
+            Err(err) => eprintln!("tierfs: warning: {err}"),
+        }
+    }
+    reports.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+    Ok(reports)
+}
+
+/// One mount, as `key value` lines.
+pub fn format_status(report: &StatusReport) -> String {
+    let mut options = vec![if report.read_only { "read-only" } else { "read-write" }];
+    if report.writeback_cache {
+        options.push("writeback cache");
+    }
+    if report.allow_other {
+        options.push("allow_other");
+    }
+    let rows = [
+        ("mountpoint", report.mountpoint.display().to_string()),
+        ("data dir", report.data_dir.display().to_string()),
+        ("pid", report.pid.to_string()),
+        ("uptime", format_duration(report.uptime_secs)),
+        ("inodes", report.inodes.to_string()),
+        ("open files", report.open_files.to_string()),
+        ("data", format!("{} ({} bytes)", format_bytes(report.data_bytes), report.data_bytes)),
+        ("cache size", report.cache_size.map(format_bytes).unwrap_or_else(|| "not limited".into())),
+        ("options", options.join(", ")),
+        ("socket", report.socket.display().to_string()),
+        ("version", report.version.clone()),
+    ];
+    rows.iter().map(|(key, value)| format!("{key:<12}{value}\n")).collect()
+}
+
+/// Several mounts, as an aligned table.
+pub fn format_table(reports: &[StatusReport]) -> String {
+    if reports.is_empty() {
+        return "no tierfs mounts\n".into();
+    }
+    let header = ["MOUNTPOINT", "PID", "UPTIME", "INODES", "OPEN", "DATA", "CACHE", "DATA DIR"];
+    let rows: Vec<[String; 8]> = reports
+        .iter()
+        .map(|r| {
+            [
+                r.mountpoint.display().to_string(),
+                r.pid.to_string(),
+                format_duration(r.uptime_secs),
+                r.inodes.to_string(),
+                r.open_files.to_string(),
+                format_bytes(r.data_bytes),
+                r.cache_size.map(format_bytes).unwrap_or_else(|| "-".into()),
+                r.data_dir.display().to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut text =
+            cells.iter().zip(widths).map(|(cell, width)| format!("{cell:<width$}")).collect::<Vec<_>>().join("  ");
+        text.truncate(text.trim_end().len());
+        text.push('\n');
+        text
+    };
+    let mut out = line(header.to_vec());
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// `1536` → `1.5 KiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `3723` → `1h 2m 3s`.
+pub fn format_duration(secs: u64) -> String {
+    let (days, hours, minutes, seconds) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{seconds}s"),
+        (0, 0, _) => format!("{minutes}m {seconds}s"),
+        (0, _, _) => format!("{hours}h {minutes}m {seconds}s"),
+        _ => format!("{days}d {hours}h {minutes}m"),
+    }
+}
+
+fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value).context("encoding JSON output")?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(mountpoint: &str) -> StatusReport {
+        StatusReport {
+            version: "0.1.0".into(),
+            pid: 42,
+            mountpoint: mountpoint.into(),
+            data_dir: "/data".into(),
+            socket: "/run/x.sock".into(),
+            started_at_unix: 0,
+            uptime_secs: 3723,
+            inodes: 10,
+            open_files: 2,
+            data_bytes: 1536,
+            cache_size: Some(10 << 30),
+            allow_other: true,
+            read_only: false,
+            writeback_cache: true,
+        }
+    }
+
+    #[test]
+    fn human_numbers() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(10 << 30), "10.0 GiB");
+        assert_eq!(format_duration(5), "5s");
+        assert_eq!(format_duration(65), "1m 5s");
+        assert_eq!(format_duration(3723), "1h 2m 3s");
+        assert_eq!(format_duration(90_061), "1d 1h 1m");
+    }
+
+    #[test]
+    fn status_text_names_every_field() {
+        let text = format_status(&report("/content/work"));
+        for needle in [
+            "/content/work",
+            "/data",
+            "42",
+            "1h 2m 3s",
+            "1.5 KiB (1536 bytes)",
+            "10.0 GiB",
+            "writeback cache, allow_other",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing in\n{text}");
+        }
+    }
+
+    #[test]
+    fn table_is_aligned() {
+        let text = format_table(&[report("/a"), report("/content/work")]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        let pid_column = lines[0].find("PID").unwrap();
+        assert_eq!(&lines[1][pid_column..pid_column + 2], "42");
+        assert_eq!(&lines[2][pid_column..pid_column + 2], "42");
+        assert_eq!(format_table(&[]), "no tierfs mounts\n");
+    }
+}

@@ -1,0 +1,383 @@
+//! The control socket of one mount: the protocol types, the async server run by the
+//! serving process, and the small blocking client used by the `tierfs` CLI.
+//!
+//! Protocol: a Unix stream socket; the client writes one JSON request per line
+//! (`{"cmd":"ping"}`, `{"cmd":"status"}`, `{"cmd":"unmount"}` or
+//! `{"cmd":"unmount","lazy":true}`) and reads one JSON [`Response`] per line. A connection
+//! may carry several requests. `unmount` answers only when the flush and unmount are done.
+//!
+//! Invariants:
+//! - The socket file is created owner-only (0600) inside an owner-only (0700) runtime
+//!   directory, and the server also checks each peer's credentials (`SO_PEERCRED`): only the
+//!   same user or root may talk to it. Anyone who can talk to it can unmount the workspace.
+//! - The server never performs the unmount itself: it hands an [`UnmountRequest`] to the
+//!   serving loop, which owns the FUSE session, and relays the answer.
+//! - Request lines are bounded ([`MAX_LINE`]) so a confused client cannot grow memory.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+/// Longest request line the server reads.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// A request to the serving process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    /// Liveness and identity: answers with [`Pong`].
+    Ping,
+    /// Answers with [`StatusReport`].
+    Status,
+    /// Flush everything and unmount; answers with [`UnmountReport`] when done.
+    Unmount {
+        /// Detach even if busy (`MNT_DETACH`).
+        #[serde(default)]
+        lazy: bool,
+    },
+}
+
+/// One response line. Exactly one of the payload fields is set when `ok` is true;
+/// `error` is set when it is false.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pong: Option<Pong>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<StatusReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmount: Option<UnmountReport>,
+}
+
+impl Response {
+    pub fn error(message: impl Into<String>) -> Response {
+        Response { ok: false, error: Some(message.into()), ..Response::default() }
+    }
+}
+
+/// Who is serving: the answer to `ping`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pong {
+    pub pid: u32,
+    pub version: String,
+    pub mountpoint: PathBuf,
+    pub data_dir: PathBuf,
+}
+
+/// The state of one mount: the answer to `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub version: String,
+    pub pid: u32,
+    pub mountpoint: PathBuf,
+    pub data_dir: PathBuf,
+    pub socket: PathBuf,
+    /// When the mount became ready, seconds since the Unix epoch.
+    pub started_at_unix: u64,
+    pub uptime_secs: u64,
+    pub inodes: u64,
+    pub open_files: u64,
+    pub data_bytes: u64,
+    pub cache_size: Option<u64>,
+    pub allow_other: bool,
+    pub read_only: bool,
+    pub writeback_cache: bool,
+}
+
+/// The outcome of `unmount`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnmountReport {
+    pub mountpoint: PathBuf,
+    /// Whether everything was flushed within the timeout.
+    pub flushed: bool,
+    /// How long the final flush took (or ran before the timeout hit).
+    pub flush_millis: u64,
+    pub flush_timeout_secs: f64,
+    /// Why the flush did not complete, when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush_error: Option<String>,
+}
+
+/// An unmount asked for over the socket, handed to the serving loop.
+#[derive(Debug)]
+pub struct UnmountRequest {
+    pub lazy: bool,
+    /// Where the serving loop sends the outcome (or why it refuses, e.g. busy).
+    pub reply: oneshot::Sender<Result<UnmountReport, String>>,
+    /// Fired by the connection once the answer is written, so the serving loop does not
+    /// exit (and tear the connection down) before the client has it.
+    pub written: oneshot::Receiver<()>,
+}
+
+/// What the server needs from the serving process.
+pub trait ControlHandler: Send + Sync + 'static {
+    fn pong(&self) -> Pong;
+    /// May block briefly (it reads metadata); called from a blocking-capable thread.
+    fn status(&self) -> StatusReport;
+}
+
+/// Accepts connections on `listener` until the task is dropped or aborted.
+pub async fn serve(listener: UnixListener, handler: Arc<dyn ControlHandler>, unmounts: mpsc::Sender<UnmountRequest>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _addr)) => {
+                let handler = handler.clone();
+                let unmounts = unmounts.clone();
+                tokio::spawn(async move {
+                    if let Err(err) = serve_connection(stream, handler, unmounts).await {
+                        debug!("control connection ended: {err}");
+                    }
+                });
+            }
+            Err(err) => {
+                warn!("control socket accept failed: {err}");
+                // Avoid a hot loop on persistent errors such as EMFILE.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: UnixStream,
+    handler: Arc<dyn ControlHandler>,
+    unmounts: mpsc::Sender<UnmountRequest>,
+) -> std::io::Result<()> {
+    let cred = stream.peer_cred()?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if cred.uid() != euid && cred.uid() != 0 {
+        warn!("refused control connection from uid {} (serving uid {euid})", cred.uid());
+        return Ok(());
+    }
+    let (read, mut write) = stream.into_split();
+    let mut reader = AsyncBufReader::new(read);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = (&mut reader).take(MAX_LINE as u64 + 1).read_line(&mut line).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        if n > MAX_LINE {
+            send(&mut write, &Response::error("request line too long")).await?;
+            return Ok(());
+        }
+        let request = match serde_json::from_str::<Request>(line.trim()) {
+            Ok(request) => request,
+            Err(err) => {
+                let response = Response::error(format!(
+                    "bad request {:?}: {err}; expected e.g. {{\"cmd\":\"status\"}}",
+                    line.trim()
+                ));
+                send(&mut write, &response).await?;
+                continue;
+            }
+        };
+        debug!(?request, "control request");
+        match request {
+            Request::Ping => {
+                let response = Response { ok: true, pong: Some(handler.pong()), ..Response::default() };
+                send(&mut write, &response).await?;
+            }
+            Request::Status => {
+                let h = handler.clone();
+                let response = match tokio::task::spawn_blocking(move || h.status()).await {
+                    Ok(status) => Response { ok: true, status: Some(status), ..Response::default() },
+                    Err(err) => Response::error(format!("status failed: {err}")),
+                };
+                send(&mut write, &response).await?;
+            }
+            Request::Unmount { lazy } => {
+                let (reply, reply_rx) = oneshot::channel();
+                let (written_tx, written) = oneshot::channel();
+                let request = UnmountRequest { lazy, reply, written };
+                let response = if unmounts.send(request).await.is_err() {
+                    Response::error("the mount is already being unmounted")
+                } else {
+                    match reply_rx.await {
+                        Ok(Ok(report)) => Response { ok: true, unmount: Some(report), ..Response::default() },
+                        Ok(Err(message)) => Response::error(message),
+                        Err(_) => Response::error("the mount is already being unmounted"),
+                    }
+                };
+                let sent = send(&mut write, &response).await;
+                // The receiver may be gone (refusals do not wait); that is fine.
+                let _ = written_tx.send(());
+                sent?;
+                if response.ok {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+async fn send(write: &mut tokio::net::unix::OwnedWriteHalf, response: &Response) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(response).map_err(std::io::Error::other)?;
+    line.push('\n');
+    write.write_all(line.as_bytes()).await?;
+    write.flush().await
+}
+
+/// Why a client request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nobody serves this socket: no file, or a file left behind by a dead process.
+    #[error("no tierfs process answers on {0}")]
+    NotServing(PathBuf),
+    #[error("control socket {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("control socket {path}: unreadable answer {line:?}: {source}")]
+    BadResponse { path: PathBuf, line: String, source: serde_json::Error },
+}
+
+/// Sends one request and reads its response, blocking up to `timeout` for each of
+/// connect, write and read.
+pub fn request(socket: &Path, request: &Request, timeout: Duration) -> Result<Response, ClientError> {
+    let io_err = |source| ClientError::Io { path: socket.to_path_buf(), source };
+    let stream = match StdUnixStream::connect(socket) {
+        Ok(stream) => stream,
+        Err(err) if matches!(err.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
+            return Err(ClientError::NotServing(socket.to_path_buf()));
+        }
+        Err(err) => return Err(io_err(err)),
+    };
+    stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
+    let mut line = serde_json::to_string(request).map_err(|e| io_err(std::io::Error::other(e)))?;
+    line.push('\n');
+    (&stream).write_all(line.as_bytes()).map_err(io_err)?;
+    let mut reader = BufReader::new(&stream);
+    let mut answer = String::new();
+    let n = reader.read_line(&mut answer).map_err(io_err)?;
+    if n == 0 {
+        return Err(io_err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the serving process closed the connection without answering",
+        )));
+    }
+    serde_json::from_str(answer.trim()).map_err(|source| ClientError::BadResponse {
+        path: socket.to_path_buf(),
+        line: answer.trim().to_string(),
+        source,
+    })
+}
+
+/// Pings `socket`: `Some(pong)` when a tierfs process answers, `None` when nobody does.
+pub fn ping(socket: &Path, timeout: Duration) -> Result<Option<Pong>, ClientError> {
+    match request(socket, &Request::Ping, timeout) {
+        Ok(Response { ok: true, pong: Some(pong), .. }) => Ok(Some(pong)),
+        Ok(other) => Err(ClientError::Io {
+            path: socket.to_path_buf(),
+            source: std::io::Error::other(format!(
+                "unexpected answer to ping: {}",
+                other.error.unwrap_or_else(|| "no pong".into())
+            )),
+        }),
+        Err(ClientError::NotServing(_)) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_wire_format() {
+        assert_eq!(serde_json::to_string(&Request::Ping).unwrap(), r#"{"cmd":"ping"}"#);
+        assert_eq!(serde_json::from_str::<Request>(r#"{"cmd":"unmount"}"#).unwrap(), Request::Unmount { lazy: false });
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"cmd":"unmount","lazy":true}"#).unwrap(),
+            Request::Unmount { lazy: true }
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"format_disk"}"#).is_err());
+    }
+
+    #[test]
+    fn error_response_omits_empty_payloads() {
+        let line = serde_json::to_string(&Response::error("nope")).unwrap();
+        assert_eq!(line, r#"{"ok":false,"error":"nope"}"#);
+    }
+
+    struct Fixed;
+
+    impl ControlHandler for Fixed {
+        fn pong(&self) -> Pong {
+            Pong { pid: 7, version: "v".into(), mountpoint: "/m".into(), data_dir: "/d".into() }
+        }
+        fn status(&self) -> StatusReport {
+            StatusReport {
+                version: "v".into(),
+                pid: 7,
+                mountpoint: "/m".into(),
+                data_dir: "/d".into(),
+                socket: "/s".into(),
+                started_at_unix: 1,
+                uptime_secs: 2,
+                inodes: 3,
+                open_files: 4,
+                data_bytes: 5,
+                cache_size: None,
+                allow_other: false,
+                read_only: false,
+                writeback_cache: true,
+            }
+        }
+    }
+
+    #[test]
+    fn server_answers_ping_status_and_relays_unmount() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (tx, mut rx) = mpsc::channel(1);
+        let listener = {
+            let _guard = rt.enter();
+            UnixListener::bind(&path).unwrap()
+        };
+        rt.spawn(serve(listener, Arc::new(Fixed), tx));
+        // The serving loop: refuse the first unmount (busy), accept the second.
+        rt.spawn(async move {
+            let first: UnmountRequest = rx.recv().await.unwrap();
+            first.reply.send(Err("busy".into())).unwrap();
+            let second = rx.recv().await.unwrap();
+            assert!(second.lazy);
+            second
+                .reply
+                .send(Ok(UnmountReport {
+                    mountpoint: "/m".into(),
+                    flushed: true,
+                    flush_millis: 1,
+                    flush_timeout_secs: 60.0,
+                    flush_error: None,
+                }))
+                .unwrap();
+            second.written.await.unwrap();
+        });
+
+        let t = Duration::from_secs(5);
+        assert_eq!(ping(&path, t).unwrap().unwrap().pid, 7);
+        let status = request(&path, &Request::Status, t).unwrap();
+        assert_eq!(status.status.unwrap().inodes, 3);
+        let refused = request(&path, &Request::Unmount { lazy: false }, t).unwrap();
+        assert_eq!(refused.error.as_deref(), Some("busy"));
+        let done = request(&path, &Request::Unmount { lazy: true }, t).unwrap();
+        assert!(done.ok && done.unmount.unwrap().flushed);
+
+        let missing = dir.path().join("missing.sock");
+        assert!(ping(&missing, t).unwrap().is_none());
+    }
+}

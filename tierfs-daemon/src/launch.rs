@@ -1,0 +1,321 @@
+//! Background mounts: `tierfs mount` starts `tierfs-daemon` detached and returns only once
+//! the daemon says the mount is ready, or prints the daemon's own error and fails.
+//!
+//! The handshake is a pipe. The parent creates it close-on-exec, the child clears that flag
+//! on the write end only (between fork and exec) and learns its number from the hidden
+//! `--ready-fd` option. The daemon writes exactly one JSON line, [`ReadyMessage`], and
+//! closes the pipe. End of file without a line means the daemon died before it could say
+//! anything (a crash, a usage error), and the parent then shows the tail of the daemon log.
+//!
+//! Invariants:
+//! - The daemon runs in its own session (`setsid`): it survives the terminal or notebook
+//!   cell that started it, and a Ctrl-C there does not reach it.
+//! - Its stdin is /dev/null and stdout/stderr append to `<data dir>/daemon.log` (0600).
+//! - The parent never leaves a half-started daemon behind: on timeout it stops it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use crate::paths;
+use crate::serve::MountConfig;
+
+/// How many lines of the daemon log to show when it dies without a message.
+const LOG_TAIL_LINES: usize = 20;
+
+/// What a ready mount looks like to whoever started it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadyInfo {
+    pub pid: u32,
+    pub mountpoint: PathBuf,
+    pub data_dir: PathBuf,
+    pub socket: PathBuf,
+    /// The daemon's log file, when it runs in the background.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
+}
+
+/// The one line a daemon writes on its ready pipe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ReadyMessage {
+    Ready(ReadyInfo),
+    Failed { error: String },
+}
+
+/// How a serving process tells its starter that the mount is ready (or why it is not).
+#[derive(Debug)]
+pub enum Readiness {
+    /// Nobody is waiting (a service manager started us; the log says it).
+    Quiet,
+    /// `tierfs mount --foreground`: tell the user on stdout.
+    Print { json: bool },
+    /// `tierfs-daemon --ready-fd N`: one JSON line on the pipe, then close it.
+    Pipe(Option<File>),
+}
+
+impl Readiness {
+    /// Takes ownership of the inherited pipe `fd`.
+    pub fn from_fd(fd: i32) -> Result<Readiness> {
+        // SAFETY: F_GETFD only inspects the descriptor table; it fails with EBADF when `fd`
+        // is not open, which we check before taking ownership.
+        if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            bail!("--ready-fd {fd} is not an open file descriptor");
+        }
+        // SAFETY: `fd` is open (checked above) and was handed to this process for its sole
+        // use by `tierfs mount`; nothing else in the process owns it.
+        let file = unsafe { File::from_raw_fd(fd) };
+        // Keep it out of any process we might start (fusermount3).
+        // SAFETY: setting FD_CLOEXEC on a descriptor we own.
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        Ok(Readiness::Pipe(Some(file)))
+    }
+
+    /// Reports a ready mount.
+    pub fn ready(&mut self, info: &ReadyInfo) {
+        match self {
+            Readiness::Quiet => {}
+            Readiness::Print { json: true } => match serde_json::to_string(info) {
+                Ok(line) => println!("{line}"),
+                Err(err) => warn!("encoding readiness: {err}"),
+            },
+            Readiness::Print { json: false } => {
+                println!(
+                    "tierfs: mounted {} (data dir {}, pid {}); Ctrl-C or `tierfs umount {}` \
+                     unmounts",
+                    info.mountpoint.display(),
+                    info.data_dir.display(),
+                    info.pid,
+                    info.mountpoint.display()
+                );
+            }
+            Readiness::Pipe(file) => send(file, &ReadyMessage::Ready(info.clone())),
+        }
+    }
+
+    /// Reports a failure to start; a no-op once readiness was reported.
+    pub fn failed(&mut self, err: &anyhow::Error) {
+        if let Readiness::Pipe(file) = self {
+            send(file, &ReadyMessage::Failed { error: format!("{err:#}") });
+        }
+    }
+}
+
+fn send(file: &mut Option<File>, message: &ReadyMessage) {
+    // Taking the file closes it after the write: the parent reads to end of file.
+    let Some(mut file) = file.take() else {
+        return;
+    };
+    let result = serde_json::to_string(message).map_err(io::Error::other).and_then(|mut line| {
+        line.push('\n');
+        file.write_all(line.as_bytes())
+    });
+    if let Err(err) = result {
+        // The parent may have given up waiting; the log still has the story.
+        warn!("reporting readiness to `tierfs mount`: {err}");
+    }
+}
+
+/// The `tierfs-daemon` executable: `$TIERFS_DAEMON`, else next to the running executable.
+pub fn daemon_executable() -> Result<PathBuf> {
+    if let Some(explicit) = std::env::var_os("TIERFS_DAEMON") {
+        return Ok(PathBuf::from(explicit));
+    }
+    let current = std::env::current_exe().context("finding the tierfs executable")?;
+    let daemon = current.with_file_name("tierfs-daemon");
+    if !daemon.is_file() {
+        bail!(
+            "cannot find tierfs-daemon next to {} (expected {}); install both binaries \
+             together, set TIERFS_DAEMON, or use `tierfs mount --foreground`",
+            current.display(),
+            daemon.display()
+        );
+    }
+    Ok(daemon)
+}
+
+/// Starts `tierfs-daemon` for `config` in the background and waits up to `timeout` for it to
+/// report the mount ready.
+pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo> {
+    let daemon = daemon_executable()?;
+    paths::ensure_private_dir(&config.data_dir)?;
+    let log_path = paths::log_path(&config.data_dir);
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)
+        .with_context(|| format!("opening daemon log {}", log_path.display()))?;
+    let log_start =
+        log.metadata().map(|m| m.len()).with_context(|| format!("reading daemon log {}", log_path.display()))?;
+    let log_err = log.try_clone().context("duplicating the daemon log handle")?;
+
+    let (read_end, write_end) = ready_pipe()?;
+    let write_fd = write_end.as_raw_fd();
+
+    let mut command = Command::new(&daemon);
+    command
+        .arg("--ready-fd")
+        .arg(write_fd.to_string())
+        .args(config.to_daemon_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log_err));
+    // SAFETY: between fork and exec only async-signal-safe calls are made: setsid(2) and
+    // fcntl(2), on a descriptor that is open in the child (inherited from us).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::fcntl(write_fd, libc::F_SETFD, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().with_context(|| format!("starting {}", daemon.display()))?;
+    // Only the daemon may hold the write end, or we would never see end of file.
+    drop(write_end);
+
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("tierfs-ready".into())
+        .spawn(move || {
+            let mut text = String::new();
+            let result = File::from(read_end).read_to_string(&mut text).map(|_| text);
+            let _ = tx.send(result);
+        })
+        .context("starting the readiness reader")?;
+
+    let answer = match rx.recv_timeout(timeout) {
+        Ok(answer) => answer.context("reading the daemon's readiness pipe")?,
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = child.wait();
+            bail!(
+                "tierfs-daemon did not report the mount ready within {} s and was stopped; \
+                 see {}",
+                timeout.as_secs_f64(),
+                log_path.display()
+            );
+        }
+    };
+
+    match answer.lines().next().map(serde_json::from_str::<ReadyMessage>) {
+        Some(Ok(ReadyMessage::Ready(mut info))) => {
+            info.log = Some(log_path);
+            Ok(info)
+        }
+        Some(Ok(ReadyMessage::Failed { error })) => {
+            let _ = child.wait();
+            Err(anyhow!("{error}"))
+        }
+        Some(Err(err)) => {
+            let _ = child.wait();
+            Err(anyhow!(
+                "tierfs-daemon sent an unreadable readiness message {answer:?}: {err}; see {}",
+                log_path.display()
+            ))
+        }
+        None => {
+            let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
+            let tail = log_tail(&log_path, log_start).unwrap_or_default();
+            Err(anyhow!(
+                "tierfs-daemon {status} before the mount was ready; last lines of {}:\n{tail}",
+                log_path.display()
+            ))
+        }
+    }
+}
+
+/// A close-on-exec pipe: (read end, write end).
+fn ready_pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error()).context("creating the readiness pipe");
+    }
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // If our stdio was closed the pipe may sit on 0-2, which the child's stdio redirection
+    // would overwrite: move such an end above 2.
+    Ok((above_stdio(read_end)?, above_stdio(write_end)?))
+}
+
+fn above_stdio(fd: OwnedFd) -> Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: duplicating a descriptor we own; the result is checked before use.
+    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error()).context("moving the readiness pipe");
+    }
+    // SAFETY: `dup` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}
+
+/// The last lines the daemon wrote to its log since `from`.
+fn log_tail(path: &Path, from: u64) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::Start(from))?;
+    let lines: Vec<String> = BufReader::new(file).lines().collect::<io::Result<_>>()?;
+    let skip = lines.len().saturating_sub(LOG_TAIL_LINES);
+    Ok(lines[skip..].iter().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn ready_message_wire_format() {
+        let failed = ReadyMessage::Failed { error: "data dir locked".into() };
+        assert_eq!(serde_json::to_string(&failed).unwrap(), r#"{"status":"failed","error":"data dir locked"}"#);
+        let ready = ReadyMessage::Ready(ReadyInfo {
+            pid: 1,
+            mountpoint: "/m".into(),
+            data_dir: "/d".into(),
+            socket: "/s".into(),
+            log: None,
+        });
+        let line = serde_json::to_string(&ready).unwrap();
+        assert!(line.starts_with(r#"{"status":"ready","pid":1"#), "{line}");
+        assert_eq!(serde_json::from_str::<ReadyMessage>(&line).unwrap(), ready);
+    }
+
+    #[test]
+    fn pipe_readiness_writes_one_line_and_closes() {
+        let (read_end, write_end) = ready_pipe().unwrap();
+        let mut readiness = Readiness::Pipe(Some(File::from(write_end)));
+        readiness.failed(&anyhow!("inner").context("outer"));
+        // A second report is a no-op: the pipe is already closed.
+        readiness.failed(&anyhow!("again"));
+        let mut text = String::new();
+        File::from(read_end).read_to_string(&mut text).unwrap();
+        assert_eq!(text, "{\"status\":\"failed\",\"error\":\"outer: inner\"}\n");
+    }
+
+    #[test]
+    fn log_tail_shows_only_new_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.log");
+        fs::write(&path, "old\n").unwrap();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(f, "new 1\nnew 2").unwrap();
+        assert_eq!(log_tail(&path, 4).unwrap(), "  new 1\n  new 2");
+    }
+}

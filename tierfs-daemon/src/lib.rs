@@ -1,0 +1,28 @@
+//! # tierfs-daemon — the runtime around the core
+//!
+//! This crate owns everything the core library must not know about: the command line
+//! (`tierfs`, `tierfs-daemon`), the tokio runtime, signals, the per-mount control socket and
+//! the background daemon. The FUSE protocol itself is `tierfs-mount`'s; POSIX semantics are
+//! `tierfs::vfs`'s.
+//!
+//! Modules, in the order a mount goes through them:
+//! - [`cli`]: clap definitions and value parsers; resolves options into a [`serve::MountConfig`];
+//! - [`paths`]: data dir, runtime dir and control socket locations;
+//! - [`launch`]: `tierfs mount` starting `tierfs-daemon` detached and waiting for readiness;
+//! - [`serve`]: one mount's life: checks, `Vfs`, control socket, FUSE session, shutdown;
+//! - [`control`]: the control socket protocol, server and client;
+//! - [`mounts`]: the kernel mount table and unmounting;
+//! - [`commands`]: the `tierfs` subcommands and their output;
+//! - [`logging`]: tracing setup.
+//!
+//! Every mount is served by exactly one process, which holds the data directory's lock (taken
+//! by `Vfs::new`) and the mountpoint's control socket for as long as it serves.
+
+pub mod cli;
+pub mod commands;
+pub mod control;
+pub mod launch;
+pub mod logging;
+pub mod mounts;
+pub mod paths;
+pub mod serve;

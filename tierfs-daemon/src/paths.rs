@@ -1,0 +1,295 @@
+//! Where tierfs keeps things on the local node: the default data directory, the runtime
+//! directory of control sockets, the control socket of one mount, and the daemon log.
+//!
+//! Invariants:
+//! - A mount is identified by its *canonical* mountpoint path; its control socket is
+//!   `<runtime dir>/<blake3(canonical path)[..32 hex]>.sock`. Any process of the same user
+//!   that names the same directory (through any relative path or symlink) finds the same
+//!   socket, without a registry file that could go stale.
+//! - The runtime directory is per user, not per data directory, so `tierfs umount MOUNTPOINT`
+//!   and `tierfs status` find every mount knowing only the mountpoint:
+//!   `$TIERFS_RUNTIME_DIR` (or `--runtime-dir`), else `$XDG_RUNTIME_DIR/tierfs`, else
+//!   `<data home>/run` where the data home is `$XDG_DATA_HOME/tierfs` or
+//!   `~/.local/share/tierfs`.
+//! - Directories holding sockets or data are created owner-only (0700) and refused when
+//!   another user owns them: the control socket can unmount and inspect a workspace.
+//!
+//! The path logic is split into pure functions over explicit environment values so that it
+//! is unit-tested without touching the process environment.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// Longest path a Unix socket address holds (`sun_path` is 108 bytes with the NUL).
+const SOCKET_PATH_MAX: usize = 107;
+
+/// Hex digits of the mountpoint hash in a socket name: 128 bits, collision-free in practice
+/// and short enough to leave room for a long runtime directory within `SOCKET_PATH_MAX`.
+const SOCKET_HASH_HEX: usize = 32;
+
+/// Name of the default workspace's data directory under the data home.
+const DEFAULT_WORKSPACE: &str = "default";
+
+/// `$XDG_DATA_HOME/tierfs`, else `$HOME/.local/share/tierfs`.
+pub fn data_home() -> Result<PathBuf> {
+    data_home_from(std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME"))
+}
+
+/// [`data_home`] over explicit environment values. The XDG spec says a relative
+/// `XDG_DATA_HOME` is invalid and must be ignored.
+pub fn data_home_from(xdg_data_home: Option<OsString>, home: Option<OsString>) -> Result<PathBuf> {
+    if let Some(xdg) = xdg_data_home.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return Ok(xdg.join("tierfs"));
+    }
+    match home.map(PathBuf::from) {
+        Some(home) if home.is_absolute() => Ok(home.join(".local/share/tierfs")),
+        _ => bail!(
+            "cannot find a place for tierfs data: neither XDG_DATA_HOME nor HOME is set to an \
+             absolute path; pass --data-dir"
+        ),
+    }
+}
+
+/// The data directory used when `--data-dir` is not given: `<data home>/default`.
+pub fn default_data_dir() -> Result<PathBuf> {
+    Ok(data_home()?.join(DEFAULT_WORKSPACE))
+}
+
+/// The directory holding the control sockets (see the module docs for the order).
+pub fn runtime_dir(explicit: Option<&Path>) -> Result<PathBuf> {
+    runtime_dir_from(
+        explicit,
+        std::env::var_os("XDG_RUNTIME_DIR"),
+        std::env::var_os("XDG_DATA_HOME"),
+        std::env::var_os("HOME"),
+    )
+}
+
+/// [`runtime_dir`] over explicit environment values.
+pub fn runtime_dir_from(
+    explicit: Option<&Path>,
+    xdg_runtime_dir: Option<OsString>,
+    xdg_data_home: Option<OsString>,
+    home: Option<OsString>,
+) -> Result<PathBuf> {
+    if let Some(dir) = explicit {
+        return absolute(dir);
+    }
+    if let Some(xdg) = xdg_runtime_dir.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return Ok(xdg.join("tierfs"));
+    }
+    Ok(data_home_from(xdg_data_home, home)?.join("run"))
+}
+
+/// The control socket of the mount at `canonical_mountpoint` (see [`canonical_mountpoint`]).
+pub fn socket_path(runtime_dir: &Path, canonical_mountpoint: &Path) -> Result<PathBuf> {
+    let hash = blake3::hash(canonical_mountpoint.as_os_str().as_bytes());
+    let hex = hash.to_hex();
+    let name = format!("{}.sock", &hex.as_str()[..SOCKET_HASH_HEX]);
+    let path = runtime_dir.join(name);
+    if path.as_os_str().len() > SOCKET_PATH_MAX {
+        bail!(
+            "control socket path {} is longer than the {SOCKET_PATH_MAX} bytes a Unix socket \
+             address holds; set TIERFS_RUNTIME_DIR (or --runtime-dir) to a shorter directory",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The daemon's log file in a data directory.
+pub fn log_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("daemon.log")
+}
+
+/// `path` made absolute against the current directory, with `.` and `..` removed lexically.
+/// Symlinks are not resolved: this is for paths that may not exist yet.
+pub fn absolute(path: &Path) -> Result<PathBuf> {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().context("reading the current directory")?.join(path)
+    };
+    Ok(normalize_lexically(&joined))
+}
+
+/// Removes `.` and resolves `..` against the preceding component, without touching the
+/// filesystem. `..` at the root stays at the root, as the kernel does.
+pub fn normalize_lexically(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push("/");
+    }
+    out
+}
+
+/// The canonical form of a mountpoint, the key of its control socket.
+///
+/// A live mountpoint canonicalizes normally. A *stale* FUSE mount (its daemon died) fails
+/// every `stat` with `ENOTCONN`, so then the parent is canonicalized and the last component
+/// appended: `tierfs umount` must still find and clean such a mount. A path that does not
+/// exist yet is made absolute lexically.
+pub fn canonical_mountpoint(path: &Path) -> Result<PathBuf> {
+    let abs = absolute(path)?;
+    match fs::canonicalize(&abs) {
+        Ok(canonical) => Ok(canonical),
+        Err(err) => {
+            let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+                // The root always canonicalizes; anything else has a parent and a name.
+                return Err(err).with_context(|| format!("resolving {}", abs.display()));
+            };
+            match fs::canonicalize(parent) {
+                Ok(parent) => Ok(parent.join(name)),
+                Err(_) => Ok(abs),
+            }
+        }
+    }
+}
+
+/// Creates `dir` (and its parents) if missing and makes it owner-only (0700). Refuses a
+/// directory that another user owns, since whoever owns it can reach our sockets.
+pub fn ensure_private_dir(dir: &Path) -> Result<()> {
+    match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(err) => return Err(err).with_context(|| format!("creating {}", dir.display())),
+    }
+    let meta = fs::metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!("{} exists and is not a directory", dir.display());
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid {
+        bail!(
+            "{} is owned by uid {}, not by the current user (uid {euid}); refusing to keep \
+             control sockets there",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    if meta.mode() & 0o777 != 0o700 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} owner-only (0700)", dir.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(s: &str) -> Option<OsString> {
+        Some(OsString::from(s))
+    }
+
+    #[test]
+    fn data_home_prefers_absolute_xdg_data_home() {
+        let p = data_home_from(os("/xdg/data"), os("/home/u")).unwrap();
+        assert_eq!(p, PathBuf::from("/xdg/data/tierfs"));
+    }
+
+    #[test]
+    fn data_home_ignores_relative_xdg_data_home() {
+        let p = data_home_from(os("rel/data"), os("/home/u")).unwrap();
+        assert_eq!(p, PathBuf::from("/home/u/.local/share/tierfs"));
+    }
+
+    #[test]
+    fn data_home_falls_back_to_home() {
+        let p = data_home_from(None, os("/home/u")).unwrap();
+        assert_eq!(p, PathBuf::from("/home/u/.local/share/tierfs"));
+    }
+
+    #[test]
+    fn data_home_without_home_is_a_clear_error() {
+        let err = data_home_from(None, None).unwrap_err();
+        assert!(format!("{err}").contains("--data-dir"), "{err}");
+    }
+
+    #[test]
+    fn runtime_dir_order() {
+        let explicit = Path::new("/explicit");
+        assert_eq!(
+            runtime_dir_from(Some(explicit), os("/run/user/1"), None, os("/h")).unwrap(),
+            PathBuf::from("/explicit")
+        );
+        assert_eq!(
+            runtime_dir_from(None, os("/run/user/1"), None, os("/h")).unwrap(),
+            PathBuf::from("/run/user/1/tierfs")
+        );
+        assert_eq!(runtime_dir_from(None, None, None, os("/h")).unwrap(), PathBuf::from("/h/.local/share/tierfs/run"));
+        assert_eq!(
+            runtime_dir_from(None, os("relative"), os("/xdg"), os("/h")).unwrap(),
+            PathBuf::from("/xdg/tierfs/run")
+        );
+    }
+
+    #[test]
+    fn socket_path_is_stable_and_distinct_per_mountpoint() {
+        let run = Path::new("/run/user/1000/tierfs");
+        let a = socket_path(run, Path::new("/content/work")).unwrap();
+        let a_again = socket_path(run, Path::new("/content/work")).unwrap();
+        let b = socket_path(run, Path::new("/content/work2")).unwrap();
+        assert_eq!(a, a_again);
+        assert_ne!(a, b);
+        assert_eq!(a.parent(), Some(run));
+        let name = a.file_name().unwrap().to_str().unwrap();
+        assert_eq!(name.len(), SOCKET_HASH_HEX + ".sock".len());
+        assert!(name.ends_with(".sock"));
+        assert!(name[..SOCKET_HASH_HEX].bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn socket_path_too_long_is_refused_with_advice() {
+        let long = PathBuf::from(format!("/{}", "d".repeat(100)));
+        let err = socket_path(&long, Path::new("/mnt")).unwrap_err();
+        assert!(format!("{err}").contains("TIERFS_RUNTIME_DIR"), "{err}");
+    }
+
+    #[test]
+    fn lexical_normalization() {
+        assert_eq!(normalize_lexically(Path::new("/a/./b/../c")), PathBuf::from("/a/c"));
+        assert_eq!(normalize_lexically(Path::new("/../x")), PathBuf::from("/x"));
+        assert_eq!(normalize_lexically(Path::new("/a/..")), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn canonical_mountpoint_resolves_symlinks_and_missing_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let real_canon = fs::canonicalize(&real).unwrap();
+        assert_eq!(canonical_mountpoint(&link).unwrap(), real_canon);
+        assert_eq!(canonical_mountpoint(&link.join("missing")).unwrap(), real_canon.join("missing"));
+    }
+
+    #[test]
+    fn private_dir_is_created_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("a/b/run");
+        ensure_private_dir(&run).unwrap();
+        let mode = fs::metadata(&run).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o755)).unwrap();
+        ensure_private_dir(&run).unwrap();
+        assert_eq!(fs::metadata(&run).unwrap().mode() & 0o777, 0o700);
+    }
+}

@@ -1,0 +1,486 @@
+//! Serving one mount from start to finish: check the mountpoint, open the [`Vfs`], bind the
+//! control socket, mount, report readiness, then wait for SIGTERM/SIGINT, an `unmount`
+//! request or an external unmount, and shut down with a bounded, reported flush.
+//!
+//! Invariants:
+//! - Everything that can fail is checked *before* readiness is reported: a caller told
+//!   "ready" has a working mount and a control socket that answers.
+//! - Shutdown order is unmount → wait for the FUSE session to end → `Vfs::sync_all`. The
+//!   unmount comes first because only then has the kernel handed over every write it held
+//!   (closing a file flushes its writeback pages; a non-busy unmount means all are closed).
+//!   The session's end runs the adapter's `destroy` (itself a `sync_all`); the final
+//!   `sync_all` here is what the report is about. Both waits share one deadline,
+//!   `--flush-timeout`, and the outcome is logged and returned to the unmount requester.
+//! - A control `unmount` of a busy mountpoint is refused and the mount keeps serving; a
+//!   signal detaches a busy mount lazily instead, since the process is asked to go away.
+//! - The unmount is done with our own `umount2`/`fusermount3` call rather than fuser's
+//!   one-shot unmounter, so a refused (busy) unmount can be retried later.
+//! - FUSE requests are served by fuser's own worker threads; the tokio runtime only runs
+//!   the control socket, the signal handlers and the shutdown sequence.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixListener as StdUnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, anyhow, bail};
+use tierfs::vfs::{Vfs, VfsConfig};
+use tokio::runtime::Runtime;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info, warn};
+
+use crate::control::{self, ControlHandler, Pong, StatusReport, UnmountReport, UnmountRequest};
+use crate::launch::{Readiness, ReadyInfo};
+use crate::mounts::{self, UnmountError};
+use crate::paths;
+
+/// The version reported over the control socket.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How long a control client that asked for the unmount gets to read the answer before
+/// the process exits anyway.
+const ANSWER_GRACE: Duration = Duration::from_secs(5);
+
+/// A fully resolved mount configuration (see `cli::MountArgs::resolve`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MountConfig {
+    /// Absolute; canonical when it existed at resolution time.
+    pub mountpoint: PathBuf,
+    pub data_dir: PathBuf,
+    pub runtime_dir: PathBuf,
+    pub cache_size: Option<u64>,
+    pub allow_other: bool,
+    /// FUSE worker threads; `None` takes the adapter's default.
+    pub threads: Option<usize>,
+    pub writeback_cache: bool,
+    pub attr_ttl: Option<Duration>,
+    pub entry_ttl: Option<Duration>,
+    pub read_only: bool,
+    pub nonempty: bool,
+    pub flush_timeout: Duration,
+}
+
+impl MountConfig {
+    /// The adapter's options for this configuration.
+    pub fn mount_options(&self) -> tierfs_mount::MountOptions {
+        let defaults = tierfs_mount::MountOptions::default();
+        tierfs_mount::MountOptions {
+            allow_other: self.allow_other,
+            n_threads: self.threads.unwrap_or(defaults.n_threads),
+            attr_ttl: self.attr_ttl.unwrap_or(defaults.attr_ttl),
+            entry_ttl: self.entry_ttl.unwrap_or(defaults.entry_ttl),
+            writeback_cache: self.writeback_cache,
+            fsname: "tierfs".to_owned(),
+            read_only: self.read_only,
+        }
+    }
+}
+
+/// The tokio runtime of a serving process: two workers are plenty for the control socket
+/// and shutdown; FUSE requests never run on it.
+pub fn build_runtime() -> Result<Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("tierfs-rt")
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Serves the mount described by `config` until it is unmounted. Returns an error when
+/// the mount could not be set up, or when the final flush did not complete.
+pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Result<()> {
+    // Everything fallible, including the tokio listener and signal handlers, is set up before
+    // the mount, so an error never leaves a mount behind.
+    let _rt_context = rt.enter();
+    let mountpoint = prepare_mountpoint(config)?;
+    mounts::check_fuse_device()?;
+
+    let vfs = Vfs::new(VfsConfig {
+        data_dir: config.data_dir.clone(),
+        kernel_owns_times: config.writeback_cache,
+        cache_size: config.cache_size,
+    })
+    .with_context(|| format!("opening data directory {}", config.data_dir.display()))?;
+    let vfs = Arc::new(vfs);
+
+    let (listener, socket_guard) = bind_control_socket(config, &mountpoint)?;
+    let socket = socket_guard.path.clone();
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+
+    let session = tierfs_mount::session(vfs.clone(), &mountpoint, &config.mount_options())
+        .map_err(|err| explain_mount_error(err, config, &mountpoint))?;
+    let (session_tx, session_done) = oneshot::channel();
+    let session_thread = std::thread::Builder::new().name("tierfs-session".into()).spawn(move || {
+        let result = session.run();
+        let _ = session_tx.send(result);
+    });
+    let session_thread = match session_thread {
+        Ok(thread) => thread,
+        Err(err) => {
+            // The session (and with it the mount) was moved into the closure and dropped.
+            return Err(anyhow::Error::new(err).context("starting the FUSE session thread"));
+        }
+    };
+
+    let started = Instant::now();
+    let started_at_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let handler = Arc::new(Served {
+        vfs: vfs.clone(),
+        config: config.clone(),
+        mountpoint: mountpoint.clone(),
+        socket: socket.clone(),
+        started,
+        started_at_unix,
+    });
+    let info = ReadyInfo {
+        pid: std::process::id(),
+        mountpoint: mountpoint.clone(),
+        data_dir: config.data_dir.clone(),
+        socket: socket.clone(),
+        log: None,
+    };
+
+    let report = rt.block_on(async {
+        let (unmount_tx, mut unmount_rx) = mpsc::channel::<UnmountRequest>(4);
+        let server = tokio::spawn(control::serve(listener, handler, unmount_tx));
+
+        readiness.ready(&info);
+        info!(
+            mountpoint = %mountpoint.display(),
+            data_dir = %config.data_dir.display(),
+            socket = %socket.display(),
+            pid = info.pid,
+            "tierfs {VERSION} serving"
+        );
+
+        let mut session_done = session_done;
+        let mut session_ended = None;
+        let mut requester = None;
+        loop {
+            tokio::select! {
+                _ = sigterm.recv() => {
+                    signal_unmount(&mountpoint, "SIGTERM").await;
+                    break;
+                }
+                _ = sigint.recv() => {
+                    signal_unmount(&mountpoint, "SIGINT").await;
+                    break;
+                }
+                ended = &mut session_done => {
+                    info!("{} was unmounted from outside (umount or fusermount -u)", mountpoint.display());
+                    session_ended = Some(flatten_session_result(ended));
+                    break;
+                }
+                Some(request) = unmount_rx.recv() => {
+                    info!(lazy = request.lazy, "unmount requested over the control socket");
+                    match unmount_blocking(&mountpoint, request.lazy).await {
+                        Ok(method) => {
+                            info!("unmounted {} ({method})", mountpoint.display());
+                            requester = Some(request);
+                            break;
+                        }
+                        Err(err) => {
+                            warn!("refusing unmount: {err}");
+                            let _ = request.reply.send(Err(err.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+
+        let report = finish(&vfs, config, &mountpoint, session_ended, session_done).await;
+        if let Some(request) = requester {
+            let _ = request.reply.send(Ok(report.clone()));
+            let _ = tokio::time::timeout(ANSWER_GRACE, request.written).await;
+        }
+        server.abort();
+        report
+    });
+    drop(socket_guard);
+
+    if report.flushed {
+        // The session has ended, so joining is immediate.
+        if session_thread.join().is_err() {
+            error!("the FUSE session thread panicked");
+        }
+        Ok(())
+    } else {
+        Err(anyhow!("{}", report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())))
+    }
+}
+
+/// Makes sure `config.mountpoint` is a directory we may mount on, creating it if missing,
+/// and returns its canonical path.
+fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
+    let path = &config.mountpoint;
+    match fs::metadata(path) {
+        Ok(meta) if !meta.is_dir() => bail!("mountpoint {} is not a directory", path.display()),
+        Ok(_) => {}
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(path).with_context(|| format!("creating mountpoint {}", path.display()))?;
+            info!("created mountpoint {}", path.display());
+        }
+        Err(err) if err.raw_os_error() == Some(libc::ENOTCONN) => clear_stale_mount(path)?,
+        Err(err) => {
+            return Err(err).with_context(|| format!("checking mountpoint {}", path.display()));
+        }
+    }
+    let canonical = fs::canonicalize(path).with_context(|| format!("resolving mountpoint {}", path.display()))?;
+    if let Some(entry) = mounts::find_mount(&canonical).context("reading the mount table")? {
+        bail!(
+            "{} is already a mount point ({} from {}); unmount it first (`tierfs umount {}`)",
+            canonical.display(),
+            entry.fs_type,
+            entry.source,
+            canonical.display()
+        );
+    }
+    if !config.nonempty {
+        let mut entries =
+            fs::read_dir(&canonical).with_context(|| format!("reading mountpoint {}", canonical.display()))?;
+        if entries.next().is_some() {
+            bail!(
+                "mountpoint {} is not empty; its files would be hidden while mounted. Move them \
+                 away, pick an empty directory, or pass --nonempty",
+                canonical.display()
+            );
+        }
+    }
+    Ok(canonical)
+}
+
+/// A tierfs mount whose daemon died (kill -9, OOM) leaves a mount that fails every access
+/// with ENOTCONN. Mounting again is the natural recovery, so clear it; anything else there
+/// is not ours to touch.
+fn clear_stale_mount(path: &Path) -> Result<()> {
+    let entry = mounts::find_mount(path).context("reading the mount table")?;
+    match entry {
+        Some(entry) if entry.is_fuse() && (entry.source == "tierfs" || entry.fs_type == "fuse.tierfs") => {
+            warn!("{} is a stale tierfs mount (its daemon is gone); detaching it", path.display());
+            mounts::unmount(path, true).with_context(|| format!("clearing the stale mount at {}", path.display()))?;
+            Ok(())
+        }
+        _ => bail!(
+            "mountpoint {} is not accessible (transport endpoint is not connected): a stale \
+             FUSE mount of another filesystem; unmount it first (`fusermount3 -u {}`)",
+            path.display(),
+            path.display()
+        ),
+    }
+}
+
+/// Binds the mount's control socket owner-only, replacing a socket file left behind by a
+/// dead process but never one that still answers.
+fn bind_control_socket(config: &MountConfig, mountpoint: &Path) -> Result<(tokio::net::UnixListener, SocketFile)> {
+    paths::ensure_private_dir(&config.runtime_dir)?;
+    let socket = paths::socket_path(&config.runtime_dir, mountpoint)?;
+    if fs::symlink_metadata(&socket).is_ok() {
+        if let Ok(Some(pong)) = control::ping(&socket, Duration::from_secs(2)) {
+            bail!(
+                "{} is already served by tierfs pid {} (data dir {})",
+                pong.mountpoint.display(),
+                pong.pid,
+                pong.data_dir.display()
+            );
+        }
+        fs::remove_file(&socket).with_context(|| format!("removing stale control socket {}", socket.display()))?;
+    }
+    let listener =
+        StdUnixListener::bind(&socket).with_context(|| format!("creating control socket {}", socket.display()))?;
+    let guard = SocketFile::new(socket)?;
+    fs::set_permissions(&guard.path, fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("making {} owner-only", guard.path.display()))?;
+    listener.set_nonblocking(true).context("configuring the control socket")?;
+    let listener = tokio::net::UnixListener::from_std(listener).context("registering the control socket")?;
+    Ok((listener, guard))
+}
+
+/// Adds what a user needs to fix a failed mount.
+fn explain_mount_error(err: io::Error, config: &MountConfig, mountpoint: &Path) -> anyhow::Error {
+    let hint = if err.kind() == io::ErrorKind::PermissionDenied && !mounts::is_root() {
+        if config.allow_other {
+            " (allow_other needs `user_allow_other` in /etc/fuse.conf; or mount with \
+             --no-allow-other)"
+        } else {
+            " (non-root mounts need the setuid fusermount3 helper from the fuse3 package)"
+        }
+    } else {
+        ""
+    };
+    anyhow::Error::new(err).context(format!("mounting FUSE filesystem at {}{hint}", mountpoint.display()))
+}
+
+/// Unmount on a signal: the process is asked to go away, so a busy mount is detached
+/// lazily rather than kept.
+async fn signal_unmount(mountpoint: &Path, signal: &str) {
+    info!("{signal} received: unmounting {}", mountpoint.display());
+    match unmount_blocking(mountpoint, false).await {
+        Ok(method) => info!("unmounted {} ({method})", mountpoint.display()),
+        Err(UnmountError::Busy(_)) => {
+            warn!(
+                "{} is busy; detaching it lazily: open files keep working until closed or \
+                 until the flush timeout",
+                mountpoint.display()
+            );
+            if let Err(err) = unmount_blocking(mountpoint, true).await {
+                error!("lazy unmount failed: {err}");
+            }
+        }
+        Err(UnmountError::NotMounted(_)) => {}
+        Err(err) => error!("unmount failed: {err}; flushing and exiting anyway"),
+    }
+}
+
+async fn unmount_blocking(mountpoint: &Path, lazy: bool) -> Result<mounts::UnmountMethod, UnmountError> {
+    let path = mountpoint.to_path_buf();
+    match tokio::task::spawn_blocking(move || mounts::unmount(&path, lazy)).await {
+        Ok(result) => result,
+        Err(join) => Err(UnmountError::Failed {
+            path: mountpoint.to_path_buf(),
+            message: format!("unmount task failed: {join}"),
+        }),
+    }
+}
+
+fn flatten_session_result(ended: Result<io::Result<()>, oneshot::error::RecvError>) -> Result<(), String> {
+    match ended {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(format!("the FUSE session ended with an error: {err}")),
+        Err(_) => Err("the FUSE session thread panicked".into()),
+    }
+}
+
+/// After the unmount: wait for the FUSE session to end, then make everything durable, all
+/// within `config.flush_timeout`, and say how it went.
+async fn finish(
+    vfs: &Arc<Vfs>,
+    config: &MountConfig,
+    mountpoint: &Path,
+    session_ended: Option<Result<(), String>>,
+    session_done: oneshot::Receiver<io::Result<()>>,
+) -> UnmountReport {
+    let start = Instant::now();
+    let deadline = tokio::time::Instant::now() + config.flush_timeout;
+    let timeout_secs = config.flush_timeout.as_secs_f64();
+
+    let session = match session_ended {
+        Some(result) => result,
+        None => match tokio::time::timeout_at(deadline, session_done).await {
+            Ok(ended) => flatten_session_result(ended),
+            Err(_) => Err(format!(
+                "the FUSE session did not end within the {timeout_secs} s flush timeout \
+                 (files still open on a lazily detached mount); writes still in flight are lost"
+            )),
+        },
+    };
+    if let Err(message) = &session {
+        warn!("{message}");
+    }
+
+    let (tx, rx) = oneshot::channel();
+    let sync_vfs = vfs.clone();
+    let spawned = std::thread::Builder::new().name("tierfs-flush".into()).spawn(move || {
+        let _ = tx.send(sync_vfs.sync_all());
+    });
+    let sync = match spawned {
+        Err(err) => Err(format!("starting the flush thread: {err}")),
+        Ok(_) => match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(err))) => Err(format!("flushing to local disk failed: {err}")),
+            Ok(Err(_)) => Err("the flush thread panicked".into()),
+            Err(_) => Err(format!("flushing did not finish within the {timeout_secs} s flush timeout")),
+        },
+    };
+
+    let flush_millis = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let flush_error = match (session, sync) {
+        (Ok(()), Ok(())) => None,
+        (Err(a), Ok(())) => Some(a),
+        (Ok(()), Err(b)) => Some(b),
+        (Err(a), Err(b)) => Some(format!("{a}; {b}")),
+    };
+    match &flush_error {
+        None => info!("flushed everything for {} in {flush_millis} ms", mountpoint.display()),
+        Some(message) => error!("flush of {} incomplete after {flush_millis} ms: {message}", mountpoint.display()),
+    }
+    UnmountReport {
+        mountpoint: mountpoint.to_path_buf(),
+        flushed: flush_error.is_none(),
+        flush_millis,
+        flush_timeout_secs: timeout_secs,
+        flush_error,
+    }
+}
+
+/// What the control socket reports about this mount.
+struct Served {
+    vfs: Arc<Vfs>,
+    config: MountConfig,
+    mountpoint: PathBuf,
+    socket: PathBuf,
+    started: Instant,
+    started_at_unix: u64,
+}
+
+impl ControlHandler for Served {
+    fn pong(&self) -> Pong {
+        Pong {
+            pid: std::process::id(),
+            version: VERSION.to_owned(),
+            mountpoint: self.mountpoint.clone(),
+            data_dir: self.config.data_dir.clone(),
+        }
+    }
+
+    fn status(&self) -> StatusReport {
+        let stats = self.vfs.stats();
+        StatusReport {
+            version: VERSION.to_owned(),
+            pid: std::process::id(),
+            mountpoint: self.mountpoint.clone(),
+            data_dir: stats.data_dir,
+            socket: self.socket.clone(),
+            started_at_unix: self.started_at_unix,
+            uptime_secs: self.started.elapsed().as_secs(),
+            inodes: stats.inodes,
+            open_files: stats.open_files,
+            data_bytes: stats.data_bytes,
+            cache_size: stats.cache_size,
+            allow_other: self.config.allow_other,
+            read_only: self.config.read_only,
+            writeback_cache: self.config.writeback_cache,
+        }
+    }
+}
+
+/// The control socket file, removed when serving ends however it ends, but only if it is
+/// still the file we created (a new daemon for the same mountpoint may have replaced it).
+struct SocketFile {
+    path: PathBuf,
+    identity: (u64, u64),
+}
+
+impl SocketFile {
+    fn new(path: PathBuf) -> Result<SocketFile> {
+        let meta = fs::symlink_metadata(&path).with_context(|| format!("reading control socket {}", path.display()))?;
+        Ok(SocketFile { identity: (meta.dev(), meta.ino()), path })
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let ours =
+            fs::symlink_metadata(&self.path).map(|meta| (meta.dev(), meta.ino()) == self.identity).unwrap_or(false);
+        if ours {
+            if let Err(err) = fs::remove_file(&self.path) {
+                warn!("removing control socket {}: {err}", self.path.display());
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! [`TierFuse`]: the `fuser::Filesystem` implementation, one short method per FUSE operation.
+//!
+//! Each method converts its arguments, calls the matching `Vfs` method and replies. Locking
+//! operations (`getlk`, `setlk`, flock) are deliberately absent: `init` does not request
+//! `FUSE_POSIX_LOCKS` or `FUSE_FLOCK_LOCKS`, so the kernel keeps those locks locally, which is
+//! correct for a filesystem mounted once per node.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
+};
+use tierfs::vfs::{Attr, Caller, SetAttr, Vfs, VfsError};
+
+use crate::MountOptions;
+use crate::convert::{
+    XattrReply, errno, file_attr, file_type, rename_flags, shared_ttl, time_set, timestamp_from_kernel, xattr_reply,
+};
+
+/// Largest write the kernel may send in one request. 1 MiB is the kernel's default page
+/// limit per request (`fuse_max_pages_limit` = 256 pages); a larger value would be clamped.
+const MAX_WRITE: u32 = 1 << 20;
+
+/// Pending background requests (readahead, writeback) before the kernel throttles. The
+/// kernel default of 12 starves sequential I/O with readahead and the writeback cache on.
+const MAX_BACKGROUND: u16 = 64;
+
+/// Three quarters of `MAX_BACKGROUND`, the ratio the kernel itself uses.
+const CONGESTION_THRESHOLD: u16 = 48;
+
+/// Largest byte count one `copy_file_range` reply reports: the reply field is a u32, and a
+/// page-aligned count lets the caller's next round start on a page boundary.
+const MAX_COPY: u32 = !0xfff;
+
+/// Generation numbers are always 0: tierfs never reuses inode numbers.
+const GENERATION: Generation = Generation(0);
+
+/// The FUSE adapter over one [`Vfs`].
+pub struct TierFuse {
+    vfs: Arc<Vfs>,
+    opts: MountOptions,
+}
+
+impl std::fmt::Debug for TierFuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TierFuse").field("opts", &self.opts).finish_non_exhaustive()
+    }
+}
+
+impl TierFuse {
+    /// An adapter serving `vfs` with the caching behaviour `opts` asks for.
+    pub fn new(vfs: Arc<Vfs>, opts: MountOptions) -> TierFuse {
+        TierFuse { vfs, opts }
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, attr: &Attr) {
+        reply.entry_with_ttls(&self.opts.attr_ttl, &self.opts.entry_ttl, &file_attr(attr), GENERATION);
+    }
+
+    fn entry_result(&self, op: &'static str, result: Result<Attr, VfsError>, reply: ReplyEntry) {
+        match result {
+            Ok(attr) => self.reply_entry(reply, &attr),
+            Err(err) => reply.error(fail(op, &err)),
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        shared_ttl(self.opts.attr_ttl, self.opts.entry_ttl)
+    }
+}
+
+/// The credentials of the process that made the request.
+fn caller(req: &Request) -> Caller {
+    Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+}
+
+/// Logs a failed operation and returns its errno.
+fn fail(op: &'static str, err: &VfsError) -> Errno {
+    tracing::debug!(op, error = %err, "vfs operation failed");
+    errno(err)
+}
+
+fn empty_result(op: &'static str, result: Result<(), VfsError>, reply: ReplyEmpty) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(err) => reply.error(fail(op, &err)),
+    }
+}
+
+fn xattr_result(op: &'static str, size: u32, result: Result<Vec<u8>, VfsError>, reply: ReplyXattr) {
+    let value = match result {
+        Ok(value) => value,
+        Err(err) => return reply.error(fail(op, &err)),
+    };
+    match xattr_reply(size, value.len()) {
+        Ok(XattrReply::Size(len)) => reply.size(len),
+        Ok(XattrReply::Data) => reply.data(&value),
+        Err(errno) => reply.error(errno),
+    }
+}
+
+/// Page cache stays valid across opens: every change to file data goes through this mount.
+fn file_open_flags() -> FopenFlags {
+    FopenFlags::FOPEN_KEEP_CACHE
+}
+
+impl Filesystem for TierFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // Each setter refuses an out-of-range value and names the nearest valid one.
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        // The kernel offers its readahead window as the maximum; take all of it.
+        if let Err(nearest) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(CONGESTION_THRESHOLD);
+
+        let mut wanted = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            // A symlink's target never changes (inode numbers are not reused).
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        if self.opts.writeback_cache {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        // add_capabilities is all-or-nothing, so ask for each flag on its own.
+        for flag in wanted.iter() {
+            if let Err(missing) = config.add_capabilities(flag) {
+                if missing.contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+                    tracing::warn!("kernel lacks FUSE_WRITEBACK_CACHE; mount without the writeback cache");
+                } else {
+                    tracing::debug!(?missing, "kernel lacks a FUSE capability");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(err) = self.vfs.sync_all() {
+            tracing::error!(error = %err, "sync at unmount failed");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry_result("lookup", self.vfs.lookup(parent.0, name.as_bytes()), reply);
+    }
+
+    /// Inodes have no in-memory lifetime in tierfs, so there is nothing to release.
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {}
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.vfs.getattr(ino.0) {
+            Ok(attr) => reply.attr(&self.opts.attr_ttl, &file_attr(&attr)),
+            Err(err) => reply.error(fail("getattr", &err)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let changes = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+            ctime: ctime.map(timestamp_from_kernel),
+        };
+        match self.vfs.setattr(&caller(req), ino.0, &changes, fh.map(|fh| fh.0)) {
+            Ok(attr) => reply.attr(&self.opts.attr_ttl, &file_attr(&attr)),
+            Err(err) => reply.error(fail("setattr", &err)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.vfs.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(err) => reply.error(fail("readlink", &err)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let result = self.vfs.mknod(&caller(req), parent.0, name.as_bytes(), mode, umask, rdev);
+        self.entry_result("mknod", result, reply);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let result = self.vfs.mkdir(&caller(req), parent.0, name.as_bytes(), mode, umask);
+        self.entry_result("mkdir", result, reply);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty_result("unlink", self.vfs.unlink(&caller(req), parent.0, name.as_bytes()), reply);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty_result("rmdir", self.vfs.rmdir(&caller(req), parent.0, name.as_bytes()), reply);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let target = target.as_os_str().as_bytes();
+        let result = self.vfs.symlink(&caller(req), parent.0, link_name.as_bytes(), target);
+        self.entry_result("symlink", result, reply);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let flags = match rename_flags(flags.bits()) {
+            Ok(flags) => flags,
+            Err(errno) => return reply.error(errno),
+        };
+        let result = self.vfs.rename(&caller(req), parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags);
+        empty_result("rename", result, reply);
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let result = self.vfs.link(&caller(req), ino.0, newparent.0, newname.as_bytes());
+        self.entry_result("link", result, reply);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.vfs.open(&caller(req), ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), file_open_flags()),
+            Err(err) => reply.error(fail("open", &err)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.vfs.read(ino.0, fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(err) => reply.error(fail("read", &err)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.vfs.write(ino.0, fh.0, offset, data) {
+            Ok(written) => reply.written(written),
+            Err(err) => reply.error(fail("write", &err)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        empty_result("flush", self.vfs.flush(ino.0, fh.0), reply);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty_result("release", self.vfs.release(ino.0, fh.0), reply);
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        empty_result("fsync", self.vfs.fsync(ino.0, fh.0, datasync), reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.vfs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(err) => reply.error(fail("opendir", &err)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.vfs.readdir(ino.0, fh.0, offset) {
+            Ok(entries) => {
+                for e in &entries {
+                    if reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), OsStr::from_bytes(&e.name)) {
+                        break; // buffer full; the kernel resumes from the last cookie it got
+                    }
+                }
+                reply.ok();
+            }
+            Err(err) => reply.error(fail("readdir", &err)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        match self.vfs.readdirplus(ino.0, fh.0, offset) {
+            Ok(entries) => {
+                let ttl = self.ttl();
+                for (e, attr) in &entries {
+                    let name = OsStr::from_bytes(&e.name);
+                    if reply.add(INodeNo(e.ino), e.offset, name, &ttl, &file_attr(attr), GENERATION) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(err) => reply.error(fail("readdirplus", &err)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        empty_result("releasedir", self.vfs.releasedir(ino.0, fh.0), reply);
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        empty_result("fsyncdir", self.vfs.fsyncdir(ino.0), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.vfs.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
+            Err(err) => reply.error(fail("statfs", &err)),
+        }
+    }
+
+    /// `position` is a macOS resource-fork offset; Linux always sends 0.
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        empty_result("setxattr", self.vfs.setxattr(&caller(req), ino.0, name.as_bytes(), value, flags), reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_result("getxattr", size, self.vfs.getxattr(ino.0, name.as_bytes()), reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_result("listxattr", size, self.vfs.listxattr(ino.0), reply);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty_result("removexattr", self.vfs.removexattr(&caller(req), ino.0, name.as_bytes()), reply);
+    }
+
+    /// Not sent while `default_permissions` is on (the kernel checks), kept for completeness.
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        empty_result("access", self.vfs.access(&caller(req), ino.0, mask.bits()), reply);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags) {
+            Ok((attr, fh)) => {
+                reply.created(&self.ttl(), &file_attr(&attr), GENERATION, FileHandle(fh), file_open_flags())
+            }
+            Err(err) => reply.error(fail("create", &err)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        empty_result("fallocate", self.vfs.fallocate(ino.0, fh.0, offset, length, mode), reply);
+    }
+
+    /// The kernel sends only SEEK_DATA and SEEK_HOLE; it resolves the other whences itself.
+    fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        match self.vfs.lseek(ino.0, fh.0, offset, whence) {
+            Ok(offset) => reply.offset(offset),
+            Err(err) => reply.error(fail("lseek", &err)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // copy_file_range(2) defines no flags yet.
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        // A short copy is allowed; the caller loops.
+        let len = len.min(u64::from(MAX_COPY));
+        match self.vfs.copy_file_range(ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len) {
+            Ok(copied) => reply.written(u32::try_from(copied).unwrap_or(MAX_COPY)),
+            Err(err) => reply.error(fail("copy_file_range", &err)),
+        }
+    }
+}

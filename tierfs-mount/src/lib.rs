@@ -1,0 +1,165 @@
+//! The FUSE adapter: kernel requests in, `tierfs::vfs` calls out.
+//!
+//! [`TierFuse`] implements `fuser::Filesystem` with one short method per operation: convert
+//! the arguments, call the matching [`Vfs`] method, reply. It holds no state of its own, so
+//! all of tierfs's POSIX behaviour can be tested through `Vfs` without a kernel (the
+//! mountpoint-s3 split between `fuse.rs` and `fs.rs`).
+//!
+//! Invariants:
+//! - No semantics here. Every decision about what an operation means lives in
+//!   `tierfs::vfs`, and every errno comes from `VfsError::errno`. The adapter only refuses
+//!   what cannot be expressed in the `Vfs` API (unknown rename or copy flags: EINVAL).
+//! - The kernel checks permissions (`default_permissions`) and keeps flock/fcntl locks
+//!   locally (no `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`).
+//! - The kernel caches attributes and entries for the configured TTLs and keeps a file's page
+//!   cache across opens. That is only correct because every change to the tree passes through
+//!   this mount; anything that changes it behind the kernel's back must invalidate through the
+//!   session's `Notifier`.
+//! - With the writeback cache on, the kernel owns the timestamps of writes: open the `Vfs`
+//!   with `VfsConfig::kernel_owns_times == MountOptions::writeback_cache`.
+//! - When the session ends, however it ends, `destroy` runs once and calls `Vfs::sync_all`.
+//!
+//! Serving until the kernel unmounts, with a way to unmount from a signal handler:
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use std::sync::Arc;
+//!
+//! fn serve(vfs: Arc<tierfs::vfs::Vfs>) -> std::io::Result<()> {
+//!     let opts = tierfs_mount::MountOptions::default();
+//!     let mut session = tierfs_mount::session(vfs, Path::new("/mnt/tierfs"), &opts)?;
+//!     let mut unmounter = session.unmount_callable();
+//!     std::thread::spawn(move || {
+//!         // ...wait for SIGTERM, then:
+//!         let _ = unmounter.unmount();
+//!     });
+//!     session.run() // returns after the unmount, once `Vfs::sync_all` has run
+//! }
+//! ```
+
+mod convert;
+mod filesystem;
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use fuser::{BackgroundSession, Notifier, Session, SessionUnmounter};
+use fuser::{Config, MountOption, SessionACL};
+use tierfs::vfs::Vfs;
+
+pub use crate::filesystem::TierFuse;
+
+/// How to mount a tierfs workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Let users other than the mounting one in (`allow_other`; non-root mounts need
+    /// `user_allow_other` in /etc/fuse.conf).
+    pub allow_other: bool,
+    /// Worker threads serving kernel requests; each has its own cloned /dev/fuse fd.
+    pub n_threads: usize,
+    /// How long the kernel may cache an inode's attributes.
+    pub attr_ttl: Duration,
+    /// How long the kernel may cache a name's lookup.
+    pub entry_ttl: Duration,
+    /// Let the kernel buffer writes in its page cache (`FUSE_WRITEBACK_CACHE`). Must match
+    /// `VfsConfig::kernel_owns_times`.
+    pub writeback_cache: bool,
+    /// The source shown in /proc/mounts.
+    pub fsname: String,
+    /// Mount read-only (the kernel refuses changes with EROFS).
+    pub read_only: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            allow_other: false,
+            n_threads: 4,
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            writeback_cache: true,
+            fsname: "tierfs".to_owned(),
+            read_only: false,
+        }
+    }
+}
+
+/// The fuser session configuration for `opts`.
+pub fn fuser_config(opts: &MountOptions) -> Config {
+    let n_threads = opts.n_threads.max(1);
+    let mut config = Config::default();
+    config.n_threads = Some(n_threads);
+    // One fd per worker: the kernel hands requests to whichever thread is free without the
+    // workers contending on a single fd.
+    config.clone_fd = n_threads > 1;
+    config.mount_options = vec![
+        MountOption::FSName(opts.fsname.clone()),
+        MountOption::Subtype("tierfs".to_owned()),
+        MountOption::DefaultPermissions,
+    ];
+    if opts.read_only {
+        config.mount_options.push(MountOption::RO);
+    }
+    if opts.allow_other {
+        config.acl = SessionACL::All;
+    }
+    config
+}
+
+/// Mounts `vfs` at `mountpoint` and completes the FUSE handshake, without serving yet.
+///
+/// Take `Session::unmount_callable()` first if something else (a signal handler) must be
+/// able to unmount, then call `Session::run()`: it serves on `opts.n_threads` threads and
+/// returns once the filesystem is unmounted, by that unmounter or by `umount`/`fusermount -u`.
+pub fn session(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Session<TierFuse>> {
+    Session::new(TierFuse::new(vfs, opts.clone()), mountpoint, &fuser_config(opts))
+}
+
+/// Mounts `vfs` at `mountpoint` and serves it from a background thread.
+///
+/// `BackgroundSession::umount_and_join` unmounts and waits for the session to end;
+/// `BackgroundSession::join` waits for an unmount made elsewhere. Dropping the handle
+/// unmounts without waiting, so `Vfs::sync_all` may still be running. A `SessionUnmounter`
+/// cannot be had for a spawned session; use [`session`] when a signal handler must unmount.
+pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<BackgroundSession> {
+    session(vfs, mountpoint, opts)?.spawn()
+}
+
+/// Mounts `vfs` at `mountpoint` and serves it on the calling thread (plus the workers) until
+/// the filesystem is unmounted.
+pub fn mount_blocking(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<()> {
+    session(vfs, mountpoint, opts)?.run()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_options_match_the_documented_defaults() {
+        let opts = MountOptions::default();
+        assert_eq!(opts.n_threads, 4);
+        assert_eq!(opts.attr_ttl, Duration::from_secs(1));
+        assert!(opts.writeback_cache && !opts.allow_other && !opts.read_only);
+    }
+
+    #[test]
+    fn config_reflects_options() {
+        let config = fuser_config(&MountOptions::default());
+        assert_eq!(config.n_threads, Some(4));
+        assert!(config.clone_fd);
+        assert_eq!(config.acl, SessionACL::Owner);
+        assert!(config.mount_options.contains(&MountOption::DefaultPermissions));
+        assert!(config.mount_options.contains(&MountOption::FSName("tierfs".to_owned())));
+        assert!(!config.mount_options.contains(&MountOption::RO));
+
+        let opts = MountOptions { allow_other: true, read_only: true, n_threads: 0, ..MountOptions::default() };
+        let config = fuser_config(&opts);
+        assert_eq!(config.n_threads, Some(1));
+        assert!(!config.clone_fd);
+        assert_eq!(config.acl, SessionACL::All);
+        assert!(config.mount_options.contains(&MountOption::RO));
+    }
+}
