@@ -114,6 +114,12 @@ for component in rustfmt clippy; do
 done
 
 # --- External POSIX test suites ----------------------------------------------
+# scripts/install.sh (users who only want to mount) skips them.
+if [[ ${SETUP_TEST_TOOLS:-1} == 0 ]]; then
+    say "skipping the test suites (SETUP_TEST_TOOLS=0)"
+    exit 0
+fi
+
 # Pinned: scripts/pjdfstest.sh parses pjdfstest's output and
 # tests/posix/pjdfstest-expected-failures.txt names its test cases, both of
 # which may change between releases. Bump deliberately, together.
