@@ -37,6 +37,12 @@ pub use types::*;
 /// busy inodes rarely share a stripe.
 pub const STRIPES: usize = 64;
 
+/// Most entries one readdir call returns: more than a kernel reply buffer holds, so each call
+/// fills one reply, and a listing of n entries costs O(n) rather than O(n²).
+const READDIR_BATCH: usize = 512;
+/// The same for readdirplus, where each entry costs a metadata read and is ~4x larger.
+const READDIRPLUS_BATCH: usize = 128;
+
 /// Largest xattr value (Linux XATTR_SIZE_MAX).
 const XATTR_SIZE_MAX: usize = 65536;
 /// Largest file size: offsets must fit in `off_t`.
@@ -865,13 +871,16 @@ impl Vfs {
 
     pub fn readdir(&self, _ino: Ino, fh: u64, offset: u64) -> VfsResult<Vec<DirEntry>> {
         let list = self.dir_listing(fh)?;
-        Ok(list.iter().skip(offset as usize).cloned().collect())
+        Ok(list.iter().skip(offset as usize).take(READDIR_BATCH).cloned().collect())
     }
 
     pub fn readdirplus(&self, _ino: Ino, fh: u64, offset: u64) -> VfsResult<Vec<(DirEntry, Attr)>> {
         let list = self.dir_listing(fh)?;
         let mut out = Vec::new();
         for e in list.iter().skip(offset as usize) {
+            if out.len() == READDIRPLUS_BATCH {
+                break;
+            }
             // Entries removed since opendir are skipped, not reported with stale attributes.
             match self.getattr(e.ino) {
                 Ok(attr) => out.push((e.clone(), attr)),
