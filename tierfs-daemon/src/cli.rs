@@ -102,8 +102,8 @@ pub struct MountCommand {
 /// `tierfs umount`.
 #[derive(Debug, Args)]
 pub struct UmountCommand {
-    /// Detach the mount even if it is busy: it disappears at once and the serving process
-    /// flushes and exits when the last open file there is closed.
+    /// Detach the mount even if it is busy: it disappears at once, and the serving process
+    /// flushes and exits when the last open file there is closed (or at its --flush-timeout).
     #[arg(short = 'l', long)]
     pub lazy: bool,
 
@@ -369,6 +369,7 @@ pub fn format_secs(duration: Duration) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
     use clap::CommandFactory;

@@ -407,6 +407,7 @@ fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
 

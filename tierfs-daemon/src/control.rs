@@ -292,6 +292,7 @@ pub fn ping(socket: &Path, timeout: Duration) -> Result<Option<Pong>, ClientErro
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
 

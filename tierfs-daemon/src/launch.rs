@@ -106,7 +106,7 @@ impl Readiness {
     /// Reports a failure to start; a no-op once readiness was reported.
     pub fn failed(&mut self, err: &anyhow::Error) {
         if let Readiness::Pipe(file) = self {
-            send(file, &ReadyMessage::Failed { error: format!("{err:#}") });
+            send(file, &ReadyMessage::Failed { error: crate::logging::error_message(err) });
         }
     }
 }
@@ -232,10 +232,19 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
         None => {
             let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
             let tail = log_tail(&log_path, log_start).unwrap_or_default();
-            Err(anyhow!(
-                "tierfs-daemon {status} before the mount was ready; last lines of {}:\n{tail}",
-                log_path.display()
-            ))
+            if tail.trim().is_empty() {
+                Err(anyhow!(
+                    "tierfs-daemon exited ({status}) before the mount was ready, without a \
+                     message; see {}",
+                    log_path.display()
+                ))
+            } else {
+                Err(anyhow!(
+                    "tierfs-daemon exited ({status}) before the mount was ready; last lines of \
+                     {}:\n{tail}",
+                    log_path.display()
+                ))
+            }
         }
     }
 }
@@ -277,6 +286,7 @@ fn log_tail(path: &Path, from: u64) -> io::Result<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
     use std::fs;

@@ -1,4 +1,4 @@
-//! Log setup shared by both binaries: `tracing` events (and fuser's `log` records, through
+//! Log setup and error rendering shared by both binaries: `tracing` events (and fuser's `log` records, through
 //! tracing-subscriber's log bridge) to stderr, filtered by `RUST_LOG`.
 //!
 //! Serving processes default to `info`, so the daemon log tells when a mount started, how
@@ -20,4 +20,47 @@ pub fn init(default_filter: &str) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
+}
+
+/// An error and its causes on one line, `outer: inner: root`, like anyhow's `{:#}` but
+/// without repeating a cause whose text the previous message already includes (thiserror
+/// variants such as `#[error("metadata: {0}")]` both print and expose their source).
+pub fn error_message(err: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Inner {
+        #[error("data directory is in use")]
+        Locked,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        #[error("hot tier: {0}")]
+        Tier(#[from] Inner),
+    }
+
+    #[test]
+    fn causes_already_in_the_message_are_not_repeated() {
+        let err = anyhow::Error::new(Outer::from(Inner::Locked)).context("opening /d");
+        assert_eq!(error_message(&err), "opening /d: hot tier: data directory is in use");
+        let plain = anyhow::anyhow!("root").context("middle").context("top");
+        assert_eq!(error_message(&plain), "top: middle: root");
+    }
 }

@@ -190,6 +190,17 @@ fn classify_fusermount_error(path: &Path, stderr: String) -> UnmountError {
     }
 }
 
+/// `syncfs(2)` on the filesystem holding `path`: the kernel writes back every dirty page it
+/// caches for that filesystem (for FUSE with the writeback cache: sends them to the daemon).
+pub fn syncfs(path: &Path) -> io::Result<()> {
+    let dir = fs::File::open(path)?;
+    // SAFETY: `dir` is an open descriptor for the duration of the call.
+    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Checks that the FUSE device exists, with advice when it does not.
 pub fn check_fuse_device() -> anyhow::Result<()> {
     match fs::metadata("/dev/fuse") {
@@ -216,6 +227,7 @@ pub fn process_alive(pid: u32) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
 

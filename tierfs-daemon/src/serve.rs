@@ -5,16 +5,18 @@
 //! Invariants:
 //! - Everything that can fail is checked *before* readiness is reported: a caller told
 //!   "ready" has a working mount and a control socket that answers.
-//! - Shutdown order is unmount → wait for the FUSE session to end → `Vfs::sync_all`. The
-//!   unmount comes first because only then has the kernel handed over every write it held
-//!   (closing a file flushes its writeback pages; a non-busy unmount means all are closed).
-//!   The session's end runs the adapter's `destroy` (itself a `sync_all`); the final
-//!   `sync_all` here is what the report is about. Both waits share one deadline,
-//!   `--flush-timeout`, and the outcome is logged and returned to the unmount requester.
+//! - Shutdown order is unmount → `Vfs::sync_all` → (if files are still open on a lazily
+//!   detached mount) wait for the FUSE session to end → `Vfs::sync_all` again. The unmount
+//!   comes first because only then has the kernel handed over every write it held (closing a
+//!   file flushes its writeback pages; a non-busy unmount means all are closed). Before a
+//!   lazy detach on a signal, `syncfs` makes the kernel hand over what open files wrote so
+//!   far. All waits share one deadline, `--flush-timeout`; the outcome is logged and
+//!   returned to the unmount requester, and the process exits 1 when it is incomplete.
 //! - A control `unmount` of a busy mountpoint is refused and the mount keeps serving; a
 //!   signal detaches a busy mount lazily instead, since the process is asked to go away.
 //! - The unmount is done with our own `umount2`/`fusermount3` call rather than fuser's
-//!   one-shot unmounter, so a refused (busy) unmount can be retried later.
+//!   one-shot unmounter, so a refused (busy) unmount can be retried later; fuser's handle is
+//!   used up right after ours succeeds (see `FuserMount`).
 //! - FUSE requests are served by fuser's own worker threads; the tokio runtime only runs
 //!   the control socket, the signal handlers and the shutdown sequence.
 
@@ -23,15 +25,16 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use tierfs::vfs::{Vfs, VfsConfig};
+use tierfs_mount::SessionUnmounter;
 use tokio::runtime::Runtime;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::control::{self, ControlHandler, Pong, StatusReport, UnmountReport, UnmountRequest};
 use crate::launch::{Readiness, ReadyInfo};
@@ -113,8 +116,9 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
 
-    let session = tierfs_mount::session(vfs.clone(), &mountpoint, &config.mount_options())
+    let mut session = tierfs_mount::session(vfs.clone(), &mountpoint, &config.mount_options())
         .map_err(|err| explain_mount_error(err, config, &mountpoint))?;
+    let fuser_mount: FuserMount = Arc::new(Mutex::new(session.unmount_callable()));
     let (session_tx, session_done) = oneshot::channel();
     let session_thread = std::thread::Builder::new().name("tierfs-session".into()).spawn(move || {
         let result = session.run();
@@ -165,11 +169,11 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         loop {
             tokio::select! {
                 _ = sigterm.recv() => {
-                    signal_unmount(&mountpoint, "SIGTERM").await;
+                    signal_unmount(&mountpoint, "SIGTERM", &fuser_mount, config.flush_timeout).await;
                     break;
                 }
                 _ = sigint.recv() => {
-                    signal_unmount(&mountpoint, "SIGINT").await;
+                    signal_unmount(&mountpoint, "SIGINT", &fuser_mount, config.flush_timeout).await;
                     break;
                 }
                 ended = &mut session_done => {
@@ -179,7 +183,7 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
                 }
                 Some(request) = unmount_rx.recv() => {
                     info!(lazy = request.lazy, "unmount requested over the control socket");
-                    match unmount_blocking(&mountpoint, request.lazy).await {
+                    match unmount_blocking(&mountpoint, request.lazy, &fuser_mount).await {
                         Ok(method) => {
                             info!("unmounted {} ({method})", mountpoint.display());
                             requester = Some(request);
@@ -318,9 +322,9 @@ fn explain_mount_error(err: io::Error, config: &MountConfig, mountpoint: &Path) 
 
 /// Unmount on a signal: the process is asked to go away, so a busy mount is detached
 /// lazily rather than kept.
-async fn signal_unmount(mountpoint: &Path, signal: &str) {
+async fn signal_unmount(mountpoint: &Path, signal: &str, fuser_mount: &FuserMount, flush_timeout: Duration) {
     info!("{signal} received: unmounting {}", mountpoint.display());
-    match unmount_blocking(mountpoint, false).await {
+    match unmount_blocking(mountpoint, false, fuser_mount).await {
         Ok(method) => info!("unmounted {} ({method})", mountpoint.display()),
         Err(UnmountError::Busy(_)) => {
             warn!(
@@ -328,7 +332,18 @@ async fn signal_unmount(mountpoint: &Path, signal: &str) {
                  until the flush timeout",
                 mountpoint.display()
             );
-            if let Err(err) = unmount_blocking(mountpoint, true).await {
+            // Once detached the path no longer reaches the mount: have the kernel hand over
+            // the writes it still caches for the open files first.
+            let path = mountpoint.to_path_buf();
+            let synced =
+                tokio::time::timeout(flush_timeout, tokio::task::spawn_blocking(move || mounts::syncfs(&path)));
+            match synced.await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(err))) => warn!("syncfs {}: {err}", mountpoint.display()),
+                Ok(Err(err)) => warn!("syncfs task failed: {err}"),
+                Err(_) => warn!("syncfs {} did not finish within the flush timeout", mountpoint.display()),
+            }
+            if let Err(err) = unmount_blocking(mountpoint, true, fuser_mount).await {
                 error!("lazy unmount failed: {err}");
             }
         }
@@ -337,9 +352,31 @@ async fn signal_unmount(mountpoint: &Path, signal: &str) {
     }
 }
 
-async fn unmount_blocking(mountpoint: &Path, lazy: bool) -> Result<mounts::UnmountMethod, UnmountError> {
+/// fuser's own handle on the mount. When a session ends, fuser unmounts the mountpoint again
+/// (its "still mounted?" check answers yes even after an unmount), which would hit a *new*
+/// mount made there in the meantime. So once our own unmount has succeeded, the handle is
+/// used up at once, while nothing else can have been mounted there yet; its attempt then
+/// fails harmlessly (EINVAL) and the session's end has nothing left to unmount.
+type FuserMount = Arc<Mutex<SessionUnmounter>>;
+
+/// Unmounts with [`mounts::unmount`] (whose busy refusal can be retried, unlike fuser's
+/// one-shot unmounter) on a blocking thread.
+async fn unmount_blocking(
+    mountpoint: &Path,
+    lazy: bool,
+    fuser_mount: &FuserMount,
+) -> Result<mounts::UnmountMethod, UnmountError> {
     let path = mountpoint.to_path_buf();
-    match tokio::task::spawn_blocking(move || mounts::unmount(&path, lazy)).await {
+    let fuser_mount = fuser_mount.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        let method = mounts::unmount(&path, lazy)?;
+        let mut unmounter = fuser_mount.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(err) = unmounter.unmount() {
+            debug!("fuser's own unmount after ours: {err} (expected)");
+        }
+        Ok(method)
+    });
+    match task.await {
         Ok(result) => result,
         Err(join) => Err(UnmountError::Failed {
             path: mountpoint.to_path_buf(),
@@ -356,46 +393,51 @@ fn flatten_session_result(ended: Result<io::Result<()>, oneshot::error::RecvErro
     }
 }
 
-/// After the unmount: wait for the FUSE session to end, then make everything durable, all
-/// within `config.flush_timeout`, and say how it went.
+/// How long a session normally takes to end after a (non-lazy) unmount; waiting this long
+/// before the first flush makes the common case a single flush.
+const SESSION_END_GRACE: Duration = Duration::from_secs(2);
+
+/// After the unmount: make everything durable and say how it went, all within
+/// `config.flush_timeout`.
+///
+/// A normal unmount ends the FUSE session at once, and one `sync_all` follows. A lazily
+/// detached mount may still have open files: then what they wrote so far is flushed first,
+/// the session's end is awaited (until the deadline) and a final flush catches the rest.
 async fn finish(
     vfs: &Arc<Vfs>,
     config: &MountConfig,
     mountpoint: &Path,
     session_ended: Option<Result<(), String>>,
-    session_done: oneshot::Receiver<io::Result<()>>,
+    mut session_done: oneshot::Receiver<io::Result<()>>,
 ) -> UnmountReport {
     let start = Instant::now();
     let deadline = tokio::time::Instant::now() + config.flush_timeout;
     let timeout_secs = config.flush_timeout.as_secs_f64();
 
-    let session = match session_ended {
-        Some(result) => result,
-        None => match tokio::time::timeout_at(deadline, session_done).await {
-            Ok(ended) => flatten_session_result(ended),
-            Err(_) => Err(format!(
-                "the FUSE session did not end within the {timeout_secs} s flush timeout \
-                 (files still open on a lazily detached mount); writes still in flight are lost"
-            )),
-        },
-    };
-    if let Err(message) = &session {
-        warn!("{message}");
+    let mut session = session_ended;
+    if session.is_none() {
+        let grace = SESSION_END_GRACE.min(config.flush_timeout);
+        if let Ok(ended) = tokio::time::timeout(grace, &mut session_done).await {
+            session = Some(flatten_session_result(ended));
+        }
     }
-
-    let (tx, rx) = oneshot::channel();
-    let sync_vfs = vfs.clone();
-    let spawned = std::thread::Builder::new().name("tierfs-flush".into()).spawn(move || {
-        let _ = tx.send(sync_vfs.sync_all());
-    });
-    let sync = match spawned {
-        Err(err) => Err(format!("starting the flush thread: {err}")),
-        Ok(_) => match tokio::time::timeout_at(deadline, rx).await {
-            Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(err))) => Err(format!("flushing to local disk failed: {err}")),
-            Ok(Err(_)) => Err("the flush thread panicked".into()),
-            Err(_) => Err(format!("flushing did not finish within the {timeout_secs} s flush timeout")),
-        },
+    let mut sync = sync_all_until(vfs, deadline, timeout_secs).await;
+    let session = match session {
+        Some(result) => result,
+        None => {
+            info!("files are still open on the detached mount; waiting for them to be closed");
+            match tokio::time::timeout_at(deadline, session_done).await {
+                Ok(ended) => {
+                    sync = sync_all_until(vfs, deadline, timeout_secs).await;
+                    flatten_session_result(ended)
+                }
+                Err(_) => Err(format!(
+                    "files were still open on the lazily detached mount when the {timeout_secs} s \
+                     flush timeout expired: what they wrote before the flush is safe, later \
+                     writes are lost"
+                )),
+            }
+        }
     };
 
     let flush_millis = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -415,6 +457,26 @@ async fn finish(
         flush_millis,
         flush_timeout_secs: timeout_secs,
         flush_error,
+    }
+}
+
+/// `Vfs::sync_all` on its own thread, waited for until `deadline`. A thread rather than
+/// `spawn_blocking`, so a flush stuck past the deadline never holds up the runtime's
+/// shutdown: the process exits and reports it.
+async fn sync_all_until(vfs: &Arc<Vfs>, deadline: tokio::time::Instant, timeout_secs: f64) -> Result<(), String> {
+    let (tx, rx) = oneshot::channel();
+    let sync_vfs = vfs.clone();
+    let spawned = std::thread::Builder::new().name("tierfs-flush".into()).spawn(move || {
+        let _ = tx.send(sync_vfs.sync_all());
+    });
+    if let Err(err) = spawned {
+        return Err(format!("starting the flush thread: {err}"));
+    }
+    match tokio::time::timeout_at(deadline, rx).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(err))) => Err(format!("flushing to local disk failed: {err}")),
+        Ok(Err(_)) => Err("the flush thread panicked".into()),
+        Err(_) => Err(format!("flushing did not finish within the {timeout_secs} s flush timeout")),
     }
 }
 

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         Some(fd) => match Readiness::from_fd(fd) {
             Ok(readiness) => readiness,
             Err(err) => {
-                error!("{err:#}");
+                error!("{}", logging::error_message(&err));
                 return ExitCode::FAILURE;
             }
         },
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     match run(&cli, &mut readiness) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            error!("{err:#}");
+            error!("{}", logging::error_message(&err));
             readiness.failed(&err);
             ExitCode::FAILURE
         }

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     match commands::run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            let message = format!("{err:#}");
+            let message = logging::error_message(&err);
             if cli.json {
                 let json = serde_json::json!({ "ok": false, "error": message });
                 println!("{json}");
