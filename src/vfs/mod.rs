@@ -12,7 +12,7 @@
 //!   (for a write that extends the file) a size update under the inode's stripe;
 //! - the kernel checks permissions (`default_permissions`); this layer enforces what the
 //!   kernel leaves to filesystems: name length, directory emptiness, link and rename rules,
-//!   setgid-directory inheritance, xattr namespaces;
+//!   setgid-directory inheritance, xattr namespaces (clearing setuid on write is the kernel's);
 //! - an inode unlinked while open becomes an *orphan* (marked in the same batch) and is
 //!   reclaimed on its last release, or at the next start after a crash;
 //! - errors are [`VfsError`]s; `VfsError::errno` is the single errno mapping.
@@ -781,13 +781,8 @@ impl Vfs {
             rec.attr.ctime = now;
             changed = true;
         }
-        // Writing clears setuid, and setgid when group-executable (as the kernel's
-        // file_remove_privs does for local filesystems).
-        let privs = libc::S_ISUID as u16 | if rec.attr.perm & 0o010 != 0 { libc::S_ISGID as u16 } else { 0 };
-        if rec.attr.perm & privs != 0 {
-            rec.attr.perm &= !privs;
-            changed = true;
-        }
+        // Clearing setuid/setgid on write is the kernel's job (file_remove_privs sends a
+        // setattr): it knows whether the writer has CAP_FSETID, which this layer does not.
         if changed {
             let mut b = MetaBatch::new();
             b.put_inode(&rec);
