@@ -434,6 +434,14 @@ impl Filesystem for TierFuse {
 
     /// The kernel sends only SEEK_DATA and SEEK_HOLE; it resolves the other whences itself.
     fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        // With the writeback cache, written bytes may still sit in the kernel's page cache, and
+        // the kernel does not flush them before FUSE_LSEEK: the data file would report a hole
+        // where the program just wrote, and `cp`/`tar` (which skip holes with SEEK_DATA) would
+        // copy zeros. ENOSYS makes the kernel answer from its own size instead: the whole
+        // file is data, which POSIX allows and never skips a byte.
+        if self.opts.writeback_cache {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.vfs.lseek(ino.0, fh.0, offset, whence) {
             Ok(offset) => reply.offset(offset),
             Err(err) => reply.error(fail("lseek", &err)),

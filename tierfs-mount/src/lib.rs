@@ -77,8 +77,11 @@ impl Default for MountOptions {
         MountOptions {
             allow_other: false,
             n_threads: 4,
-            attr_ttl: Duration::from_secs(1),
-            entry_ttl: Duration::from_secs(1),
+            // Long: every change to the tree passes through this mount and the kernel updates
+            // or invalidates its cache on each of them (pjdfstest passes with 1 h TTLs and a
+            // 50 ms naptime), so a long TTL only saves round trips.
+            attr_ttl: Duration::from_secs(60),
+            entry_ttl: Duration::from_secs(60),
             writeback_cache: true,
             fsname: "tierfs".to_owned(),
             read_only: false,
@@ -141,7 +144,7 @@ mod tests {
     fn default_options_match_the_documented_defaults() {
         let opts = MountOptions::default();
         assert_eq!(opts.n_threads, 4);
-        assert_eq!(opts.attr_ttl, Duration::from_secs(1));
+        assert_eq!(opts.attr_ttl, Duration::from_secs(60));
         assert!(opts.writeback_cache && !opts.allow_other && !opts.read_only);
     }
 
