@@ -467,7 +467,12 @@ async fn sync_all_until(vfs: &Arc<Vfs>, deadline: tokio::time::Instant, timeout_
     let (tx, rx) = oneshot::channel();
     let sync_vfs = vfs.clone();
     let spawned = std::thread::Builder::new().name("tierfs-flush".into()).spawn(move || {
-        let _ = tx.send(sync_vfs.sync_all());
+        let result = sync_vfs.sync_all();
+        // Drop this thread's reference before reporting, so the serving thread holds the last
+        // one and closes RocksDB in order: a reference left here could be the last at
+        // process exit, and RocksDB torn down during exit() aborts.
+        drop(sync_vfs);
+        let _ = tx.send(result);
     });
     if let Err(err) = spawned {
         return Err(format!("starting the flush thread: {err}"));
