@@ -229,7 +229,24 @@ impl Vfs {
     }
 
     pub fn getattr(&self, ino: Ino) -> VfsResult<Attr> {
-        Ok(self.record(ino)?.attr)
+        Ok(self.with_allocation(self.record(ino)?.attr))
+    }
+
+    /// Sets `st_blocks` of a regular file to what its data file really allocates, so `du`
+    /// and sparse-aware copies see holes (one `fstat`/`stat` of the data file).
+    fn with_allocation(&self, mut attr: Attr) -> Attr {
+        use std::os::unix::fs::MetadataExt;
+        if attr.kind != FileKind::File {
+            return attr;
+        }
+        let open = self.open.read().get(&attr.ino).and_then(|oi| oi.file.lock().clone());
+        let meta = match open {
+            Some(file) => file.metadata(),
+            None => std::fs::metadata(self.hot.path(attr.ino)),
+        };
+        // No data file yet: nothing allocated.
+        attr.blocks = meta.map(|m| m.blocks()).unwrap_or(0);
+        attr
     }
 
     pub fn setattr(&self, _caller: &Caller, ino: Ino, ch: &SetAttr, _fh: Option<u64>) -> VfsResult<Attr> {
@@ -285,7 +302,7 @@ impl Vfs {
             // truncate done (the data file is trimmed to the recorded size when next opened).
             self.with_data(ino, size, |d| d.set_len(size))?;
         }
-        Ok(rec.attr)
+        Ok(self.with_allocation(rec.attr))
     }
 
     pub fn readlink(&self, ino: Ino) -> VfsResult<Vec<u8>> {
@@ -421,7 +438,7 @@ impl Vfs {
         b.put_inode(&dir);
         b.put_inode(&rec);
         self.meta.commit(b)?;
-        Ok(rec.attr)
+        Ok(self.with_allocation(rec.attr))
     }
 
     /// Drops one link of `rec` (already removed from its directory in `b`): the inode is

@@ -182,7 +182,7 @@ impl Model {
             Step::Rmdir { path } | Step::Unlink { path } => {
                 self.tree.remove(path);
             }
-            Step::Rename { from, to } if self.tree.get(to).is_some() && self.tree.get(to) == self.tree.get(from) => {
+            Step::Rename { from, to } if self.tree.contains_key(to) && self.tree.get(to) == self.tree.get(from) => {
                 // Two names of one file: rename(2) does nothing and succeeds.
             }
             Step::Rename { from, to } => {

@@ -345,6 +345,26 @@ fn sparse_files_read_zeros_and_report_holes() {
 }
 
 #[test]
+fn sparse_files_report_allocated_blocks() {
+    let mut fx = Fixture::mounted();
+    {
+        let f = create_rw(&fx.p("sparse"));
+        f.set_len(1 << 30).expect("ftruncate to 1 GiB");
+        f.write_all_at(&[1u8; 8192], 1 << 29).expect("pwrite 8 KiB");
+        f.sync_all().expect("fsync");
+    }
+    fx.remount(); // a fresh kernel cache: what tierfs says, not what the kernel cached
+    let m = meta(&fx.p("sparse"));
+    assert_eq!(m.len(), 1 << 30);
+    assert!(
+        m.blocks() * 512 < 4 * MIB,
+        "a 1 GiB file holding 8 KiB reports {} bytes allocated (st_blocks {})",
+        m.blocks() * 512,
+        m.blocks()
+    );
+}
+
+#[test]
 fn seek_data_sees_unflushed_writes() {
     let fx = Fixture::mounted();
     let f = create_rw(&fx.p("f"));
@@ -799,7 +819,7 @@ fn open_flags_and_their_errors() {
         "O_DIRECTORY on a file",
     );
     assert_io_errno(File::open(fx.p("f/x")), libc::ENOTDIR, "a file used as a directory");
-    OpenOptions::new().write(true).create(true).open(&f).expect("O_CREAT on an existing file");
+    OpenOptions::new().write(true).create(true).truncate(false).open(&f).expect("O_CREAT on an existing file");
     assert_eq!(read(&f), b"original", "O_CREAT without O_TRUNC keeps the contents");
     let mut h = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&f).expect("O_TRUNC");
     assert_eq!(h.metadata().expect("fstat").len(), 0);
