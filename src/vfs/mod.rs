@@ -490,6 +490,7 @@ impl Vfs {
             return Err(VfsError::NotEmpty);
         }
         let _ns = self.namespace.lock();
+        self.dir_record(parent)?;
         let (ino, kind) = self.meta.dentry(parent, name)?.ok_or(VfsError::NotFound)?;
         let _g = self.lock_inodes(&[parent, ino]);
         let mut dir = self.dir_record(parent)?;
@@ -555,6 +556,9 @@ impl Vfs {
             return Err(VfsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
         }
         let _ns = self.namespace.lock();
+        // A parent that is not a directory is ENOTDIR before any name is looked up.
+        self.dir_record(parent)?;
+        self.dir_record(new_parent)?;
         let (src, src_kind) = self.meta.dentry(parent, name)?.ok_or(VfsError::NotFound)?;
         let dst = self.meta.dentry(new_parent, new_name)?;
         let mut locked = vec![parent, new_parent, src];
