@@ -1296,7 +1296,8 @@ fn resolve(fs: &Vfs, comps: &[&str]) -> Result<Ino, i32> {
 
 /// The parent directory of `path` and its last component. Like the kernel's path walk, this
 /// fails with ENOTDIR itself when the parent is not a directory, so the `Vfs` is only ever
-/// handed directories as parents (`vfs_rejects_non_directory_parents` covers the other case).
+/// handed directories as parents (`regression_non_directory_parent_is_enotdir` covers the
+/// other case).
 fn locate<'p>(fs: &Vfs, path: &'p str) -> Result<(Ino, &'p [u8]), i32> {
     let (dir, name) = split(path);
     let parent = resolve(fs, &dir)?;
@@ -2193,9 +2194,11 @@ fn scenario_sparse_writes_truncate_and_fallocate() {
 
 /// Operations handed a non-directory as the parent inode must fail with ENOTDIR. The kernel's
 /// path walk never sends such requests, so the property test does not either; this checks the
-/// inode-level contract directly.
+/// inode-level contract directly. Found by the model (shrunk: create file `d1`, then unlink
+/// `d1/a`: ENOENT instead of ENOTDIR); unlink, rmdir and rename look the name up before
+/// checking that the parent is a directory.
 #[test]
-fn vfs_rejects_non_directory_parents() {
+fn regression_non_directory_parent_is_enotdir() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fs = Vfs::new(VfsConfig::new(dir.path())).expect("open");
     let (file, fh) = fs.create(ME, ROOT_INO, b"f", 0o644, UMASK, libc::O_RDWR).expect("create");

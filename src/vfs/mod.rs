@@ -785,6 +785,10 @@ impl Vfs {
     }
 
     pub fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> VfsResult<u32> {
+        if data.is_empty() {
+            // A zero-length write changes nothing, not even the size when past the end.
+            return Ok(0);
+        }
         let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
         let file = self.open_file(ino)?;
         DataFile { file: &file, ino }.write_at(offset, data)?;
