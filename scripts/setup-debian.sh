@@ -4,9 +4,10 @@
 # Idempotent: every step checks first and does nothing when the machine is
 # already set up, so scripts/test.sh can run it on every CI run at almost no
 # cost. Run it as root, or as a user with sudo (apt and /etc/fuse.conf need
-# root; the Rust tools install into that user's ~/.cargo/bin).
+# root; the Rust tools install into that user's ~/.cargo/bin, moto into a
+# venv under ${TIERFS_TOOLS_DIR:-/var/lib/tierfs-test-tools}).
 #
-# Needs the network (Debian mirrors, crates.io) only the first time; a
+# Needs the network (Debian mirrors, crates.io, PyPI) only the first time; a
 # machine that has everything is left untouched and nothing is downloaded.
 set -euo pipefail
 
@@ -31,7 +32,10 @@ fi
 # pkg-config: -sys crates find their C libraries with it.
 # bindfs: a reference FUSE filesystem to check the POSIX runners themselves.
 # fio: benchmarks. python3: helper scripts and the notebook module.
-PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3)
+# python3-venv: the virtualenv that holds moto (the S3 server of the
+#   integration tests, below); Debian's pip refuses installs into the system
+#   Python (PEP 668), and the venv brings its own pip.
+PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -113,13 +117,52 @@ for component in rustfmt clippy; do
     fi
 done
 
-# --- External POSIX test suites ----------------------------------------------
+# --- Test tools --------------------------------------------------------------
 # scripts/install.sh (users who only want to mount) skips them.
 if [[ ${SETUP_TEST_TOOLS:-1} == 0 ]]; then
-    say "skipping the test suites (SETUP_TEST_TOOLS=0)"
+    say "skipping the test tools (SETUP_TEST_TOOLS=0)"
     exit 0
 fi
 
+# --- moto: the S3 server of the integration tests ---------------------------
+# The tests start `moto_server` (in-memory S3 that honours conditional PUT) on
+# loopback themselves (tests/support/moto.rs). They look for it, in order, at
+# $TIERFS_MOTO_SERVER, at $TIERFS_TOOLS_DIR/moto-venv/bin/moto_server (this
+# install; TIERFS_TOOLS_DIR defaults to /var/lib/tierfs-test-tools on both
+# sides, so scripts/test.sh passes nothing), then on PATH.
+# Outside the clone, so that CI's fresh clones reuse it.
+# Pinned: a moto release changes S3 behaviour the tests rely on (paging,
+# conditional writes, error codes). Bump deliberately, with a full test run.
+MOTO_VERSION=5.2.5
+TOOLS_DIR=${TIERFS_TOOLS_DIR:-/var/lib/tierfs-test-tools}
+MOTO_VENV=$TOOLS_DIR/moto-venv
+# Debian's interpreter, not whatever python3 comes first on PATH (pyenv): the
+# venv must outlive a developer's shell setup, and python3-venv is Debian's.
+SYSTEM_PYTHON=/usr/bin/python3
+# The installed moto version, empty when the venv is missing or broken (a
+# Python upgrade, an interrupted install). Checks the server extra's Flask too.
+moto_have=$("$MOTO_VENV/bin/python" -c '
+import importlib.metadata as m
+m.version("flask"), m.version("flask-cors")
+print(m.version("moto"))' 2>/dev/null || true)
+if [[ -x $MOTO_VENV/bin/moto_server && $moto_have == "$MOTO_VERSION" ]]; then
+    say "moto $moto_have present"
+else
+    say "installing moto[server] $MOTO_VERSION into $MOTO_VENV (had: ${moto_have:-none})"
+    # /var/lib is root's: a sudo user gets the directory for their own.
+    mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
+    if [[ ! -w $TOOLS_DIR ]]; then
+        "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
+    fi
+    # --clear: start from an empty venv whatever a failed run left behind.
+    "$SYSTEM_PYTHON" -m venv --clear "$MOTO_VENV"
+    "$MOTO_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+        "moto[server]==$MOTO_VERSION"
+    [[ -x $MOTO_VENV/bin/moto_server ]] || die "pip installed moto but $MOTO_VENV/bin/moto_server is missing"
+fi
+say "moto_server at $MOTO_VENV/bin/moto_server"
+
+# --- External POSIX test suites ----------------------------------------------
 # Pinned: scripts/pjdfstest.sh parses pjdfstest's output and
 # tests/posix/pjdfstest-expected-failures.txt names its test cases, both of
 # which may change between releases. Bump deliberately, together.

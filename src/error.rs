@@ -50,7 +50,7 @@ impl From<VfsError> for Error {
             VfsError::Meta(MetaError::Corrupt(_)) | VfsError::Meta(MetaError::SchemaTooNew { .. }) => {
                 ErrorKind::Corrupt
             }
-            VfsError::Meta(_) | VfsError::HotTier(_) => ErrorKind::Unavailable,
+            VfsError::Meta(_) | VfsError::HotTier(_) | VfsError::Cold(_) => ErrorKind::Unavailable,
             _ => ErrorKind::InvalidInput,
         };
         Error { kind, source }

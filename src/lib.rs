@@ -23,8 +23,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod backend;
+pub mod block;
+pub mod crypto;
 pub mod error;
 pub mod meta;
+pub mod store;
 pub mod tier;
 pub mod vfs;
 

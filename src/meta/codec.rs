@@ -230,3 +230,80 @@ mod tests {
         assert!(err.to_string().contains("inode 5"), "{err}");
     }
 }
+
+// ---- cold tier tables ----------------------------------------------------------------------
+
+const TAG_CHUNK: u8 = b'K';
+const TAG_DIRTY: u8 = b'Y';
+const TAG_BLOCK: u8 = b'B';
+
+/// Prefix of the chunk table: `K` ino chunk-index → [`ChunkRecord`].
+pub const CHUNK_TABLE: [u8; 1] = [TAG_CHUNK];
+/// Prefix of the dirty-inode markers: `Y` ino → empty.
+pub const DIRTY_TABLE: [u8; 1] = [TAG_DIRTY];
+
+pub fn chunk_key(ino: Ino, index: u64) -> Vec<u8> {
+    tagged(TAG_CHUNK, ino, &index.to_be_bytes())
+}
+
+/// All chunk keys of `ino` are in `[chunk_prefix(ino), chunk_prefix(ino + 1))`.
+pub fn chunk_prefix(ino: Ino) -> Vec<u8> {
+    tagged(TAG_CHUNK, ino, &[])
+}
+
+pub fn dirty_key(ino: Ino) -> Vec<u8> {
+    tagged(TAG_DIRTY, ino, &[])
+}
+
+pub fn block_key(id: &[u8; 32]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(33);
+    k.push(TAG_BLOCK);
+    k.extend_from_slice(id);
+    k
+}
+
+/// Layout version of a chunk record.
+const CHUNK_RECORD_V1: u8 = 1;
+const CHUNK_RECORD_LEN: usize = 1 + 32 + 4 + 1;
+
+/// The last sealed (and stored) content of one chunk of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkRecord {
+    /// Block id of the chunk's bytes ([`crate::block::ZERO_BLOCK`] for all zeros).
+    pub block: [u8; 32],
+    /// Bytes in the chunk (the last chunk of a file is short).
+    pub len: u32,
+    /// Whether the local data file still holds the bytes (false once evicted).
+    pub resident: bool,
+}
+
+pub fn encode_chunk(c: &ChunkRecord) -> [u8; CHUNK_RECORD_LEN] {
+    let mut out = [0u8; CHUNK_RECORD_LEN];
+    out[0] = CHUNK_RECORD_V1;
+    out[1..33].copy_from_slice(&c.block);
+    out[33..37].copy_from_slice(&c.len.to_le_bytes());
+    out[37] = u8::from(c.resident);
+    out
+}
+
+pub fn decode_chunk(v: &[u8]) -> Result<ChunkRecord, MetaError> {
+    if v.len() != CHUNK_RECORD_LEN || v[0] != CHUNK_RECORD_V1 {
+        return Err(MetaError::Corrupt(format!("chunk record of {} bytes, version {:?}", v.len(), v.first())));
+    }
+    Ok(ChunkRecord {
+        block: v[1..33].try_into().map_err(|_| MetaError::Corrupt("chunk record".into()))?,
+        len: u32::from_le_bytes(v[33..37].try_into().map_err(|_| MetaError::Corrupt("chunk record".into()))?),
+        resident: v[37] != 0,
+    })
+}
+
+/// Decodes `(ino, chunk index)` from a chunk key.
+pub fn decode_chunk_key(key: &[u8]) -> Result<(Ino, u64), MetaError> {
+    let ino = key_ino(key)?;
+    let idx = key
+        .get(9..17)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| MetaError::Corrupt(format!("short chunk key {key:?}")))?;
+    Ok((ino, idx))
+}

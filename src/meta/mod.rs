@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
 use crate::vfs::{FileKind, Ino};
-pub use codec::InodeRecord;
+pub use codec::{ChunkRecord, InodeRecord};
 
 /// The metadata schema this build writes and understands.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -178,6 +178,58 @@ impl MetaStore {
         Ok(n)
     }
 
+    /// Every chunk record: `(ino, chunk index, record)`, in key order.
+    pub fn chunks(&self) -> Result<Vec<(Ino, u64, ChunkRecord)>> {
+        let mut out = Vec::new();
+        self.scan(&codec::CHUNK_TABLE, |rest, v| {
+            let mut key = codec::CHUNK_TABLE.to_vec();
+            key.extend_from_slice(rest);
+            let (ino, idx) = codec::decode_chunk_key(&key)?;
+            out.push((ino, idx, codec::decode_chunk(v)?));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Inodes marked dirty (written since their chunks were last sealed).
+    pub fn dirty_inodes(&self) -> Result<Vec<Ino>> {
+        let mut out = Vec::new();
+        self.scan(&codec::DIRTY_TABLE, |rest, _| {
+            let mut key = codec::DIRTY_TABLE.to_vec();
+            key.extend_from_slice(rest);
+            out.push(codec::key_ino(&key)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Every regular file with data: `(ino, size)` (a scan of the inode table).
+    pub fn file_sizes(&self) -> Result<Vec<(Ino, u64)>> {
+        let mut out = Vec::new();
+        self.scan(&codec::INODE_TABLE, |rest, v| {
+            let ino = rest
+                .try_into()
+                .map(u64::from_be_bytes)
+                .map_err(|_| MetaError::Corrupt(format!("inode key {rest:?}")))?;
+            let rec = codec::decode_inode(ino, v)?;
+            if rec.attr.kind == FileKind::File && rec.attr.size > 0 {
+                out.push((rec.attr.ino, rec.attr.size));
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Where a stored block lives, if this node knows it.
+    pub fn block(&self, id: &[u8; 32]) -> Result<Option<crate::block::BlockLoc>> {
+        match self.db.get_pinned(codec::block_key(id))? {
+            None => Ok(None),
+            Some(v) => crate::block::BlockLoc::decode(&v)
+                .map(Some)
+                .ok_or_else(|| MetaError::Corrupt(format!("block index entry of {} bytes", v.len()))),
+        }
+    }
+
     /// Applies one batch atomically.
     pub fn commit(&self, batch: MetaBatch) -> Result<()> {
         self.db.write_opt(batch.0, &self.write_opts)?;
@@ -228,6 +280,27 @@ impl MetaBatch {
     }
     pub fn delete_orphan(&mut self, ino: Ino) {
         self.0.delete(codec::orphan_key(ino));
+    }
+    pub fn put_chunk(&mut self, ino: Ino, index: u64, rec: &ChunkRecord) {
+        self.0.put(codec::chunk_key(ino, index), codec::encode_chunk(rec));
+    }
+    pub fn delete_chunk(&mut self, ino: Ino, index: u64) {
+        self.0.delete(codec::chunk_key(ino, index));
+    }
+    /// Deletes every chunk record of `ino`.
+    pub fn delete_chunks(&mut self, ino: Ino) {
+        self.0.delete_range(codec::chunk_prefix(ino), codec::chunk_prefix(ino + 1));
+    }
+    pub fn put_dirty(&mut self, ino: Ino) {
+        self.0.put(codec::dirty_key(ino), []);
+    }
+    pub fn delete_dirty(&mut self, ino: Ino) {
+        self.0.delete(codec::dirty_key(ino));
+    }
+    pub fn put_block(&mut self, id: &[u8; 32], loc: &crate::block::BlockLoc) {
+        let mut v = Vec::with_capacity(crate::block::BlockLoc::ENCODED_LEN);
+        loc.encode(&mut v);
+        self.0.put(codec::block_key(id), v);
     }
     pub fn put_next_ino(&mut self, next: u64) {
         self.0.put(codec::NEXT_INO_KEY, next.to_le_bytes());

@@ -24,6 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::vfs::Ino;
 
+pub mod cold;
+pub use cold::{BlockStore, ColdConfig, ColdError, ColdStats, ColdTier};
+
 /// Why a hot-tier operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HotTierError {
@@ -141,6 +144,18 @@ impl HotTier {
             file.set_len(size).map_err(io_err("truncate", &path))?;
         }
         Ok(file)
+    }
+
+    /// Opens the data file of `ino` as it is (no trimming), or `None` if it does not exist:
+    /// for the cold tier's workers, which read, punch and refill chunks of files that may or
+    /// may not be open.
+    pub fn open_existing(&self, ino: Ino) -> Result<Option<File>> {
+        let path = self.path(ino);
+        match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(HotTierError::Io { op: "open", path, source: e }),
+        }
     }
 
     /// fsyncs the directory holding the data file of `ino`, so a new data file's name is on

@@ -1,11 +1,11 @@
 //! The VFS error type and the one place where errors become errno values.
 //!
 //! Every failure of a POSIX operation is a [`VfsError`]; lower layers' errors (metadata,
-//! hot tier) convert into it. [`VfsError::errno`] is the only mapping to errno in tierfs, so
+//! hot and cold tier) convert into it. [`VfsError::errno`] is the only mapping to errno in tierfs, so
 //! the FUSE adapter and the tests agree on what each failure looks like to a program.
 
 use crate::meta::MetaError;
-use crate::tier::HotTierError;
+use crate::tier::{ColdError, HotTierError};
 
 /// Why a POSIX operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +46,8 @@ pub enum VfsError {
     Meta(#[from] MetaError),
     #[error("hot tier: {0}")]
     HotTier(#[from] HotTierError),
+    #[error("cold tier: {0}")]
+    Cold(#[from] ColdError),
 }
 
 impl VfsError {
@@ -70,6 +72,7 @@ impl VfsError {
             VfsError::NoDataAfter => libc::ENXIO,
             VfsError::Meta(e) => e.errno(),
             VfsError::HotTier(e) => e.errno(),
+            VfsError::Cold(e) => e.errno(),
         }
     }
 }

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::meta::{InodeRecord, MetaBatch, MetaStore};
-use crate::tier::{DataDirLock, DataFile, HotTier, HotTierError};
+use crate::tier::{BlockStore, ColdConfig, ColdStats, ColdTier, DataDirLock, DataFile, HotTier, HotTierError};
 pub use error::{VfsError, VfsResult};
 pub use types::*;
 
@@ -56,13 +56,28 @@ pub struct VfsConfig {
     /// True when the kernel keeps mtime/ctime for written files (FUSE writeback cache): then
     /// `write` must not set them, or a late writeback would overwrite a later `utimensat`.
     pub kernel_owns_times: bool,
-    /// Hot-tier size limit in bytes (reported now; enforced by the cold tier).
+    /// Hot-tier size limit in bytes (enforced by eviction when a store is attached).
     pub cache_size: Option<u64>,
+    /// The store behind the cold tier; without one, everything stays on the hot tier.
+    pub store: Option<AttachedStore>,
+}
+
+/// A store for the cold tier, with its tuning.
+#[derive(Clone)]
+pub struct AttachedStore {
+    pub store: Arc<dyn BlockStore>,
+    pub config: ColdConfig,
+}
+
+impl std::fmt::Debug for AttachedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachedStore").field("config", &self.config).finish_non_exhaustive()
+    }
 }
 
 impl VfsConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> VfsConfig {
-        VfsConfig { data_dir: data_dir.into(), kernel_owns_times: false, cache_size: None }
+        VfsConfig { data_dir: data_dir.into(), kernel_owns_times: false, cache_size: None, store: None }
     }
 }
 
@@ -74,6 +89,8 @@ pub struct VfsStats {
     pub data_bytes: u64,
     pub cache_size: Option<u64>,
     pub data_dir: PathBuf,
+    /// The cold tier's numbers, when a store is attached.
+    pub cold: Option<ColdStats>,
 }
 
 /// An open regular file: its data file (opened on first use, so creating and closing an
@@ -90,8 +107,9 @@ struct OpenInode {
 /// The filesystem of one workspace on this node.
 pub struct Vfs {
     config: VfsConfig,
-    meta: MetaStore,
-    hot: HotTier,
+    meta: Arc<MetaStore>,
+    hot: Arc<HotTier>,
+    cold: Option<Arc<ColdTier>>,
     namespace: Mutex<()>,
     stripes: Vec<Mutex<()>>,
     next_ino: AtomicU64,
@@ -120,8 +138,8 @@ impl Vfs {
         let dir = &config.data_dir;
         std::fs::create_dir_all(dir).map_err(|source| HotTierError::Io { op: "create", path: dir.clone(), source })?;
         let lock = DataDirLock::acquire(dir, "")?;
-        let meta = MetaStore::open(&dir.join("meta"))?;
-        let hot = HotTier::open(dir)?;
+        let meta = Arc::new(MetaStore::open(&dir.join("meta"))?);
+        let hot = Arc::new(HotTier::open(dir)?);
         let vfs = Vfs {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             next_ino: AtomicU64::new(meta.next_ino()?.unwrap_or(ROOT_INO + 1)),
@@ -130,11 +148,13 @@ impl Vfs {
             open: RwLock::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            cold: None,
             config,
             meta,
             hot,
             _lock: lock,
         };
+        let mut vfs = vfs;
         if vfs.meta.inode(ROOT_INO)?.is_none() {
             let now = Timestamp::now();
             // SAFETY: geteuid/getegid cannot fail.
@@ -167,6 +187,9 @@ impl Vfs {
             vfs.reclaim(ino)?;
         }
         vfs.inode_count.store(vfs.meta.count_inodes()?, Ordering::Relaxed);
+        if let Some(att) = vfs.config.store.clone() {
+            vfs.cold = Some(ColdTier::start(att.store, vfs.meta.clone(), vfs.hot.clone(), att.config)?);
+        }
         Ok(vfs)
     }
 
@@ -246,6 +269,10 @@ impl Vfs {
         };
         // No data file yet: nothing allocated.
         attr.blocks = meta.map(|m| m.blocks()).unwrap_or(0);
+        if let Some(cold) = &self.cold {
+            // Evicted chunks are still the file's data, only elsewhere.
+            attr.blocks += cold.evicted_bytes(attr.ino).div_ceil(512);
+        }
         attr
     }
 
@@ -264,6 +291,9 @@ impl Vfs {
             a.gid = gid;
         }
         let mut shrink_to = None;
+        let mut b = MetaBatch::new();
+        let mut _cold_write = None;
+        let mut data_file = None;
         if let Some(size) = ch.size {
             match a.kind {
                 FileKind::File => {}
@@ -273,12 +303,23 @@ impl Vfs {
             if size > MAX_FILE_SIZE {
                 return Err(VfsError::TooBig);
             }
+            let file = self.file_for(ino, a.size)?;
+            if let Some(cold) = &self.cold {
+                // Growing changes the old last chunk and adds holes; shrinking drops chunks
+                // and changes the new last one: all of them are dirty until sealed again.
+                if size < a.size {
+                    cold.truncate(ino, size, &mut b);
+                }
+                let range = if size >= a.size { a.size..size } else { size.saturating_sub(1)..size };
+                _cold_write = Some(cold.begin_write(ino, &file, range, a.size)?);
+            }
             if size >= a.size {
                 // Growing: zero-extend the data first, then commit (see tier invariants).
-                self.with_data(ino, a.size, |d| d.set_len(size))?;
+                DataFile { file: &file, ino }.set_len(size)?;
             } else {
                 shrink_to = Some(size);
             }
+            data_file = Some(file);
             a.size = size;
             a.blocks = size.div_ceil(512);
             a.mtime = now;
@@ -294,13 +335,12 @@ impl Vfs {
             a.mtime = resolve(t);
         }
         a.ctime = ch.ctime.unwrap_or(now);
-        let mut b = MetaBatch::new();
         b.put_inode(&rec);
         self.meta.commit(b)?;
-        if let Some(size) = shrink_to {
+        if let (Some(size), Some(file)) = (shrink_to, &data_file) {
             // Shrinking: commit first, then cut the data, so a crash in between leaves the
             // truncate done (the data file is trimmed to the recorded size when next opened).
-            self.with_data(ino, size, |d| d.set_len(size))?;
+            DataFile { file, ino }.set_len(size)?;
         }
         Ok(self.with_allocation(rec.attr))
     }
@@ -464,6 +504,9 @@ impl Vfs {
         b.delete_inode(ino);
         b.delete_symlink(ino);
         b.delete_orphan(ino);
+        if let Some(cold) = &self.cold {
+            cold.forget(ino, b);
+        }
         for name in self.meta.xattr_names(ino)? {
             b.delete_xattr(ino, &name);
         }
@@ -679,20 +722,13 @@ impl Vfs {
 
     // ---- file contents --------------------------------------------------------------------
 
-    /// Runs `f` on the data file of `ino`: the shared open one, or (for a file nobody has
-    /// open, e.g. `truncate(2)` by path) a temporary one sized to `size`.
-    fn with_data<T>(
-        &self,
-        ino: Ino,
-        size: u64,
-        f: impl FnOnce(&DataFile<'_>) -> Result<T, HotTierError>,
-    ) -> VfsResult<T> {
+    /// The data file of `ino`: the shared open one, or (for a file nobody has open, e.g.
+    /// `truncate(2)` by path) a temporary one sized to `size`.
+    fn file_for(&self, ino: Ino, size: u64) -> VfsResult<Arc<File>> {
         if let Some(oi) = self.open.read().get(&ino).cloned() {
-            let file = self.file_of(&oi, ino)?;
-            return Ok(f(&DataFile { file: &file, ino })?);
+            return self.file_of(&oi, ino);
         }
-        let file = self.hot.open_file(ino, size)?;
-        Ok(f(&DataFile { file: &file, ino })?)
+        Ok(Arc::new(self.hot.open_file(ino, size)?))
     }
 
     fn open_inode(&self, ino: Ino) -> VfsResult<Arc<OpenInode>> {
@@ -724,6 +760,9 @@ impl Vfs {
         if let Some(oi) = open.get(&ino) {
             oi.handles.fetch_add(1, Ordering::Relaxed);
         } else {
+            if let Some(cold) = &self.cold {
+                cold.set_open(ino, true);
+            }
             open.insert(
                 ino,
                 Arc::new(OpenInode {
@@ -781,6 +820,9 @@ impl Vfs {
 
     pub fn read(&self, ino: Ino, _fh: u64, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
         let file = self.open_file(ino)?;
+        if let Some(cold) = &self.cold {
+            cold.ensure_resident(ino, &file, offset..offset.saturating_add(u64::from(size)))?;
+        }
         Ok(DataFile { file: &file, ino }.read_at(offset, size as usize)?)
     }
 
@@ -791,6 +833,11 @@ impl Vfs {
         }
         let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
         let file = self.open_file(ino)?;
+        // Held until the new size is committed, so the chunk is not sealed in between.
+        let _cold_write = match &self.cold {
+            Some(cold) => Some(cold.begin_write(ino, &file, offset..end, u64::MAX)?),
+            None => None,
+        };
         DataFile { file: &file, ino }.write_at(offset, data)?;
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
@@ -828,6 +875,9 @@ impl Vfs {
             if oi.handles.fetch_sub(1, Ordering::Relaxed) == 1 {
                 let orphaned = oi.orphaned.load(Ordering::Relaxed);
                 open.remove(&ino);
+                if let Some(cold) = &self.cold {
+                    cold.set_open(ino, false);
+                }
                 orphaned
             } else {
                 false
@@ -1055,6 +1105,7 @@ impl Vfs {
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
         let old = rec.attr.size;
+        let shifts = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
         let new_size = if mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0 {
             old.saturating_sub(length)
         } else if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
@@ -1064,10 +1115,24 @@ impl Vfs {
         } else {
             old.max(end)
         };
+        let _cold_write = match &self.cold {
+            Some(cold) => {
+                let range = if shifts { offset..old.max(new_size) } else { offset..end };
+                if shifts {
+                    // Collapse and insert move every byte after `offset`: all of it must be local.
+                    cold.ensure_resident(ino, &file, offset..old)?;
+                }
+                Some(cold.begin_write(ino, &file, range, old)?)
+            }
+            None => None,
+        };
         if new_size < old {
             // Collapse: commit the smaller size first (a crash then trims, never resurrects).
             rec.attr.size = new_size;
             let mut b = MetaBatch::new();
+            if let Some(cold) = &self.cold {
+                cold.truncate(ino, new_size, &mut b);
+            }
             b.put_inode(&rec);
             self.meta.commit(b)?;
         }
@@ -1096,6 +1161,10 @@ impl Vfs {
                 if offset >= size {
                     return Err(VfsError::NoDataAfter);
                 }
+                if let Some(cold) = &self.cold {
+                    // Evicted chunks are holes in the data file but data to the program.
+                    cold.ensure_all_resident(ino, &file)?;
+                }
                 Ok(DataFile { file: &file, ino }.seek(offset, whence)?.min(size))
             }
             libc::SEEK_SET => Ok(offset),
@@ -1123,6 +1192,13 @@ impl Vfs {
             return Ok(0);
         }
         let end = off_out.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
+        let _cold_write = match &self.cold {
+            Some(cold) => {
+                cold.ensure_resident(ino_in, &src, off_in..off_in + len)?;
+                Some(cold.begin_write(ino_out, &dst, off_out..end, u64::MAX)?)
+            }
+            None => None,
+        };
         let copied = DataFile { file: &src, ino: ino_in }.copy_to(
             off_in,
             &DataFile { file: &dst, ino: ino_out },
@@ -1166,6 +1242,38 @@ impl Vfs {
             data_bytes: self.hot.allocated_bytes(),
             cache_size: self.config.cache_size,
             data_dir: self.config.data_dir.clone(),
+            cold: self.cold.as_ref().map(|c| c.stats()),
+        }
+    }
+
+    /// Whether a store is attached (the cold tier runs).
+    pub fn has_store(&self) -> bool {
+        self.cold.is_some()
+    }
+
+    /// Seals and uploads everything written so far; `Err` with the bytes still dirty when
+    /// `timeout` passed first. A no-op without a store.
+    pub fn flush_to_store(&self, timeout: std::time::Duration) -> Result<(), u64> {
+        match &self.cold {
+            Some(cold) => cold.flush(timeout),
+            None => Ok(()),
+        }
+    }
+
+    /// Fetches every evicted chunk of `ino` into the hot tier.
+    pub fn warmup(&self, ino: Ino) -> VfsResult<()> {
+        let Some(cold) = &self.cold else { return Ok(()) };
+        let size = self.record(ino)?.attr.size;
+        let file = self.file_for(ino, size)?;
+        cold.ensure_all_resident(ino, &file)?;
+        Ok(())
+    }
+}
+
+impl Drop for Vfs {
+    fn drop(&mut self) {
+        if let Some(cold) = &self.cold {
+            cold.shutdown();
         }
     }
 }

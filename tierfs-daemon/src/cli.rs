@@ -81,6 +81,119 @@ pub enum Command {
     /// cache size, as queried from each serving process's control socket.
     #[command(after_help = EXIT_STATUS_HELP)]
     Status(StatusCommand),
+
+    /// Create a store: encrypted, redundant object storage for workspaces.
+    ///
+    /// Writes the store's config and its first wrapped key to every backend and the store
+    /// file (TOML) to --store. The data key is random; it is wrapped by a passphrase
+    /// (TIERFS_PASSPHRASE, or a prompt) or by a key file (--key-file, created if missing).
+    /// S3 credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Init(InitCommand),
+
+    /// Manage the passphrases and key files that unlock a store.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Key(KeyCommand),
+
+    /// Verify every copy of every object of a store (and repair with --repair).
+    ///
+    /// Reads every object and pack from every backend, checks its authentication tag and
+    /// content hash, and with --repair rewrites bad or missing copies from good ones. Exits 1
+    /// if anything is left damaged.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Scrub(ScrubCommand),
+
+    /// Pull files into the local cache (fetching evicted data from the store), with progress.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Warmup(WarmupCommand),
+}
+
+/// `tierfs init`.
+#[derive(Debug, Args)]
+pub struct InitCommand {
+    /// Where to write the store file (must not exist).
+    #[arg(long, value_name = "FILE")]
+    pub store: PathBuf,
+
+    /// A backend URL; repeat for several: `s3://BUCKET/PREFIX?endpoint=URL&region=R`
+    /// (endpoint and region optional) or `file:///PATH`.
+    #[arg(long = "backend", value_name = "URL", required = true)]
+    pub backends: Vec<String>,
+
+    /// Copies of every object [default: 3 with three or more backends, else one per backend].
+    #[arg(long, value_name = "N", conflicts_with = "erasure")]
+    pub replicas: Option<u8>,
+
+    /// Reed-Solomon code packs into K data + M parity shards on K+M backends (any K rebuild).
+    #[arg(long, value_name = "K+M")]
+    pub erasure: Option<String>,
+
+    /// Unlock the store with this key file instead of a passphrase (created if missing).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// Target size of pack objects (e.g. 16M).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub pack_size: Option<u64>,
+}
+
+/// `tierfs key`.
+#[derive(Debug, Args)]
+pub struct KeyCommand {
+    #[command(subcommand)]
+    pub action: KeyAction,
+}
+
+/// What `tierfs key` does. The current secret comes from the store file's key file, else
+/// TIERFS_PASSPHRASE or a prompt; a new passphrase from TIERFS_NEW_PASSPHRASE or a prompt.
+#[derive(Debug, Subcommand)]
+pub enum KeyAction {
+    /// List the wrapped keys of the store.
+    List {
+        #[arg(long, value_name = "FILE")]
+        store: PathBuf,
+    },
+    /// Add a passphrase (or, with --key-file, a key file) that unlocks the store.
+    Add {
+        #[arg(long, value_name = "FILE")]
+        store: PathBuf,
+        /// Add this key file (created if missing) instead of a passphrase.
+        #[arg(long, value_name = "FILE")]
+        key_file: Option<PathBuf>,
+        /// A label shown by `tierfs key list`.
+        #[arg(long, default_value = "added")]
+        label: String,
+    },
+    /// Remove a wrapped key by id (the last key cannot be removed).
+    Remove {
+        #[arg(long, value_name = "FILE")]
+        store: PathBuf,
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+    /// Change the passphrase that unlocks the store (rewraps the data key only).
+    Passwd {
+        #[arg(long, value_name = "FILE")]
+        store: PathBuf,
+    },
+}
+
+/// `tierfs scrub`.
+#[derive(Debug, Args)]
+pub struct ScrubCommand {
+    #[arg(long, value_name = "FILE")]
+    pub store: PathBuf,
+    /// Rewrite bad or missing copies from good ones.
+    #[arg(long)]
+    pub repair: bool,
+}
+
+/// `tierfs warmup`.
+#[derive(Debug, Args)]
+pub struct WarmupCommand {
+    /// Files or directories inside a tierfs mount.
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<PathBuf>,
 }
 
 /// `tierfs mount`.
@@ -166,6 +279,15 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub cache_size: Option<u64>,
 
+    /// Store file (from `tierfs init`): sealed data is uploaded there, and the cache is kept
+    /// under --cache-size by evicting what is stored. Without it, data stays on local disk.
+    #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
+    pub store: Option<PathBuf>,
+
+    /// Workspace of the store to mount.
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub workspace: String,
+
     /// Let other users (and root) access the mount. Default: on when running as root (a
     /// node serving other users' notebooks), off otherwise. `--allow-other=false` turns it
     /// off. Non-root users need `user_allow_other` in /etc/fuse.conf.
@@ -232,6 +354,8 @@ impl MountArgs {
             data_dir,
             runtime_dir: paths::runtime_dir(runtime_dir)?,
             cache_size: self.cache_size,
+            store: self.store.as_deref().map(paths::absolute).transpose()?,
+            workspace: self.workspace.clone(),
             allow_other,
             threads: self.threads.map(usize::from),
             writeback_cache: !self.no_writeback_cache,
@@ -259,6 +383,10 @@ impl MountConfig {
         if let Some(size) = self.cache_size {
             args.extend(["--cache-size".into(), size.to_string().into()]);
         }
+        if let Some(store) = &self.store {
+            args.extend(["--store".into(), store.clone().into()]);
+        }
+        args.extend(["--workspace".into(), self.workspace.clone().into()]);
         if let Some(threads) = self.threads {
             args.extend(["--threads".into(), threads.to_string().into()]);
         }

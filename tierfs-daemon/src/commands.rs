@@ -17,12 +17,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
-use crate::cli::{Cli, Command, MountCommand, StatusCommand, UmountCommand};
+use crate::cli::{
+    Cli, Command, InitCommand, KeyAction, KeyCommand, MountCommand, ScrubCommand, StatusCommand, UmountCommand,
+    WarmupCommand,
+};
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::launch::{self, Readiness, ReadyInfo};
 use crate::mounts;
 use crate::paths;
 use crate::serve;
+use crate::store_link;
 
 /// How long a liveness ping may take before the serving process counts as hung.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
@@ -39,6 +43,10 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Mount(cmd) => mount(cli, cmd),
         Command::Umount(cmd) => umount(cli, cmd),
         Command::Status(cmd) => status(cli, cmd),
+        Command::Init(cmd) => init(cli, cmd),
+        Command::Key(cmd) => key(cli, cmd),
+        Command::Scrub(cmd) => scrub(cli, cmd),
+        Command::Warmup(cmd) => warmup(cli, cmd),
     }
 }
 
@@ -318,7 +326,7 @@ pub fn format_status(report: &StatusReport) -> String {
     if report.allow_other {
         options.push("allow_other");
     }
-    let rows = [
+    let mut rows = vec![
         ("mountpoint", report.mountpoint.display().to_string()),
         ("data dir", report.data_dir.display().to_string()),
         ("pid", report.pid.to_string()),
@@ -331,6 +339,32 @@ pub fn format_status(report: &StatusReport) -> String {
         ("socket", report.socket.display().to_string()),
         ("version", report.version.clone()),
     ];
+    if let (Some(store), Some(c)) = (&report.store, &report.cold) {
+        rows.push(("store", store.display().to_string()));
+        rows.push((
+            "pending",
+            format!("{} in {} files, oldest {} ms", format_bytes(c.dirty_bytes), c.dirty_files, c.oldest_dirty_ms),
+        ));
+        rows.push((
+            "cached",
+            format!("{} ({} evicted)", format_bytes(c.resident_bytes), format_bytes(c.evicted_bytes)),
+        ));
+        rows.push((
+            "uploaded",
+            format!(
+                "{} in {} packs; fetched {}",
+                format_bytes(c.uploaded_bytes),
+                c.uploaded_packs,
+                format_bytes(c.fetched_bytes)
+            ),
+        ));
+        if c.upload_errors > 0 {
+            rows.push((
+                "errors",
+                format!("{} upload retries; last: {}", c.upload_errors, c.last_error.as_deref().unwrap_or("-")),
+            ));
+        }
+    }
     rows.iter().map(|(key, value)| format!("{key:<12}{value}\n")).collect()
 }
 
@@ -401,6 +435,174 @@ pub fn format_duration(secs: u64) -> String {
     }
 }
 
+/// A small runtime for the store commands (network I/O only).
+fn store_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn init(cli: &Cli, cmd: &InitCommand) -> Result<()> {
+    let rt = store_runtime()?;
+    let store_file = paths::absolute(&cmd.store)?;
+    let out = store_link::init(
+        rt.handle(),
+        &store_file,
+        cmd.backends.clone(),
+        cmd.replicas,
+        cmd.erasure.clone(),
+        cmd.key_file.clone(),
+        cmd.pack_size,
+    )?;
+    if cli.json {
+        return print_json(&out);
+    }
+    println!("created store {} ({}; unlocked by {})", out.store_id, out.redundancy, out.key);
+    for b in &out.backends {
+        println!("  backend {b}");
+    }
+    println!("store file: {}", out.store_file.display());
+    println!("mount a workspace with: tierfs mount --store {} MOUNTPOINT", out.store_file.display());
+    Ok(())
+}
+
+/// One wrapped key in `tierfs key list`.
+#[derive(Debug, Serialize)]
+struct KeyRow {
+    id: String,
+    label: String,
+    method: String,
+    created_unix: u64,
+}
+
+fn new_secret(key_file: Option<&Path>) -> Result<store_link::SecretBytes> {
+    match key_file {
+        Some(path) => {
+            let path = paths::absolute(path)?;
+            if !path.exists() {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                f.write_all(tierfs::crypto::generate_key_file().as_bytes())
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            store_link::read_key_file(&path)
+        }
+        None => match std::env::var_os("TIERFS_NEW_PASSPHRASE") {
+            Some(p) if !p.is_empty() => Ok(store_link::SecretBytes::Passphrase(p.into_encoded_bytes())),
+            _ => {
+                // The prompt helper reads TIERFS_PASSPHRASE first; a new one must be typed.
+                if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                    bail!("set TIERFS_NEW_PASSPHRASE (or run in a terminal) to give the new passphrase");
+                }
+                // SAFETY: single-threaded at this point; removes the variable for this process only.
+                unsafe { std::env::remove_var(store_link::PASSPHRASE_ENV) };
+                store_link::passphrase("New passphrase: ", true)
+            }
+        },
+    }
+}
+
+fn key(cli: &Cli, cmd: &KeyCommand) -> Result<()> {
+    let rt = store_runtime()?;
+    let h = rt.handle();
+    match &cmd.action {
+        KeyAction::List { store } => {
+            let (store, _) = store_link::open_store(h, store)?;
+            let keys = h.block_on(store.list_keys())?;
+            let rows: Vec<KeyRow> = keys
+                .into_iter()
+                .map(|k| KeyRow { id: k.id, label: k.label, method: k.method, created_unix: k.created_unix })
+                .collect();
+            if cli.json {
+                return print_json(&rows);
+            }
+            for r in rows {
+                println!("{}  {:<9} {}  (created {})", r.id, r.method, r.label, r.created_unix);
+            }
+            Ok(())
+        }
+        KeyAction::Add { store, key_file, label } => {
+            let config = tierfs::store::StoreConfig::load(store)?;
+            let current = store_link::unlock_secret(&config)?;
+            let data_key = h.block_on(tierfs::store::unlock_data_key(&config, &current.as_secret()))?;
+            let opened = h.block_on(tierfs::store::Store::open(&config, &current.as_secret()))?;
+            let new = new_secret(key_file.as_deref())?;
+            let wrapped = h.block_on(opened.add_key(&data_key, &new.as_secret(), store_link::kdf_params(), label))?;
+            if cli.json {
+                return print_json(&serde_json::json!({ "added": wrapped.id }));
+            }
+            println!("added key {} ({})", wrapped.id, wrapped.method);
+            Ok(())
+        }
+        KeyAction::Remove { store, id } => {
+            let (store, _) = store_link::open_store(h, store)?;
+            h.block_on(store.remove_key(id))?;
+            if cli.json {
+                return print_json(&serde_json::json!({ "removed": id }));
+            }
+            println!("removed key {id}");
+            Ok(())
+        }
+        KeyAction::Passwd { store } => {
+            let config = tierfs::store::StoreConfig::load(store)?;
+            let current = store_link::unlock_secret(&config)?;
+            let opened = h.block_on(tierfs::store::Store::open(&config, &current.as_secret()))?;
+            let keys = h.block_on(opened.list_keys())?;
+            let (data_key, used) = tierfs::crypto::unwrap_any(&keys, &current.as_secret())?;
+            let new = new_secret(None)?;
+            let wrapped =
+                h.block_on(opened.add_key(&data_key, &new.as_secret(), store_link::kdf_params(), "passphrase"))?;
+            h.block_on(opened.remove_key(&keys[used].id))?;
+            if cli.json {
+                return print_json(&serde_json::json!({ "added": wrapped.id, "removed": keys[used].id }));
+            }
+            println!("passphrase changed (key {} replaces {})", wrapped.id, keys[used].id);
+            Ok(())
+        }
+    }
+}
+
+fn scrub(cli: &Cli, cmd: &ScrubCommand) -> Result<()> {
+    let rt = store_runtime()?;
+    let report = store_link::scrub(rt.handle(), &cmd.store, cmd.repair, cli.json)?;
+    if cli.json {
+        print_json(&report)?;
+    } else {
+        println!(
+            "checked {} objects and {} packs: {} copies good, {} bad, {} missing, {} repaired",
+            report.objects, report.packs, report.copies_ok, report.copies_bad, report.copies_missing, report.repaired
+        );
+        for key in &report.unrepaired {
+            println!("  NOT REPAIRED: {key}");
+        }
+    }
+    if !report.unrepaired.is_empty() {
+        bail!(
+            "{} objects are damaged{}",
+            report.unrepaired.len(),
+            if cmd.repair { " and could not be repaired" } else { "; run with --repair" }
+        );
+    }
+    Ok(())
+}
+
+fn warmup(cli: &Cli, cmd: &WarmupCommand) -> Result<()> {
+    let (files, bytes) = store_link::warmup(&cmd.paths, cli.json)?;
+    if cli.json {
+        return print_json(&serde_json::json!({ "files": files, "bytes": bytes }));
+    }
+    println!("warmed up {files} files ({})", format_bytes(bytes));
+    Ok(())
+}
+
 fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value).context("encoding JSON output")?);
     Ok(())
@@ -424,6 +626,8 @@ mod tests {
             open_files: 2,
             data_bytes: 1536,
             cache_size: Some(10 << 30),
+            store: None,
+            cold: None,
             allow_other: true,
             read_only: false,
             writeback_cache: true,

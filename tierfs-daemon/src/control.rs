@@ -90,9 +90,33 @@ pub struct StatusReport {
     pub open_files: u64,
     pub data_bytes: u64,
     pub cache_size: Option<u64>,
+    /// The store file, when the mount has a cold tier.
+    #[serde(default)]
+    pub store: Option<PathBuf>,
+    /// The cold tier's numbers.
+    #[serde(default)]
+    pub cold: Option<ColdStatus>,
     pub allow_other: bool,
     pub read_only: bool,
     pub writeback_cache: bool,
+}
+
+/// How far the store trails the mount, and the cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdStatus {
+    /// Bytes written but not yet in the store.
+    pub dirty_bytes: u64,
+    pub dirty_files: u64,
+    /// Age of the oldest write not yet in the store.
+    pub oldest_dirty_ms: u64,
+    pub resident_bytes: u64,
+    pub evicted_bytes: u64,
+    pub uploaded_bytes: u64,
+    pub uploaded_packs: u64,
+    pub fetched_bytes: u64,
+    pub evictions: u64,
+    pub upload_errors: u64,
+    pub last_error: Option<String>,
 }
 
 /// The outcome of `unmount`.
@@ -332,6 +356,8 @@ mod tests {
                 open_files: 4,
                 data_bytes: 5,
                 cache_size: None,
+                store: None,
+                cold: None,
                 allow_other: false,
                 read_only: false,
                 writeback_cache: true,

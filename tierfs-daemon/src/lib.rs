@@ -26,3 +26,4 @@ pub mod logging;
 pub mod mounts;
 pub mod paths;
 pub mod serve;
+pub mod store_link;

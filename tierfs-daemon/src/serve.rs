@@ -29,7 +29,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
-use tierfs::vfs::{Vfs, VfsConfig};
+use tierfs::tier::ColdConfig;
+use tierfs::vfs::{AttachedStore, Vfs, VfsConfig};
 use tierfs_mount::SessionUnmounter;
 use tokio::runtime::Runtime;
 use tokio::signal::unix::{SignalKind, signal};
@@ -56,6 +57,9 @@ pub struct MountConfig {
     pub data_dir: PathBuf,
     pub runtime_dir: PathBuf,
     pub cache_size: Option<u64>,
+    /// Store file of the cold tier, if any.
+    pub store: Option<PathBuf>,
+    pub workspace: String,
     pub allow_other: bool,
     /// FUSE worker threads; `None` takes the adapter's default.
     pub threads: Option<usize>,
@@ -103,10 +107,19 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     let mountpoint = prepare_mountpoint(config)?;
     mounts::check_fuse_device()?;
 
+    let store = match &config.store {
+        Some(file) => {
+            let (store, _) = crate::store_link::open_store(rt.handle(), file)?;
+            let blocks = crate::store_link::StoreBlocks { store: Arc::new(store), handle: rt.handle().clone() };
+            Some(AttachedStore { store: Arc::new(blocks), config: ColdConfig::new(config.cache_size) })
+        }
+        None => None,
+    };
     let vfs = Vfs::new(VfsConfig {
         data_dir: config.data_dir.clone(),
         kernel_owns_times: config.writeback_cache,
         cache_size: config.cache_size,
+        store,
     })
     .with_context(|| format!("opening data directory {}", config.data_dir.display()))?;
     let vfs = Arc::new(vfs);
@@ -467,7 +480,15 @@ async fn sync_all_until(vfs: &Arc<Vfs>, deadline: tokio::time::Instant, timeout_
     let (tx, rx) = oneshot::channel();
     let sync_vfs = vfs.clone();
     let spawned = std::thread::Builder::new().name("tierfs-flush".into()).spawn(move || {
-        let result = sync_vfs.sync_all();
+        // Everything written goes to the store first (when one is attached), then to disk.
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let result = match sync_vfs.flush_to_store(remaining) {
+            Ok(()) => sync_vfs.sync_all().map_err(|e| format!("flushing to local disk failed: {e}")),
+            Err(dirty) => Err(format!(
+                "{dirty} bytes were not yet uploaded to the store when the {timeout_secs} s flush timeout \
+                 expired (they are safe on local disk and are uploaded at the next mount)"
+            )),
+        };
         // Drop this thread's reference before reporting, so the serving thread holds the last
         // one and closes RocksDB in order: a reference left here could be the last at
         // process exit, and RocksDB torn down during exit() aborts.
@@ -479,7 +500,7 @@ async fn sync_all_until(vfs: &Arc<Vfs>, deadline: tokio::time::Instant, timeout_
     }
     match tokio::time::timeout_at(deadline, rx).await {
         Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(err))) => Err(format!("flushing to local disk failed: {err}")),
+        Ok(Ok(Err(err))) => Err(err),
         Ok(Err(_)) => Err("the flush thread panicked".into()),
         Err(_) => Err(format!("flushing did not finish within the {timeout_secs} s flush timeout")),
     }
@@ -519,6 +540,20 @@ impl ControlHandler for Served {
             open_files: stats.open_files,
             data_bytes: stats.data_bytes,
             cache_size: stats.cache_size,
+            store: self.config.store.clone(),
+            cold: stats.cold.map(|c| control::ColdStatus {
+                dirty_bytes: c.dirty_bytes,
+                dirty_files: c.dirty_files,
+                oldest_dirty_ms: c.oldest_dirty_ms,
+                resident_bytes: c.resident_bytes,
+                evicted_bytes: c.evicted_bytes,
+                uploaded_bytes: c.uploaded_bytes,
+                uploaded_packs: c.uploaded_packs,
+                fetched_bytes: c.fetched_bytes,
+                evictions: c.evictions,
+                upload_errors: c.upload_errors,
+                last_error: c.last_error,
+            }),
             allow_other: self.config.allow_other,
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,

@@ -1,0 +1,944 @@
+//! [`Backend`]: one object store (an `object_store` client plus a key prefix) made dependable
+//! enough to build redundancy on: every request has a timeout, transient failures are retried
+//! with exponential backoff and jitter, and a circuit breaker turns a dead backend into an
+//! immediate `Unavailable` instead of a timeout per request.
+//!
+//! Invariants and why:
+//! - Keys are relative (`packs/ab/abcd…`) and restricted to `[A-Za-z0-9._=-]` segments (see
+//!   `spec.rs`): every store then names objects identically, so listings return exactly the keys
+//!   written. The spec's prefix is prepended here and stripped from listings.
+//! - Retries: for S3 the `object_store` client retries (it knows which HTTP failures are
+//!   retryable and which requests are idempotent) and this layer makes one attempt under an
+//!   overall deadline; for every other store this layer retries. Either way a request is retried
+//!   `max_retries` times, never both.
+//! - The breaker counts *requests* (after their retries), not attempts. Answers that prove the
+//!   backend works (not found, already exists) count as successes; a missing object is never
+//!   retried and never trips the breaker.
+//! - Bytes are opaque (already encrypted by the caller); this layer never checks content. Fault
+//!   injection ([`Fault`]) is always compiled so higher layers can test against it; unused it
+//!   costs one uncontended lock per request.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+    RetryConfig,
+};
+use parking_lot::Mutex;
+
+use super::breaker::{CircuitBreaker, Refusal};
+use super::error::BackendError;
+use super::redundant::BackendHealth;
+use super::spec::{BackendOptions, BackendSpec, Credentials, check_segment};
+
+/// One object stored on a backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The key relative to the backend's prefix.
+    pub key: String,
+    pub size: u64,
+}
+
+/// An injected failure mode, for tests of this and higher layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Every request fails as if the backend were unreachable (retried, counted by the breaker).
+    Down,
+    /// Reads succeed but return bytes with one bit flipped.
+    CorruptReads,
+    /// Every request attempt is delayed by this much (inside the request timeout).
+    Slow(Duration),
+    /// The next `n` request attempts fail transiently, then the fault clears itself.
+    FailNext(u32),
+}
+
+/// One backend: an object_store client + key prefix, with per-request timeouts, retries with
+/// backoff, and a circuit breaker. `Send + Sync`; share it behind an `Arc`.
+pub struct Backend {
+    name: String,
+    /// The server, for messages ("cannot connect to http://…").
+    endpoint: Option<String>,
+    store: Arc<dyn ObjectStore>,
+    /// Key prefix inside the store, "" or "a/b" (no slashes at the ends).
+    root: String,
+    retry_base: Duration,
+    /// Retries done by this layer (0 when the client retries itself).
+    layer_retries: u32,
+    /// Deadline of one attempt of this layer (covers the client's own retries, if any).
+    attempt_timeout: Duration,
+    breaker: CircuitBreaker,
+    fault: Mutex<Option<Fault>>,
+}
+
+/// What a request does, to word its errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Get,
+    GetRange,
+    Put,
+    PutIfAbsent,
+    Delete,
+    List,
+    Check,
+}
+
+impl Op {
+    fn describe(self) -> &'static str {
+        match self {
+            Op::Get => "get",
+            Op::GetRange => "range get",
+            Op::Put => "put",
+            Op::PutIfAbsent => "conditional create (If-None-Match: *)",
+            Op::Delete => "delete",
+            Op::List => "list",
+            Op::Check => "list",
+        }
+    }
+}
+
+/// How a failed attempt counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// The backend answered definitively (not found, exists): a success for the breaker, no retry.
+    Definite,
+    /// A problem of the request itself (bad key, unsupported): neither retried nor counted.
+    Neutral,
+    /// The backend is unusable as configured (access denied, no bucket): counted, not retried.
+    Permanent,
+    /// Might work next time: retried, counted.
+    Transient,
+}
+
+impl Backend {
+    /// Opens the backend a spec names. Nothing is sent over the network (see [`Backend::check`]);
+    /// for `file://` the directory is created if missing.
+    pub fn open(spec: &BackendSpec, creds: &Credentials, opts: &BackendOptions) -> Result<Backend, BackendError> {
+        let name = spec.to_url();
+        match spec {
+            BackendSpec::S3 { bucket, prefix, endpoint, region } => {
+                let resolved = creds.resolve(region.as_deref(), &|var| std::env::var(var).ok())?;
+                let (retry, deadline) = s3_retry(opts);
+                let mut builder = AmazonS3Builder::new()
+                    .with_bucket_name(bucket)
+                    .with_region(&resolved.region)
+                    .with_retry(retry)
+                    .with_client_options(
+                        ClientOptions::new()
+                            .with_timeout(opts.request_timeout)
+                            .with_connect_timeout(opts.connect_timeout),
+                    )
+                    .with_conditional_put(S3ConditionalPut::ETagMatch);
+                if let Some(endpoint) = endpoint {
+                    builder = builder
+                        .with_endpoint(endpoint)
+                        .with_allow_http(endpoint.starts_with("http://"))
+                        .with_virtual_hosted_style_request(false);
+                }
+                match resolved.static_keys {
+                    Some((key, secret, token)) => {
+                        builder = builder.with_access_key_id(key).with_secret_access_key(secret);
+                        if let Some(token) = token {
+                            builder = builder.with_token(token);
+                        }
+                    }
+                    None => {
+                        // No static keys: let the client's chain find them (web identity on
+                        // Kubernetes, container credentials, instance metadata).
+                        for (var, key) in [
+                            ("AWS_WEB_IDENTITY_TOKEN_FILE", AmazonS3ConfigKey::WebIdentityTokenFile),
+                            ("AWS_ROLE_ARN", AmazonS3ConfigKey::RoleArn),
+                            ("AWS_ROLE_SESSION_NAME", AmazonS3ConfigKey::RoleSessionName),
+                            (
+                                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                                AmazonS3ConfigKey::ContainerCredentialsRelativeUri,
+                            ),
+                        ] {
+                            if let Ok(value) = std::env::var(var) {
+                                builder = builder.with_config(key, value);
+                            }
+                        }
+                        if endpoint.is_some() {
+                            tracing::warn!(
+                                backend = %name,
+                                "no S3 access key configured (store config or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); \
+                                 falling back to cloud instance credentials, which S3-compatible servers rarely accept"
+                            );
+                        }
+                    }
+                }
+                let store = builder
+                    .build()
+                    .map_err(|e| BackendError::BadConfig(format!("cannot set up the S3 client for {name}: {e}")))?;
+                Ok(Backend::assemble(name, endpoint.clone(), Arc::new(store), prefix.clone(), opts, 0, deadline))
+            }
+            BackendSpec::File { path } => {
+                std::fs::create_dir_all(path).map_err(|e| {
+                    BackendError::Io(format!("cannot create the directory {} for backend {name}: {e}", path.display()))
+                })?;
+                let store = LocalFileSystem::new_with_prefix(path)
+                    .map_err(|e| BackendError::Io(format!("cannot open backend {name}: {e}")))?
+                    // A file backend promises durability once a put returns, like S3 does.
+                    .with_fsync(true);
+                let retries = opts.max_retries;
+                Ok(Backend::assemble(name, None, Arc::new(store), String::new(), opts, retries, opts.request_timeout))
+            }
+        }
+    }
+
+    /// Wraps any object_store implementation (tests: `object_store::memory::InMemory`). This
+    /// layer does the retries, so pass a store that does not retry itself.
+    pub fn from_object_store(name: String, store: Arc<dyn ObjectStore>, opts: BackendOptions) -> Backend {
+        let retries = opts.max_retries;
+        let timeout = opts.request_timeout;
+        Backend::assemble(name, None, store, String::new(), &opts, retries, timeout)
+    }
+
+    fn assemble(
+        name: String,
+        endpoint: Option<String>,
+        store: Arc<dyn ObjectStore>,
+        root: String,
+        opts: &BackendOptions,
+        layer_retries: u32,
+        attempt_timeout: Duration,
+    ) -> Backend {
+        Backend {
+            name,
+            endpoint,
+            store,
+            root,
+            retry_base: opts.retry_base,
+            layer_retries,
+            attempt_timeout,
+            breaker: CircuitBreaker::new(opts.breaker_threshold, opts.breaker_probe_after),
+            fault: Mutex::new(None),
+        }
+    }
+
+    /// The backend's URL (or the name given to [`Backend::from_object_store`]); holds no secret.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The breaker is closed, or open but a probe is due (the next request would be sent).
+    pub fn is_available(&self) -> bool {
+        self.breaker.is_available()
+    }
+
+    /// Breaker state for status reports.
+    pub fn health(&self) -> BackendHealth {
+        let s = self.breaker.snapshot();
+        BackendHealth {
+            name: self.name.clone(),
+            available: s.available,
+            consecutive_failures: s.consecutive_failures,
+            last_error: s.last_error,
+        }
+    }
+
+    /// Stores `data` at `key`, replacing what was there.
+    pub async fn put(&self, key: &str, data: Bytes) -> Result<(), BackendError> {
+        let path = self.path(key)?;
+        let (store, path, data) = (&self.store, &path, &data);
+        self.run(Op::Put, key, move || {
+            let payload = PutPayload::from_bytes(data.clone());
+            async move { store.put_opts(path, payload, PutOptions::default()).await.map(drop) }
+        })
+        .await
+    }
+
+    /// Conditional create (If-None-Match: *): `Ok(true)` created, `Ok(false)` it already existed.
+    ///
+    /// An object that already holds exactly `data` also gives `Ok(true)`: an attempt of this very
+    /// call may have landed before a retry. Callers that must tell the difference (leases) make
+    /// their contents unique, e.g. with a nonce.
+    pub async fn put_if_absent(&self, key: &str, data: Bytes) -> Result<bool, BackendError> {
+        let path = self.path(key)?;
+        let (store, path_ref, data_ref) = (&self.store, &path, &data);
+        let outcome = self
+            .run(Op::PutIfAbsent, key, move || {
+                let payload = PutPayload::from_bytes(data_ref.clone());
+                let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+                async move { store.put_opts(path_ref, payload, opts).await.map(drop) }
+            })
+            .await;
+        match outcome {
+            Ok(()) => Ok(true),
+            Err(BackendError::AlreadyExists { .. }) => match self.get(key).await {
+                Ok(existing) => Ok(existing == data),
+                // Deleted in between: report what we saw, it existed.
+                Err(e) if e.is_not_found() => Ok(false),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The whole object. Missing → [`BackendError::NotFound`] (not retried, doesn't trip the breaker).
+    pub async fn get(&self, key: &str) -> Result<Bytes, BackendError> {
+        let path = self.path(key)?;
+        let (store, path) = (&self.store, &path);
+        let bytes = self
+            .run(Op::Get, key, move || async move { store.get_opts(path, GetOptions::default()).await?.bytes().await })
+            .await?;
+        Ok(self.corrupt_if_faulty(bytes))
+    }
+
+    /// Bytes `range` of the object; a range reaching past its end is [`BackendError::Corrupt`]
+    /// (the caller knows the object's length, so a shorter object is a damaged one).
+    pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BackendError> {
+        if range.start > range.end {
+            return Err(BackendError::BadRange { key: key.to_string(), range: range.clone(), len: range.end });
+        }
+        let path = self.path(key)?;
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let (store, path, r) = (&self.store, &path, &range);
+        let bytes = self
+            .run(Op::GetRange, key, move || async move {
+                let opts = GetOptions { range: Some(GetRange::Bounded(r.clone())), ..GetOptions::default() };
+                store.get_opts(path, opts).await?.bytes().await
+            })
+            .await?;
+        let want = range.end - range.start;
+        if bytes.len() as u64 != want {
+            return Err(BackendError::Corrupt {
+                key: key.to_string(),
+                reason: format!(
+                    "{} returned {} bytes for range {}..{} (the object is shorter than expected)",
+                    self.name,
+                    bytes.len(),
+                    range.start,
+                    range.end
+                ),
+            });
+        }
+        Ok(self.corrupt_if_faulty(bytes))
+    }
+
+    /// Removes the object; a missing one is fine.
+    pub async fn delete(&self, key: &str) -> Result<(), BackendError> {
+        let path = self.path(key)?;
+        let (store, path) = (&self.store, &path);
+        match self.run(Op::Delete, key, move || async move { store.delete(path).await }).await {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Every object under `prefix`, which is a key path: `"packs"` and `"packs/"` both list
+    /// `packs/…` (path segments, not a string prefix: `"pack"` does not match `packs/…`);
+    /// `""` lists the whole backend. Keys come back relative, in no particular order.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, BackendError> {
+        let trimmed = prefix.trim_end_matches('/');
+        let dir = if trimmed.is_empty() { self.root_path() } else { Some(self.path(trimmed)?) };
+        let (store, dir, timeout) = (&self.store, &dir, self.attempt_timeout);
+        let metas = self
+            .run(Op::List, prefix, move || async move {
+                let mut stream = store.list(dir.as_ref());
+                let mut out = Vec::new();
+                // Each page has the full timeout: a listing of a big prefix takes many pages.
+                loop {
+                    match tokio::time::timeout(timeout, stream.next()).await {
+                        Ok(Some(item)) => out.push(item?),
+                        Ok(None) => return Ok(out),
+                        Err(_) => return Err(page_timeout()),
+                    }
+                }
+            })
+            .await?;
+        let mut objects = Vec::with_capacity(metas.len());
+        for meta in metas {
+            let location = meta.location.as_ref();
+            let key = if self.root.is_empty() {
+                Some(location)
+            } else {
+                location.strip_prefix(self.root.as_str()).and_then(|k| k.strip_prefix('/'))
+            };
+            match key {
+                Some(key) if !key.is_empty() => objects.push(ObjectInfo { key: key.to_string(), size: meta.size }),
+                _ => tracing::debug!(backend = %self.name, %location, "listing returned a key outside the prefix"),
+            }
+        }
+        Ok(objects)
+    }
+
+    /// Cheap reachability check for `tierfs init`/status: lists at most one object under the
+    /// prefix, one attempt, no breaker. The error names the backend and what to check.
+    pub async fn check(&self) -> Result<(), BackendError> {
+        let root = self.root_path();
+        let deadline = self.attempt_timeout;
+        let attempt = async {
+            let mut stream = self.store.list(root.as_ref());
+            match stream.next().await {
+                Some(Err(e)) => Err(e),
+                _ => Ok(()),
+            }
+        };
+        match tokio::time::timeout(deadline, attempt).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.classify(Op::Check, "", e).0),
+            Err(_) => Err(BackendError::Timeout { backend: self.name.clone() }),
+        }
+    }
+
+    /// Fault injection for tests (always compiled, cheap when unused); `None` clears it.
+    pub fn inject_fault(&self, fault: Option<Fault>) {
+        *self.fault.lock() = fault;
+    }
+
+    /// The current fault, consuming one unit of a `FailNext`.
+    fn take_fault(&self) -> Option<Fault> {
+        let mut guard = self.fault.lock();
+        let fault = *guard;
+        if let Some(Fault::FailNext(n)) = fault {
+            *guard = if n > 1 { Some(Fault::FailNext(n - 1)) } else { None };
+            if n == 0 {
+                return None;
+            }
+        }
+        fault
+    }
+
+    fn corrupt_if_faulty(&self, bytes: Bytes) -> Bytes {
+        if *self.fault.lock() != Some(Fault::CorruptReads) || bytes.is_empty() {
+            return bytes;
+        }
+        let mut v = bytes.to_vec();
+        let mid = v.len() / 2;
+        v[mid] ^= 0x01;
+        Bytes::from(v)
+    }
+
+    fn root_path(&self) -> Option<Path> {
+        if self.root.is_empty() { None } else { Some(Path::from(self.root.as_str())) }
+    }
+
+    /// The store path of a relative key, validated.
+    fn path(&self, key: &str) -> Result<Path, BackendError> {
+        let bad = |reason: String| BackendError::BadKey { key: key.to_string(), reason };
+        if key.is_empty() {
+            return Err(bad("empty key".into()));
+        }
+        for segment in key.split('/') {
+            check_segment(segment).map_err(bad)?;
+        }
+        let full = if self.root.is_empty() { key.to_string() } else { format!("{}/{key}", self.root) };
+        Path::parse(&full).map_err(|e| bad(e.to_string()))
+    }
+
+    /// Runs one request: breaker admission, attempts under a deadline, retries with backoff
+    /// for transient failures, and the outcome reported to the breaker.
+    async fn run<T, F, Fut>(&self, op: Op, key: &str, mut attempt: F) -> Result<T, BackendError>
+    where
+        F: FnMut() -> Fut + Send,
+        Fut: Future<Output = object_store::Result<T>> + Send,
+        T: Send,
+    {
+        let permit = self.breaker.admit().map_err(|r| self.refused(r))?;
+        let mut tries = 0u32;
+        let result = loop {
+            let outcome = match self.take_fault() {
+                Some(Fault::Down) => Err(self.injected("backend down")),
+                Some(Fault::FailNext(_)) => Err(self.injected("transient failure")),
+                fault => {
+                    let delay = match fault {
+                        Some(Fault::Slow(d)) => d,
+                        _ => Duration::ZERO,
+                    };
+                    let timed = tokio::time::timeout(self.attempt_timeout, async {
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
+                        attempt().await
+                    });
+                    match timed.await {
+                        Ok(Ok(v)) => Ok(v),
+                        Ok(Err(e)) => Err(self.classify(op, key, e)),
+                        Err(_) => Err((BackendError::Timeout { backend: self.name.clone() }, Class::Transient)),
+                    }
+                }
+            };
+            match outcome {
+                Err((e, Class::Transient)) if tries < self.layer_retries => {
+                    tries += 1;
+                    tracing::debug!(backend = %self.name, key, op = op.describe(), attempt = tries, error = %e, "retrying");
+                    tokio::time::sleep(self.backoff(tries)).await;
+                }
+                other => break other,
+            }
+        };
+        match result {
+            Ok(v) => {
+                permit.succeeded();
+                Ok(v)
+            }
+            Err((e, Class::Definite)) => {
+                permit.succeeded();
+                Err(e)
+            }
+            Err((e, Class::Neutral)) => {
+                drop(permit);
+                Err(e)
+            }
+            Err((e, Class::Permanent | Class::Transient)) => {
+                tracing::debug!(backend = %self.name, key, op = op.describe(), error = %e, "request failed");
+                permit.failed(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Exponential backoff with jitter: uniformly in [d/2, d] for d = base·2^(n-1), capped.
+    fn backoff(&self, retry: u32) -> Duration {
+        let max = Duration::from_secs(30);
+        let d = self.retry_base.saturating_mul(1u32 << retry.saturating_sub(1).min(20)).min(max);
+        let nanos = d.as_nanos().min(u64::MAX as u128) as u64;
+        if nanos < 2 {
+            return d;
+        }
+        Duration::from_nanos(rand::random_range(nanos / 2..=nanos))
+    }
+
+    fn injected(&self, what: &str) -> (BackendError, Class) {
+        let reason = format!("injected fault: {what}");
+        (BackendError::Unavailable { backend: self.name.clone(), reason }, Class::Transient)
+    }
+
+    fn refused(&self, r: Refusal) -> BackendError {
+        BackendError::Unavailable {
+            backend: self.name.clone(),
+            reason: format!(
+                "tripped out after {} consecutive failed requests (last: {}); next probe in {:.1}s",
+                r.consecutive_failures,
+                r.last_error.as_deref().unwrap_or("unknown"),
+                r.probe_in.as_secs_f64()
+            ),
+        }
+    }
+
+    /// Maps an `object_store` error to ours and to how it counts.
+    fn classify(&self, op: Op, key: &str, err: object_store::Error) -> (BackendError, Class) {
+        use object_store::Error as E;
+        let backend = self.name.clone();
+        let key = key.to_string();
+        match err {
+            E::NotFound { .. } if matches!(op, Op::Get | Op::GetRange | Op::Delete) => {
+                (BackendError::NotFound { key }, Class::Definite)
+            }
+            E::NotFound { .. } => {
+                let reason = "the bucket (or directory) does not exist — create it or fix the URL".to_string();
+                (BackendError::Unavailable { backend, reason }, Class::Permanent)
+            }
+            E::AlreadyExists { .. } | E::Precondition { .. } | E::NotModified { .. } => {
+                (BackendError::AlreadyExists { backend, key }, Class::Definite)
+            }
+            E::PermissionDenied { source, .. } | E::Unauthenticated { source, .. } => {
+                let reason = root_cause(source.as_ref());
+                (BackendError::AccessDenied { backend, key, reason }, Class::Permanent)
+            }
+            E::NotSupported { source } => {
+                let reason = root_cause(source.as_ref());
+                (BackendError::NotSupported { backend, operation: op.describe().into(), reason }, Class::Neutral)
+            }
+            E::NotImplemented { operation, .. } => {
+                let reason = format!("{operation} is not implemented by this store");
+                (BackendError::NotSupported { backend, operation: op.describe().into(), reason }, Class::Neutral)
+            }
+            E::InvalidPath { source } => (BackendError::BadKey { key, reason: source.to_string() }, Class::Neutral),
+            other => self.transport_error(op, key, &other),
+        }
+    }
+
+    fn transport_error(&self, op: Op, key: String, err: &object_store::Error) -> (BackendError, Class) {
+        let backend = self.name.clone();
+        let text = err.to_string();
+        if op == Op::GetRange && (text.contains("Wanted range starting at") || text.contains("416")) {
+            let reason = format!("{backend} holds fewer bytes than the requested range");
+            return (BackendError::Corrupt { key, reason }, Class::Definite);
+        }
+        match http_error_kind(err) {
+            Some(object_store::client::HttpErrorKind::Timeout) => (BackendError::Timeout { backend }, Class::Transient),
+            Some(object_store::client::HttpErrorKind::Connect) => {
+                let server = self.endpoint.as_deref().unwrap_or("the S3 endpoint");
+                let reason = format!(
+                    "cannot connect to {server}: {} — is the server running and the endpoint right?",
+                    root_cause(err)
+                );
+                (BackendError::Unavailable { backend, reason }, Class::Transient)
+            }
+            _ => {
+                let reason = format!("{} of {key} failed: {text}", op.describe());
+                (BackendError::Unavailable { backend, reason }, Class::Transient)
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backend").field("name", &self.name).field("available", &self.is_available()).finish()
+    }
+}
+
+/// The retry policy handed to the S3 client, and the overall deadline of one call through it.
+fn s3_retry(opts: &BackendOptions) -> (RetryConfig, Duration) {
+    let max_backoff = opts
+        .retry_base
+        .saturating_mul(1u32 << opts.max_retries.min(16))
+        .clamp(opts.retry_base, Duration::from_secs(30));
+    let retry_timeout = opts
+        .request_timeout
+        .saturating_mul(opts.max_retries.saturating_add(1))
+        .saturating_add(max_backoff.saturating_mul(opts.max_retries));
+    let retry = RetryConfig {
+        backoff: BackoffConfig { init_backoff: opts.retry_base, max_backoff, base: 2.0 },
+        max_retries: opts.max_retries as usize,
+        retry_timeout,
+    };
+    (retry, retry_timeout.saturating_add(opts.connect_timeout))
+}
+
+fn page_timeout() -> object_store::Error {
+    object_store::Error::Generic { store: "list", source: "timed out waiting for a listing page".into() }
+}
+
+/// The transport failure kind somewhere in an error's source chain, if any.
+fn http_error_kind(err: &object_store::Error) -> Option<object_store::client::HttpErrorKind> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(http) = e.downcast_ref::<object_store::client::HttpError>() {
+            return Some(http.kind());
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// The innermost message of an error chain ("Connection refused (os error 111)").
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = err;
+    while let Some(next) = current.source() {
+        current = next;
+    }
+    current.to_string()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Instant;
+
+    /// Counts attempts of a closure, for tests of the retry loop.
+    struct Counter(AtomicU32);
+
+    impl Counter {
+        fn bump(&self) -> u32 {
+            self.0.fetch_add(1, Ordering::SeqCst) + 1
+        }
+    }
+
+    fn mem(name: &str, opts: BackendOptions) -> Backend {
+        Backend::from_object_store(name.into(), Arc::new(InMemory::new()), opts)
+    }
+
+    async fn exercise(b: &Backend) {
+        let data = Bytes::from_static(b"0123456789abcdef");
+        b.put("packs/ab/abcd", data.clone()).await.unwrap();
+        b.put("config", Bytes::from_static(b"cfg")).await.unwrap();
+        assert_eq!(b.get("packs/ab/abcd").await.unwrap(), data);
+        assert_eq!(b.get_range("packs/ab/abcd", 2..6).await.unwrap(), Bytes::from_static(b"2345"));
+        assert_eq!(b.get_range("packs/ab/abcd", 5..5).await.unwrap(), Bytes::new());
+        let short = b.get_range("packs/ab/abcd", 10..20).await.unwrap_err();
+        assert!(matches!(short, BackendError::Corrupt { .. }), "{short:?}");
+        assert!(b.get("packs/ab/nope").await.unwrap_err().is_not_found());
+
+        let mut all = b.list("").await.unwrap();
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(
+            all,
+            vec![ObjectInfo { key: "config".into(), size: 3 }, ObjectInfo { key: "packs/ab/abcd".into(), size: 16 }]
+        );
+        assert_eq!(b.list("packs").await.unwrap().len(), 1);
+        assert_eq!(b.list("packs/").await.unwrap().len(), 1);
+        assert_eq!(b.list("pack").await.unwrap().len(), 0, "segments, not string prefixes");
+        assert!(b.list("index").await.unwrap().is_empty());
+
+        assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"me")).await.unwrap());
+        assert!(!b.put_if_absent("refs/ws/lease", Bytes::from_static(b"you")).await.unwrap());
+        // The same bytes again: our own earlier attempt may have landed; reported as created.
+        assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"me")).await.unwrap());
+        assert_eq!(b.get("refs/ws/lease").await.unwrap(), Bytes::from_static(b"me"));
+
+        b.delete("packs/ab/abcd").await.unwrap();
+        b.delete("packs/ab/abcd").await.unwrap();
+        assert!(b.get("packs/ab/abcd").await.unwrap_err().is_not_found());
+        b.check().await.unwrap();
+        assert!(b.is_available());
+    }
+
+    #[tokio::test]
+    async fn in_memory_round_trip() {
+        exercise(&mem("mem", BackendOptions::for_tests())).await;
+    }
+
+    #[tokio::test]
+    async fn local_filesystem_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("not/yet/there");
+        let spec = BackendSpec::File { path: root.clone() };
+        let b = Backend::open(&spec, &Credentials::default(), &BackendOptions::for_tests()).unwrap();
+        assert!(root.is_dir());
+        assert_eq!(b.name(), spec.to_url());
+        exercise(&b).await;
+        assert!(root.join("config").is_file());
+    }
+
+    #[tokio::test]
+    async fn prefix_is_prepended_and_stripped() {
+        let store = Arc::new(InMemory::new());
+        let opts = BackendOptions::for_tests();
+        let b = Backend::assemble("p".into(), None, store.clone(), "team/ws".into(), &opts, 0, opts.request_timeout);
+        b.put("packs/x", Bytes::from_static(b"1")).await.unwrap();
+        let raw = store.get(&Path::from("team/ws/packs/x")).await.unwrap().bytes().await.unwrap();
+        assert_eq!(raw, Bytes::from_static(b"1"));
+        store.put(&Path::from("team/other"), PutPayload::from_static(b"2")).await.unwrap();
+        assert_eq!(b.list("").await.unwrap(), vec![ObjectInfo { key: "packs/x".into(), size: 1 }]);
+        b.check().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn bad_keys_are_refused_without_a_request() {
+        let b = mem("mem", BackendOptions::for_tests());
+        for key in ["", "/abs", "a//b", "a/../b", "trailing/", "sp ace", "a/./b"] {
+            let err = b.get(key).await.unwrap_err();
+            assert!(matches!(err, BackendError::BadKey { .. }), "{key:?}: {err:?}");
+        }
+        assert_eq!(b.health().consecutive_failures, 0);
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried() {
+        let b = mem("mem", BackendOptions { max_retries: 2, ..BackendOptions::for_tests() });
+        b.put("k", Bytes::from_static(b"v")).await.unwrap();
+        b.inject_fault(Some(Fault::FailNext(2)));
+        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
+        assert_eq!(b.health().consecutive_failures, 0);
+
+        b.inject_fault(Some(Fault::FailNext(3)));
+        let err = b.get("k").await.unwrap_err();
+        assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
+        assert!(err.to_string().contains("mem is unavailable"), "{err}");
+        assert_eq!(b.health().consecutive_failures, 1, "one failed request, however many attempts");
+        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"), "the fault cleared itself");
+    }
+
+    #[tokio::test]
+    async fn retry_loop_counts_attempts() {
+        let b = mem("mem", BackendOptions { max_retries: 3, ..BackendOptions::for_tests() });
+        let counter = Counter(AtomicU32::new(0));
+        let c = &counter;
+        let result: Result<(), _> = b
+            .run(Op::Get, "k", move || async move {
+                if c.bump() < 3 {
+                    Err(object_store::Error::Generic { store: "test", source: "flaky".into() })
+                } else {
+                    Ok(())
+                }
+            })
+            .await;
+        result.unwrap();
+        assert_eq!(counter.0.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn breaker_trips_and_probes_back() {
+        let opts = BackendOptions {
+            max_retries: 1,
+            breaker_threshold: 3,
+            breaker_probe_after: Duration::from_millis(50),
+            ..BackendOptions::for_tests()
+        };
+        let b = mem("mem", opts);
+        b.put("k", Bytes::from_static(b"v")).await.unwrap();
+        // Missing objects never trip it.
+        for _ in 0..10 {
+            assert!(b.get("missing").await.unwrap_err().is_not_found());
+        }
+        assert!(b.is_available());
+
+        b.inject_fault(Some(Fault::Down));
+        for _ in 0..3 {
+            assert!(b.is_available());
+            assert!(b.get("k").await.is_err());
+        }
+        assert!(!b.is_available());
+        let health = b.health();
+        assert!(!health.available && health.consecutive_failures == 3);
+        assert!(health.last_error.unwrap_or_default().contains("injected fault"));
+
+        // Refused at once while open.
+        let started = Instant::now();
+        let err = b.get("k").await.unwrap_err();
+        assert!(err.to_string().contains("tripped out after 3 consecutive failed requests"), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(40));
+
+        // A failed probe re-opens it.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(b.is_available());
+        assert!(b.get("k").await.is_err());
+        assert!(!b.is_available());
+
+        // A successful probe closes it.
+        b.inject_fault(None);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(b.is_available());
+        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
+        assert!(b.is_available());
+        assert_eq!(b.health().consecutive_failures, 0);
+    }
+
+    #[tokio::test]
+    async fn slow_requests_time_out() {
+        let opts = BackendOptions {
+            request_timeout: Duration::from_millis(20),
+            max_retries: 0,
+            ..BackendOptions::for_tests()
+        };
+        let b = mem("mem", opts);
+        b.put("k", Bytes::from_static(b"v")).await.unwrap();
+        b.inject_fault(Some(Fault::Slow(Duration::from_millis(200))));
+        let err = b.get("k").await.unwrap_err();
+        assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
+        b.inject_fault(Some(Fault::Slow(Duration::from_millis(1))));
+        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
+    }
+
+    #[tokio::test]
+    async fn corrupt_reads_flip_a_bit() {
+        let b = mem("mem", BackendOptions::for_tests());
+        b.put("k", Bytes::from_static(b"abcdef")).await.unwrap();
+        b.inject_fault(Some(Fault::CorruptReads));
+        assert_ne!(b.get("k").await.unwrap(), Bytes::from_static(b"abcdef"));
+        assert_ne!(b.get_range("k", 0..6).await.unwrap(), Bytes::from_static(b"abcdef"));
+        b.inject_fault(None);
+        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"abcdef"));
+    }
+
+    #[test]
+    fn futures_are_send() {
+        fn send<T: Send>(_: T) {}
+        let b = mem("mem", BackendOptions::for_tests());
+        send(b.put("k", Bytes::new()));
+        send(b.put_if_absent("k", Bytes::new()));
+        send(b.get("k"));
+        send(b.get_range("k", 0..1));
+        send(b.delete("k"));
+        send(b.list(""));
+        send(b.check());
+        fn sync<T: Send + Sync>(_: &T) {}
+        sync(&b);
+    }
+
+    fn free_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn unreachable_s3_endpoint_gives_an_actionable_error() {
+        let endpoint = format!("http://127.0.0.1:{}", free_port());
+        let spec = BackendSpec::parse(&format!("s3://bucket/prefix?endpoint={endpoint}")).unwrap();
+        let creds = Credentials {
+            access_key_id: Some("test".into()),
+            secret_access_key: Some("not-shown".into()),
+            session_token: None,
+        };
+        let opts = BackendOptions { max_retries: 0, ..BackendOptions::for_tests() };
+        let b = Backend::open(&spec, &creds, &opts).unwrap();
+        let msg = b.check().await.unwrap_err().to_string();
+        assert!(msg.contains("s3://bucket/prefix") && msg.contains(&endpoint), "{msg}");
+        assert!(msg.contains("is the server running"), "{msg}");
+        assert!(!msg.contains("not-shown"), "{msg}");
+        let err = b.put("k", Bytes::from_static(b"v")).await.unwrap_err();
+        assert!(err.is_transient(), "{err:?}");
+    }
+
+    /// Runs against a real S3-compatible server when `TIERFS_TEST_S3_ENDPOINT` is set (bucket
+    /// `TIERFS_TEST_S3_BUCKET`, default `testbucket`, must exist; credentials from `AWS_*`).
+    #[tokio::test]
+    async fn s3_smoke() {
+        let Ok(endpoint) = std::env::var("TIERFS_TEST_S3_ENDPOINT") else {
+            println!("s3_smoke skipped: set TIERFS_TEST_S3_ENDPOINT (and TIERFS_TEST_S3_BUCKET) to run it");
+            return;
+        };
+        let bucket = std::env::var("TIERFS_TEST_S3_BUCKET").unwrap_or_else(|_| "testbucket".into());
+        let run = hex::encode(rand::random::<[u8; 6]>());
+        let spec = BackendSpec::parse(&format!("s3://{bucket}/smoke-{run}?endpoint={endpoint}")).unwrap();
+        let b = Backend::open(&spec, &Credentials::default(), &BackendOptions::for_tests()).unwrap();
+        b.check().await.unwrap();
+        let data = Bytes::from((0..=255u8).cycle().take(100_000).collect::<Vec<u8>>());
+        b.put("packs/ab/abcd", data.clone()).await.unwrap();
+        b.put("config", Bytes::from_static(b"cfg")).await.unwrap();
+        assert_eq!(b.get("packs/ab/abcd").await.unwrap(), data);
+        assert_eq!(b.get_range("packs/ab/abcd", 1000..70_000).await.unwrap(), data.slice(1000..70_000));
+        assert!(b.get("nope").await.unwrap_err().is_not_found());
+        let mut listed = b.list("").await.unwrap();
+        listed.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(
+            listed,
+            vec![
+                ObjectInfo { key: "config".into(), size: 3 },
+                ObjectInfo { key: "packs/ab/abcd".into(), size: 100_000 }
+            ]
+        );
+        assert_eq!(b.list("packs/").await.unwrap().len(), 1);
+        assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"holder-1")).await.unwrap());
+        assert!(!b.put_if_absent("refs/ws/lease", Bytes::from_static(b"holder-2")).await.unwrap());
+        assert_eq!(b.get("refs/ws/lease").await.unwrap(), Bytes::from_static(b"holder-1"));
+        for key in ["packs/ab/abcd", "config", "refs/ws/lease", "never-written"] {
+            b.delete(key).await.unwrap();
+        }
+        assert!(b.list("").await.unwrap().is_empty());
+
+        // The redundant layer over three prefixes of the bucket, erasure 2+1.
+        use crate::backend::{Redundancy, RedundantStore};
+        let backends = (0..3)
+            .map(|i| {
+                let spec = BackendSpec::parse(&format!("s3://{bucket}/smoke-{run}-{i}?endpoint={endpoint}")).unwrap();
+                Backend::open(&spec, &Credentials::default(), &BackendOptions::for_tests()).unwrap()
+            })
+            .collect();
+        let store = RedundantStore::new(backends, Redundancy::Erasure { data: 2, parity: 1 }).unwrap();
+        store.put_pack("packs/ab/p", data.clone()).await.unwrap();
+        store.backends()[1].delete("packs/ab/p.s0").await.unwrap();
+        store.backends()[0].delete("packs/ab/p.s0").await.unwrap();
+        store.backends()[2].delete("packs/ab/p.s0").await.unwrap();
+        let want = data.slice(10..60_000);
+        let got = store.get_pack_range("packs/ab/p", 100_000, 10..60_000, &|b| b == &want[..]).await.unwrap();
+        assert_eq!(got, want);
+        assert!(store.scrub_pack("packs/ab/p", 100_000, &|b| b == &data[..], false).await.is_healthy());
+        assert_eq!(store.list("packs").await.unwrap().len(), 1);
+        store.delete_pack("packs/ab/p").await.unwrap();
+
+        // A missing bucket is named as such.
+        let spec = BackendSpec::parse(&format!("s3://tierfs-no-such-bucket-{run}?endpoint={endpoint}")).unwrap();
+        let missing = Backend::open(&spec, &Credentials::default(), &BackendOptions::for_tests()).unwrap();
+        let msg = missing.check().await.unwrap_err().to_string();
+        assert!(msg.contains("does not exist"), "{msg}");
+        println!("s3_smoke passed against {endpoint} bucket {bucket}");
+    }
+}

@@ -1,0 +1,462 @@
+//! A store: the encrypted, redundant object store behind a workspace, as one value.
+//!
+//! [`Store`] ties the layers below together: the local store file ([`StoreConfig`]), the
+//! backends and redundancy policy ([`crate::backend::RedundantStore`]), the keys
+//! ([`crate::crypto`]) and the pack format ([`crate::block`]). Above it, the tier layer only
+//! says "store these blocks" and "give me this block back".
+//!
+//! On-store layout (docs/FORMAT.md, "Store"):
+//!
+//! ```text
+//! config               JSON, plaintext: format version, store id, redundancy (no secrets)
+//! keys/<id>            JSON: the data key wrapped by one passphrase or key file
+//! packs/<xx>/<id>      packs of encrypted blocks (erasure: one object per shard, `.s<i>`)
+//! index/<id>           encrypted index segments: block -> pack, offset, length
+//! ```
+//!
+//! Invariants:
+//! - `put_blocks` returns only after the pack *and* its index segment are stored at quorum,
+//!   so a block location handed upward always resolves after a restart;
+//! - every byte read back is verified (AEAD tag bound to the object's kind and name, and for
+//!   blocks the keyed blake3 id) before it is returned; a copy that fails is skipped and
+//!   repaired by the redundancy layer;
+//! - opening a store written by a newer format fails with a message, never a misread.
+
+pub mod config;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redundancy, RedundantStore, ScrubOutcome};
+use crate::block::{self, BlockError, BlockId, BlockLoc, PackBuilder};
+use crate::crypto::{self, CryptoError, DataKey, KdfParams, Keys, Secret, WrappedKey};
+pub use config::StoreConfig;
+
+/// Format version of the store layout (the `config` object).
+pub const STORE_FORMAT: u32 = 1;
+
+const CONFIG_KEY: &str = "config";
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+    #[error(transparent)]
+    Block(#[from] BlockError),
+    #[error("no tierfs store at {0}: run `tierfs init` first (or check the backend URL and prefix)")]
+    NotInitialized(String),
+    #[error("a tierfs store already exists at {0}; refusing to initialize it again")]
+    AlreadyInitialized(String),
+    #[error("the store at {backend} has id {found}, but the store file says {expected}: wrong store file or URL")]
+    WrongStore { backend: String, found: String, expected: String },
+    #[error(
+        "the store was written by a newer tierfs (format {found}, this one reads up to {supported}): upgrade tierfs"
+    )]
+    TooNew { found: u32, supported: u32 },
+    #[error("{0}")]
+    Key(String),
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// The plaintext `config` object at the root of a store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreInfo {
+    pub format: u32,
+    pub store_id: String,
+    pub redundancy: Redundancy,
+    pub created_unix: u64,
+}
+
+/// Totals of a scrub.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct ScrubReport {
+    pub objects: u64,
+    pub packs: u64,
+    pub copies_ok: u64,
+    pub copies_bad: u64,
+    pub copies_missing: u64,
+    pub repaired: u64,
+    /// Objects or packs with no good copy left (or not repaired because `repair` was off).
+    pub unrepaired: Vec<String>,
+}
+
+impl ScrubReport {
+    fn add(&mut self, key: &str, o: &ScrubOutcome, repair: bool) {
+        self.copies_ok += o.copies_ok as u64;
+        self.copies_bad += o.copies_bad as u64;
+        self.copies_missing += o.copies_missing as u64;
+        self.repaired += o.repaired as u64;
+        let damaged = o.copies_bad + o.copies_missing > 0;
+        if o.unrepairable || (damaged && (!repair || o.repaired < o.copies_bad + o.copies_missing)) {
+            self.unrepaired.push(key.to_string());
+        }
+    }
+}
+
+/// Progress of a long store operation: `done` of `total` items.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub done: u64,
+    pub total: u64,
+}
+
+/// A check of an object's bytes, chosen per object kind.
+type Verifier = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+/// An open store.
+pub struct Store {
+    config: StoreConfig,
+    info: StoreInfo,
+    keys: Keys,
+    backend: RedundantStore,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn open_backends(config: &StoreConfig) -> Result<RedundantStore> {
+    config.validate()?;
+    let opts = BackendOptions::default();
+    let backends = config
+        .backends
+        .iter()
+        .map(|url| Backend::open(&BackendSpec::parse(url)?, &config.credentials, &opts))
+        .collect::<std::result::Result<Vec<_>, BackendError>>()?;
+    Ok(RedundantStore::new(backends, config.redundancy()?)?)
+}
+
+fn json_ok<T: for<'de> Deserialize<'de>>(b: &[u8]) -> bool {
+    serde_json::from_slice::<T>(b).is_ok()
+}
+
+impl Store {
+    /// Creates a new store on the configured backends: writes `config` and the first wrapped
+    /// key. Refuses if any backend already holds a store.
+    pub async fn init(config: &StoreConfig, secret: &Secret<'_>, kdf: KdfParams) -> Result<Store> {
+        let backend = open_backends(config)?;
+        for b in backend.backends() {
+            b.check().await?;
+            match b.get(CONFIG_KEY).await {
+                Ok(_) => return Err(StoreError::AlreadyInitialized(b.name().to_string())),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let info = StoreInfo {
+            format: STORE_FORMAT,
+            store_id: config.store_id.clone(),
+            redundancy: config.redundancy()?,
+            created_unix: unix_now(),
+        };
+        let data_key = DataKey::generate();
+        let label = match secret {
+            Secret::Passphrase(_) => "passphrase",
+            Secret::KeyFile(_) => "key file",
+        };
+        let wrapped = crypto::wrap_key(&data_key, secret, kdf, label)?;
+        let store = Store { config: config.clone(), info, keys: Keys::new(&data_key), backend };
+        // Key first: a store with a config but no key could never be opened.
+        store.put_key(&wrapped).await?;
+        let body = serde_json::to_vec_pretty(&store.info).map_err(|e| StoreError::Config(e.to_string()))?;
+        store.backend.put_object(CONFIG_KEY, Bytes::from(body)).await?;
+        Ok(store)
+    }
+
+    /// Opens an existing store, unlocking its data key with `secret`.
+    pub async fn open(config: &StoreConfig, secret: &Secret<'_>) -> Result<Store> {
+        let backend = open_backends(config)?;
+        let info = read_info(&backend).await?;
+        if info.store_id != config.store_id {
+            return Err(StoreError::WrongStore {
+                backend: config.backends.join(", "),
+                found: info.store_id,
+                expected: config.store_id.clone(),
+            });
+        }
+        let wrapped = list_keys(&backend).await?;
+        if wrapped.is_empty() {
+            return Err(StoreError::Key("the store has no keys (keys/ is empty): it cannot be unlocked".into()));
+        }
+        let (data_key, _) = crypto::unwrap_any(&wrapped, secret)?;
+        Ok(Store { config: config.clone(), info, keys: Keys::new(&data_key), backend })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    pub fn info(&self) -> &StoreInfo {
+        &self.info
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn backend(&self) -> &RedundantStore {
+        &self.backend
+    }
+
+    /// Packs `blocks` (id computed by the caller with [`Keys::block_id`]) into one pack,
+    /// uploads it and its index segment, and returns where each block now lives.
+    pub async fn put_blocks(&self, blocks: &[(BlockId, &[u8])]) -> Result<Vec<(BlockId, BlockLoc)>> {
+        if blocks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let size: usize = blocks.iter().map(|(_, b)| crypto::sealed_len(b.len())).sum();
+        let mut builder = PackBuilder::new(size);
+        for (id, data) in blocks {
+            builder.add(&self.keys, id, data);
+        }
+        let pack = builder.finish(&self.keys);
+        self.backend.put_pack(&block::pack_key(&pack.id), pack.bytes.clone()).await?;
+        let segment = block::random_id();
+        let sealed = block::seal_index(&self.keys, &segment, &pack.blocks);
+        self.backend.put_object(&block::index_key(&segment), Bytes::from(sealed)).await?;
+        Ok(pack.blocks)
+    }
+
+    /// Fetches one block with a range GET of its pack, verified before it is returned.
+    pub async fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Vec<u8>> {
+        let plain = parking_lot::Mutex::new(None);
+        let verify = |bytes: &[u8]| match block::open_block(&self.keys, id, bytes) {
+            Ok(p) => {
+                *plain.lock() = Some(p);
+                true
+            }
+            Err(_) => false,
+        };
+        let key = block::pack_key(&loc.pack);
+        self.backend.get_pack_range(&key, loc.pack_len, loc.range(), &verify).await?;
+        plain.into_inner().ok_or_else(|| {
+            StoreError::Block(BlockError::BadBlock { block: hex::encode(id), reason: "no verified copy".into() })
+        })
+    }
+
+    /// Every index entry of the store (all segments).
+    pub async fn load_index(&self) -> Result<Vec<(BlockId, BlockLoc)>> {
+        let mut out = Vec::new();
+        for obj in self.backend.list("index/").await? {
+            let Some(seg) = segment_id(&obj.key) else { continue };
+            out.extend(self.read_index(&seg).await?);
+        }
+        Ok(out)
+    }
+
+    async fn read_index(&self, seg: &crypto::Hash) -> Result<Vec<(BlockId, BlockLoc)>> {
+        let verify = |b: &[u8]| block::open_index(&self.keys, seg, b).is_ok();
+        let bytes = self.backend.get_object(&block::index_key(seg), &verify).await?;
+        Ok(block::open_index(&self.keys, seg, &bytes)?)
+    }
+
+    /// Checks every copy of every object and pack (and repairs bad or missing ones when
+    /// `repair`), calling `progress` after each item.
+    pub async fn scrub(&self, repair: bool, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubReport> {
+        let mut report = ScrubReport::default();
+        let objects: Vec<String> = std::iter::once(CONFIG_KEY.to_string())
+            .chain(self.backend.list("keys/").await?.into_iter().map(|o| o.key))
+            .chain(self.backend.list("index/").await?.into_iter().map(|o| o.key))
+            .collect();
+        let mut packs = std::collections::BTreeMap::new();
+        let mut unreadable_index = Vec::new();
+        for key in &objects {
+            if let Some(seg) = segment_id(key) {
+                match self.read_index(&seg).await {
+                    Ok(entries) => {
+                        for (_, loc) in entries {
+                            packs.insert(loc.pack, loc.pack_len);
+                        }
+                    }
+                    Err(_) => unreadable_index.push(key.clone()),
+                }
+            }
+        }
+        let total = (objects.len() + packs.len()) as u64;
+        let mut done = 0;
+        for key in &objects {
+            let verify: Verifier = if key == CONFIG_KEY {
+                Box::new(json_ok::<StoreInfo>)
+            } else if key.starts_with("keys/") {
+                Box::new(json_ok::<WrappedKey>)
+            } else {
+                let seg = segment_id(key);
+                let keys = self.keys.clone();
+                Box::new(move |b: &[u8]| seg.is_some_and(|s| block::open_index(&keys, &s, b).is_ok()))
+            };
+            let outcome = self.backend.scrub_object(key, &*verify, repair).await;
+            report.objects += 1;
+            report.add(key, &outcome, repair);
+            done += 1;
+            progress(Progress { done, total });
+        }
+        for (pack, pack_len) in &packs {
+            let verify = |b: &[u8]| block::open_pack(&self.keys, pack, b).is_ok();
+            let key = block::pack_key(pack);
+            let outcome = self.backend.scrub_pack(&key, *pack_len, &verify, repair).await;
+            report.packs += 1;
+            report.add(&key, &outcome, repair);
+            done += 1;
+            progress(Progress { done, total });
+        }
+        for key in unreadable_index {
+            if !report.unrepaired.contains(&key) {
+                report.unrepaired.push(key);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Retries copies that could not be written at the time (a backend was down).
+    pub async fn run_repairs(&self) -> usize {
+        self.backend.run_repairs().await
+    }
+
+    // ---- keys -------------------------------------------------------------------------
+
+    async fn put_key(&self, wrapped: &WrappedKey) -> Result<()> {
+        let body = serde_json::to_vec_pretty(wrapped).map_err(|e| StoreError::Config(e.to_string()))?;
+        self.backend.put_object(&format!("keys/{}", wrapped.id), Bytes::from(body)).await?;
+        Ok(())
+    }
+
+    /// Wraps this store's data key with one more passphrase or key file.
+    pub async fn add_key(
+        &self,
+        data_key: &DataKey,
+        secret: &Secret<'_>,
+        kdf: KdfParams,
+        label: &str,
+    ) -> Result<WrappedKey> {
+        let wrapped = crypto::wrap_key(data_key, secret, kdf, label)?;
+        self.put_key(&wrapped).await?;
+        Ok(wrapped)
+    }
+
+    pub async fn list_keys(&self) -> Result<Vec<WrappedKey>> {
+        list_keys(&self.backend).await
+    }
+
+    /// Removes one wrapped key; refuses to remove the last one (the store would be lost).
+    pub async fn remove_key(&self, id: &str) -> Result<()> {
+        let keys = self.list_keys().await?;
+        if !keys.iter().any(|k| k.id == id) {
+            return Err(StoreError::Key(format!("no key with id {id} (see `tierfs key list`)")));
+        }
+        if keys.len() == 1 {
+            return Err(StoreError::Key("refusing to remove the store's last key: nothing could open it".into()));
+        }
+        for b in self.backend.backends() {
+            b.delete(&format!("keys/{id}")).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The data key, for `tierfs key add` (which needs it to wrap it again).
+pub async fn unlock_data_key(config: &StoreConfig, secret: &Secret<'_>) -> Result<DataKey> {
+    let backend = open_backends(config)?;
+    let wrapped = list_keys(&backend).await?;
+    Ok(crypto::unwrap_any(&wrapped, secret)?.0)
+}
+
+async fn read_info(backend: &RedundantStore) -> Result<StoreInfo> {
+    // Parse the version first, so a newer format is reported as such, not as garbage.
+    #[derive(Deserialize)]
+    struct Version {
+        format: u32,
+    }
+    let bytes = match backend.get_object(CONFIG_KEY, &json_ok::<Version>).await {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => {
+            let names: Vec<_> = backend.backends().iter().map(|b| b.name().to_string()).collect();
+            return Err(StoreError::NotInitialized(names.join(", ")));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let v: Version = serde_json::from_slice(&bytes).map_err(|e| StoreError::Config(format!("store config: {e}")))?;
+    if v.format > STORE_FORMAT {
+        return Err(StoreError::TooNew { found: v.format, supported: STORE_FORMAT });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| StoreError::Config(format!("store config object is invalid: {e}")))
+}
+
+async fn list_keys(backend: &RedundantStore) -> Result<Vec<WrappedKey>> {
+    let mut out = Vec::new();
+    for obj in backend.list("keys/").await? {
+        let bytes = backend.get_object(&obj.key, &json_ok::<WrappedKey>).await?;
+        out.push(serde_json::from_slice(&bytes).map_err(|e| StoreError::Key(format!("{}: {e}", obj.key)))?);
+    }
+    Ok(out)
+}
+
+fn segment_id(key: &str) -> Option<crypto::Hash> {
+    let hex_id = key.strip_prefix("index/")?;
+    hex::decode(hex_id).ok()?.try_into().ok()
+}
+
+/// A store shared by the tier's worker threads.
+pub type SharedStore = Arc<Store>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_store(dirs: &[&std::path::Path]) -> StoreConfig {
+        StoreConfig::new(dirs.iter().map(|d| format!("file://{}", d.display())).collect())
+    }
+
+    #[tokio::test]
+    async fn init_open_put_get_and_scrub_over_three_file_backends() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dirs: Vec<_> = (0..3).map(|i| t.path().join(format!("b{i}"))).collect();
+        let cfg = file_store(&dirs.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+        let secret = Secret::Passphrase(b"correct horse");
+        let store = Store::init(&cfg, &secret, KdfParams::for_tests()).await.expect("init");
+        assert!(matches!(
+            Store::init(&cfg, &secret, KdfParams::for_tests()).await,
+            Err(StoreError::AlreadyInitialized(_))
+        ));
+        let data: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 1000 + usize::from(i)]).collect();
+        let blocks: Vec<_> = data.iter().map(|d| (store.keys().block_id(d), d.as_slice())).collect();
+        let locs = store.put_blocks(&blocks).await.expect("put");
+        assert_eq!(locs.len(), 5);
+        assert!(locs.iter().all(|(_, l)| l.pack == locs[0].1.pack), "one pack for all");
+        drop(store);
+
+        let wrong = Store::open(&cfg, &Secret::Passphrase(b"wrong")).await;
+        assert!(matches!(wrong, Err(StoreError::Crypto(CryptoError::WrongKey))), "{:?}", wrong.err());
+        let store = Store::open(&cfg, &secret).await.expect("open");
+        let index = store.load_index().await.expect("index");
+        assert_eq!(index.len(), 5);
+        for ((id, loc), d) in locs.iter().zip(&data) {
+            assert_eq!(&store.get_block(id, loc).await.expect("get"), d);
+        }
+        let report = store.scrub(false, &|_| {}).await.expect("scrub");
+        assert_eq!(report.packs, 1);
+        assert!(report.unrepaired.is_empty(), "{report:?}");
+        assert_eq!(report.copies_bad + report.copies_missing, 0);
+    }
+
+    #[tokio::test]
+    async fn the_store_file_must_match_the_store() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let cfg = file_store(&[t.path()]);
+        Store::init(&cfg, &Secret::Passphrase(b"p"), KdfParams::for_tests()).await.expect("init");
+        let mut other = cfg.clone();
+        other.store_id = "someone-else".into();
+        assert!(matches!(Store::open(&other, &Secret::Passphrase(b"p")).await, Err(StoreError::WrongStore { .. })));
+        let empty = tempfile::tempdir().expect("tempdir");
+        let none = file_store(&[empty.path()]);
+        let err = Store::open(&none, &Secret::Passphrase(b"p")).await.err().expect("no store");
+        assert!(err.to_string().contains("tierfs init"), "{err}");
+    }
+}

@@ -1,0 +1,984 @@
+//! The cold tier engine: seals dirty chunks of the hot tier into blocks, uploads them, evicts
+//! what is safely stored, and fetches it back on a miss.
+//!
+//! Every regular file is a sequence of [`CHUNK_SIZE`] chunks at the data file's own offsets
+//! (docs/ARCHITECTURE.md, "Extent model"). A chunk is
+//! - **dirty**: written since it was last sealed (only the local data file has its bytes);
+//! - **sealed**: its bytes are a block in the store, recorded in a [`ChunkRecord`], and still
+//!   resident locally;
+//! - **evicted**: sealed, and the local bytes were punched out; a read fetches the block back.
+//!
+//! Invariants (all state transitions happen under one mutex, [`ColdTier::state`]):
+//! - a chunk record is committed only after `put_blocks` returned, so a record always names a
+//!   block that is in the store at quorum; eviction only punches chunks that have one and are
+//!   not dirty, so eviction never loses a byte;
+//! - writers mark a chunk dirty *before* their `pwrite` and bump its epoch *after* it (see
+//!   [`WriteGuard`]); the uploader seals a chunk only if its epoch did not move and no write is
+//!   in flight, so a write racing with sealing leaves the chunk dirty, never falsely clean;
+//! - eviction punches under the mutex, and writers mark under the mutex before writing, so a
+//!   write never lands in a chunk that is being punched; a write to an evicted chunk first
+//!   fetches it (unless it overwrites the whole chunk);
+//! - an inode with dirty chunks carries a persistent dirty marker, so after a crash its chunks
+//!   are re-sealed (and a stale chunk record is never trusted over newer local bytes);
+//! - writers are throttled, never failed, while dirty bytes exceed the bound.
+//!
+//! The store is reached through [`BlockStore`] (blocking calls from worker threads), so this
+//! layer knows nothing of backends, encryption or async runtimes.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use super::{DataFile, HotTier, HotTierError};
+use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
+use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
+use crate::vfs::Ino;
+
+/// The store as the tier sees it. Calls block; they are made from worker threads and from
+/// FUSE worker threads, never from inside an async runtime.
+pub trait BlockStore: Send + Sync {
+    /// The id of a block with these bytes (keyed hash: only the store's key holder can compute it).
+    fn block_id(&self, data: &[u8]) -> BlockId;
+    /// Stores the blocks (one pack) and returns where each landed, after they are durable.
+    fn put_blocks(&self, blocks: &[(BlockId, &[u8])]) -> Result<Vec<(BlockId, BlockLoc)>, ColdError>;
+    /// Fetches and verifies one block.
+    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Vec<u8>, ColdError>;
+    /// Target bytes per pack.
+    fn pack_size(&self) -> usize;
+}
+
+/// Why a cold-tier operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ColdError {
+    #[error("store: {0}")]
+    Store(String),
+    #[error("block {block} (chunk {index} of inode {ino}) is not in the local block index")]
+    MissingLocation { ino: Ino, index: u64, block: String },
+    #[error("block of chunk {index} of inode {ino} has {got} bytes, expected {want}")]
+    WrongLength { ino: Ino, index: u64, got: usize, want: usize },
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error(transparent)]
+    HotTier(#[from] HotTierError),
+}
+
+impl ColdError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            ColdError::HotTier(e) => e.errno(),
+            ColdError::Meta(e) => e.errno(),
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// Tuning of the cold tier.
+#[derive(Debug, Clone)]
+pub struct ColdConfig {
+    /// Upper bound of the hot tier's size (bytes); eviction keeps below it.
+    pub cache_size: Option<u64>,
+    /// Writers wait while more than this many bytes are dirty.
+    pub max_dirty: u64,
+    /// A chunk written this long ago is sealed even if its file is still open.
+    pub seal_after: Duration,
+    /// Parallel uploads.
+    pub uploaders: usize,
+    /// Parallel fetches for read-ahead.
+    pub prefetchers: usize,
+    /// Chunks fetched ahead of a sequential reader.
+    pub prefetch_chunks: u64,
+    /// Evict until at least this fraction of the disk is free.
+    pub min_free_ratio: f64,
+}
+
+impl ColdConfig {
+    pub fn new(cache_size: Option<u64>) -> ColdConfig {
+        let max_dirty = cache_size.map_or(1 << 30, |c| (c / 2).clamp(2 * CHUNK_SIZE, 1 << 30));
+        ColdConfig {
+            cache_size,
+            max_dirty,
+            seal_after: Duration::from_millis(500),
+            uploaders: 4,
+            prefetchers: 4,
+            prefetch_chunks: 8,
+            min_free_ratio: 0.05,
+        }
+    }
+}
+
+/// Numbers for `tierfs status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColdStats {
+    pub dirty_bytes: u64,
+    pub dirty_files: u64,
+    pub oldest_dirty_ms: u64,
+    pub resident_bytes: u64,
+    pub evicted_bytes: u64,
+    pub uploaded_bytes: u64,
+    pub uploaded_packs: u64,
+    pub fetched_bytes: u64,
+    pub evictions: u64,
+    pub upload_errors: u64,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Chunk {
+    /// Last sealed content, if any.
+    rec: Option<ChunkRecord>,
+    dirty: bool,
+    /// Estimate of the dirty bytes (for the dirty bound).
+    dirty_len: u64,
+    /// Bytes held locally (0 when evicted).
+    local_len: u64,
+    epoch: u64,
+    inflight: u32,
+    claimed: bool,
+    fetching: bool,
+    last_access: u64,
+}
+
+impl Chunk {
+    fn evicted(&self) -> bool {
+        self.rec.is_some_and(|r| !r.resident)
+    }
+}
+
+#[derive(Debug, Default)]
+struct FileState {
+    chunks: BTreeMap<u64, Chunk>,
+    dirty_chunks: usize,
+    dirty_since: Option<Instant>,
+    open: bool,
+    marked_dirty: bool,
+}
+
+#[derive(Default)]
+struct State {
+    files: HashMap<Ino, FileState>,
+    dirty_bytes: u64,
+    resident_bytes: u64,
+    tick: u64,
+    flush: bool,
+    stopping: bool,
+    prefetch: VecDeque<(Ino, u64)>,
+}
+
+#[derive(Default)]
+struct Counters {
+    uploaded_bytes: AtomicU64,
+    uploaded_packs: AtomicU64,
+    fetched_bytes: AtomicU64,
+    evictions: AtomicU64,
+    upload_errors: AtomicU64,
+}
+
+/// The cold tier of one workspace.
+pub struct ColdTier {
+    store: Arc<dyn BlockStore>,
+    meta: Arc<MetaStore>,
+    hot: Arc<HotTier>,
+    config: ColdConfig,
+    state: Mutex<State>,
+    changed: Condvar,
+    counters: Counters,
+    last_error: Mutex<Option<String>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Chunk indexes covering `range`.
+fn chunks_of(range: &Range<u64>) -> Range<u64> {
+    if range.start >= range.end {
+        return 0..0;
+    }
+    range.start / CHUNK_SIZE..(range.end - 1) / CHUNK_SIZE + 1
+}
+
+fn chunk_len(size: u64, index: u64) -> u64 {
+    size.saturating_sub(index * CHUNK_SIZE).min(CHUNK_SIZE)
+}
+
+/// Marks an in-flight write; dropping it ends the write (see the module invariants).
+pub struct WriteGuard<'a> {
+    tier: &'a ColdTier,
+    ino: Ino,
+    chunks: Range<u64>,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.tier.state.lock();
+        if let Some(f) = st.files.get_mut(&self.ino) {
+            for idx in self.chunks.clone() {
+                if let Some(c) = f.chunks.get_mut(&idx) {
+                    c.inflight = c.inflight.saturating_sub(1);
+                    c.epoch += 1;
+                }
+            }
+        }
+        drop(st);
+        self.tier.changed.notify_all();
+    }
+}
+
+struct Claim {
+    ino: Ino,
+    index: u64,
+    epoch: u64,
+}
+
+impl ColdTier {
+    /// Loads the chunk state from the metadata store, marks everything not yet stored as
+    /// dirty, and starts the uploader, evictor and prefetcher threads.
+    pub fn start(
+        store: Arc<dyn BlockStore>,
+        meta: Arc<MetaStore>,
+        hot: Arc<HotTier>,
+        config: ColdConfig,
+    ) -> Result<Arc<ColdTier>, ColdError> {
+        let mut st = State::default();
+        for (ino, index, rec) in meta.chunks()? {
+            let local_len = if rec.resident { u64::from(rec.len) } else { 0 };
+            st.resident_bytes += local_len;
+            st.files
+                .entry(ino)
+                .or_default()
+                .chunks
+                .insert(index, Chunk { rec: Some(rec), local_len, ..Chunk::default() });
+        }
+        let marked: HashSet<Ino> = meta.dirty_inodes()?.into_iter().collect();
+        let mut stale = MetaBatch::new();
+        let mut sizes: HashMap<Ino, u64> = HashMap::new();
+        for (ino, size) in meta.file_sizes()? {
+            sizes.insert(ino, size);
+            let n = size.div_ceil(CHUNK_SIZE);
+            let f = st.files.entry(ino).or_default();
+            f.marked_dirty = marked.contains(&ino);
+            for index in 0..n {
+                let len = chunk_len(size, index);
+                let c = f.chunks.entry(index).or_insert_with(|| Chunk { local_len: len, ..Chunk::default() });
+                // Never stored, or written after it was sealed (crash before re-sealing).
+                let needs_seal = c.rec.is_none() || (f.marked_dirty && !c.evicted());
+                if needs_seal && !c.dirty {
+                    c.dirty = true;
+                    c.dirty_len = len;
+                    f.dirty_chunks += 1;
+                    st.dirty_bytes += len;
+                }
+            }
+            if f.dirty_chunks > 0 {
+                f.dirty_since = Some(Instant::now());
+            }
+        }
+        // Chunk records past the end of a file (a crash between a truncate and its cleanup)
+        // or of deleted files are dropped.
+        st.files.retain(|ino, f| {
+            let size = sizes.get(ino).copied().unwrap_or(0);
+            let n = size.div_ceil(CHUNK_SIZE);
+            let beyond: Vec<u64> = f.chunks.range(n..).map(|(i, _)| *i).collect();
+            for i in beyond {
+                stale.delete_chunk(*ino, i);
+                f.chunks.remove(&i);
+            }
+            if f.chunks.is_empty() && f.marked_dirty {
+                stale.delete_dirty(*ino);
+            }
+            !f.chunks.is_empty()
+        });
+        st.resident_bytes =
+            st.files.values().flat_map(|f| f.chunks.values()).map(|c| if c.evicted() { 0 } else { c.local_len }).sum();
+        meta.commit(stale)?;
+        let tier = Arc::new(ColdTier {
+            store,
+            meta,
+            hot,
+            config,
+            state: Mutex::new(st),
+            changed: Condvar::new(),
+            counters: Counters::default(),
+            last_error: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
+        });
+        let mut threads = Vec::new();
+        for i in 0..tier.config.uploaders.max(1) {
+            let t = tier.clone();
+            threads.push(spawn(format!("tierfs-upload-{i}"), move || t.upload_loop()));
+        }
+        for i in 0..tier.config.prefetchers.max(1) {
+            let t = tier.clone();
+            threads.push(spawn(format!("tierfs-fetch-{i}"), move || t.prefetch_loop()));
+        }
+        let t = tier.clone();
+        threads.push(spawn("tierfs-evict".into(), move || t.evict_loop()));
+        *tier.threads.lock() = threads;
+        Ok(tier)
+    }
+
+    /// Stops the worker threads (after [`ColdTier::flush`] if nothing may stay behind).
+    pub fn shutdown(&self) {
+        self.state.lock().stopping = true;
+        self.changed.notify_all();
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    // ---- called by the vfs -------------------------------------------------------------
+
+    /// Before writing `range` of `ino` (whose size is `size`): waits while too much is dirty,
+    /// fetches evicted chunks the write only partly covers, and marks the chunks dirty.
+    pub fn begin_write(
+        &self,
+        ino: Ino,
+        file: &File,
+        range: Range<u64>,
+        size: u64,
+    ) -> Result<WriteGuard<'_>, ColdError> {
+        let chunks = chunks_of(&range);
+        self.throttle(ino, &chunks);
+        for idx in chunks.clone() {
+            let start = idx * CHUNK_SIZE;
+            let covers_all = range.start <= start && range.end >= start + CHUNK_SIZE.min(size.saturating_sub(start));
+            if !covers_all {
+                self.hydrate(ino, file, idx)?;
+            }
+        }
+        let mut batch = MetaBatch::new();
+        let mut persist = false;
+        {
+            let mut st = self.state.lock();
+            let State { files, dirty_bytes, resident_bytes, tick, .. } = &mut *st;
+            *tick += 1;
+            let f = files.entry(ino).or_default();
+            for idx in chunks.clone() {
+                let c = f.chunks.entry(idx).or_default();
+                let start = idx * CHUNK_SIZE;
+                let end_in_chunk = range.end.min(start + CHUNK_SIZE) - start;
+                if c.evicted() {
+                    // A whole-chunk overwrite of an evicted chunk: nothing to fetch. The record
+                    // says resident again so that, after a crash, the dirty marker re-seals it.
+                    if let Some(r) = c.rec.as_mut() {
+                        r.resident = true;
+                        batch.put_chunk(ino, idx, r);
+                        persist = true;
+                    }
+                }
+                if !c.dirty {
+                    c.dirty = true;
+                    f.dirty_chunks += 1;
+                }
+                if end_in_chunk > c.dirty_len {
+                    *dirty_bytes += end_in_chunk - c.dirty_len;
+                    c.dirty_len = end_in_chunk;
+                }
+                if end_in_chunk > c.local_len {
+                    *resident_bytes += end_in_chunk - c.local_len;
+                    c.local_len = end_in_chunk;
+                }
+                c.inflight += 1;
+                c.epoch += 1;
+                c.last_access = *tick;
+            }
+            f.dirty_since.get_or_insert_with(Instant::now);
+            if !f.marked_dirty {
+                f.marked_dirty = true;
+                batch.put_dirty(ino);
+                persist = true;
+            }
+        }
+        let guard = WriteGuard { tier: self, ino, chunks };
+        if persist {
+            self.meta.commit(batch)?;
+        }
+        Ok(guard)
+    }
+
+    /// Waits while the dirty bound is exceeded and this write would dirty more.
+    fn throttle(&self, ino: Ino, chunks: &Range<u64>) {
+        let mut st = self.state.lock();
+        loop {
+            let adds = match st.files.get(&ino) {
+                Some(f) => chunks.clone().any(|i| f.chunks.get(&i).is_none_or(|c| !c.dirty)),
+                None => !chunks.is_empty(),
+            };
+            if !adds || st.dirty_bytes < self.config.max_dirty || st.stopping {
+                return;
+            }
+            self.changed.wait_for(&mut st, Duration::from_millis(200));
+        }
+    }
+
+    /// Before reading `range` of `ino`: fetches evicted chunks, and queues read-ahead.
+    pub fn ensure_resident(&self, ino: Ino, file: &File, range: Range<u64>) -> Result<(), ColdError> {
+        let chunks = chunks_of(&range);
+        let mut missed = false;
+        {
+            let mut st = self.state.lock();
+            let State { files, tick, .. } = &mut *st;
+            *tick += 1;
+            let Some(f) = files.get_mut(&ino) else { return Ok(()) };
+            for idx in chunks.clone() {
+                if let Some(c) = f.chunks.get_mut(&idx) {
+                    c.last_access = *tick;
+                    missed |= c.evicted();
+                }
+            }
+        }
+        for idx in chunks.clone() {
+            self.hydrate(ino, file, idx)?;
+        }
+        // Read-ahead: when a read reaches evicted data, or the chunk after it is evicted.
+        let mut st = self.state.lock();
+        let ahead: Vec<u64> = match st.files.get(&ino) {
+            Some(f) => {
+                let next = chunks.end;
+                if missed || f.chunks.get(&next).is_some_and(|c| c.evicted() && !c.fetching) {
+                    (next..next + self.config.prefetch_chunks)
+                        .filter(|i| f.chunks.get(i).is_some_and(|c| c.evicted() && !c.fetching))
+                        .collect()
+                } else {
+                    Vec::new()
+                }
+            }
+            None => Vec::new(),
+        };
+        if !ahead.is_empty() {
+            for idx in ahead {
+                if !st.prefetch.contains(&(ino, idx)) {
+                    st.prefetch.push_back((ino, idx));
+                }
+            }
+            drop(st);
+            self.changed.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Fetches every evicted chunk of `ino` (lseek, warm-up).
+    pub fn ensure_all_resident(&self, ino: Ino, file: &File) -> Result<(), ColdError> {
+        let idxs: Vec<u64> = match self.state.lock().files.get(&ino) {
+            Some(f) => f.chunks.iter().filter(|(_, c)| c.evicted()).map(|(i, _)| *i).collect(),
+            None => return Ok(()),
+        };
+        for idx in idxs {
+            self.hydrate(ino, file, idx)?;
+        }
+        Ok(())
+    }
+
+    /// A truncate to `new_size` drops the chunks past the end (their records go in `batch`,
+    /// which the caller commits with the new size).
+    pub fn truncate(&self, ino: Ino, new_size: u64, batch: &mut MetaBatch) {
+        let first_gone = new_size.div_ceil(CHUNK_SIZE);
+        let mut st = self.state.lock();
+        loop {
+            let busy = st.files.get(&ino).is_some_and(|f| f.chunks.range(first_gone..).any(|(_, c)| c.fetching));
+            if !busy {
+                break;
+            }
+            self.changed.wait_for(&mut st, Duration::from_millis(100));
+        }
+        let State { files, dirty_bytes, resident_bytes, .. } = &mut *st;
+        let Some(f) = files.get_mut(&ino) else { return };
+        let gone: Vec<u64> = f.chunks.range(first_gone..).map(|(i, _)| *i).collect();
+        for idx in gone {
+            if let Some(c) = f.chunks.remove(&idx) {
+                if c.dirty {
+                    f.dirty_chunks -= 1;
+                    *dirty_bytes -= c.dirty_len;
+                }
+                if !c.evicted() {
+                    *resident_bytes = resident_bytes.saturating_sub(c.local_len);
+                }
+                if c.rec.is_some() {
+                    batch.delete_chunk(ino, idx);
+                }
+            }
+        }
+    }
+
+    /// The inode is gone: forget its chunks (the caller deletes their records with
+    /// [`MetaBatch::delete_chunks`] in the same batch that deletes the inode).
+    pub fn forget(&self, ino: Ino, batch: &mut MetaBatch) {
+        let mut st = self.state.lock();
+        let State { files, dirty_bytes, resident_bytes, .. } = &mut *st;
+        if let Some(f) = files.remove(&ino) {
+            for c in f.chunks.values() {
+                if c.dirty {
+                    *dirty_bytes -= c.dirty_len;
+                }
+                if !c.evicted() {
+                    *resident_bytes = resident_bytes.saturating_sub(c.local_len);
+                }
+            }
+        }
+        batch.delete_chunks(ino);
+        batch.delete_dirty(ino);
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Whether `ino` has open handles (a closed file is sealed at once).
+    pub fn set_open(&self, ino: Ino, open: bool) {
+        let mut st = self.state.lock();
+        if let Some(f) = st.files.get_mut(&ino) {
+            f.open = open;
+        } else if open {
+            st.files.entry(ino).or_default().open = true;
+        }
+        drop(st);
+        if !open {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Bytes of `ino` that live only in the store (counted in `st_blocks`).
+    pub fn evicted_bytes(&self, ino: Ino) -> u64 {
+        let st = self.state.lock();
+        st.files.get(&ino).map_or(0, |f| {
+            f.chunks.values().filter(|c| c.evicted()).map(|c| c.rec.map_or(0, |r| u64::from(r.len))).sum()
+        })
+    }
+
+    /// Seals and uploads everything dirty now; returns once nothing is dirty or `timeout`
+    /// passed (then `Err` with the bytes still dirty).
+    pub fn flush(&self, timeout: Duration) -> Result<(), u64> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.state.lock();
+        st.flush = true;
+        self.changed.notify_all();
+        let result = loop {
+            let busy = st.files.values().any(|f| f.dirty_chunks > 0);
+            if !busy {
+                break Ok(());
+            }
+            if Instant::now() >= deadline {
+                break Err(st.dirty_bytes.max(1));
+            }
+            self.changed.wait_for(&mut st, Duration::from_millis(50));
+        };
+        st.flush = false;
+        result
+    }
+
+    pub fn stats(&self) -> ColdStats {
+        let st = self.state.lock();
+        let oldest = st.files.values().filter(|f| f.dirty_chunks > 0).filter_map(|f| f.dirty_since).min();
+        let evicted = st
+            .files
+            .values()
+            .flat_map(|f| f.chunks.values())
+            .filter(|c| c.evicted())
+            .map(|c| c.rec.map_or(0, |r| u64::from(r.len)))
+            .sum();
+        ColdStats {
+            dirty_bytes: st.dirty_bytes,
+            dirty_files: st.files.values().filter(|f| f.dirty_chunks > 0).count() as u64,
+            oldest_dirty_ms: oldest.map_or(0, |t| t.elapsed().as_millis() as u64),
+            resident_bytes: st.resident_bytes,
+            evicted_bytes: evicted,
+            uploaded_bytes: self.counters.uploaded_bytes.load(Ordering::Relaxed),
+            uploaded_packs: self.counters.uploaded_packs.load(Ordering::Relaxed),
+            fetched_bytes: self.counters.fetched_bytes.load(Ordering::Relaxed),
+            evictions: self.counters.evictions.load(Ordering::Relaxed),
+            upload_errors: self.counters.upload_errors.load(Ordering::Relaxed),
+            last_error: self.last_error.lock().clone(),
+        }
+    }
+
+    // ---- fetching ------------------------------------------------------------------------
+
+    /// Makes chunk `idx` of `ino` resident, fetching its block if it was evicted. Concurrent
+    /// callers for one chunk share one fetch.
+    fn hydrate(&self, ino: Ino, file: &File, idx: u64) -> Result<(), ColdError> {
+        let rec = {
+            let mut st = self.state.lock();
+            loop {
+                let Some(c) = st.files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { return Ok(()) };
+                if !c.evicted() {
+                    return Ok(());
+                }
+                if !c.fetching {
+                    c.fetching = true;
+                    break c.rec;
+                }
+                self.changed.wait_for(&mut st, Duration::from_millis(100));
+            }
+        };
+        let Some(rec) = rec else { return Ok(()) };
+        let result = self.fetch_into(ino, file, idx, &rec);
+        let mut st = self.state.lock();
+        let State { files, resident_bytes, .. } = &mut *st;
+        if let Some(c) = files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) {
+            c.fetching = false;
+            if result.is_ok() {
+                let mut r = rec;
+                r.resident = true;
+                c.rec = Some(r);
+                c.local_len = u64::from(r.len);
+                *resident_bytes += c.local_len;
+                let mut b = MetaBatch::new();
+                b.put_chunk(ino, idx, &r);
+                // Committed under the state lock so it cannot overtake a later eviction's record.
+                let committed = self.meta.commit(b);
+                drop(st);
+                self.changed.notify_all();
+                return committed.map_err(ColdError::from);
+            }
+        }
+        drop(st);
+        self.changed.notify_all();
+        result
+    }
+
+    fn fetch_into(&self, ino: Ino, file: &File, idx: u64, rec: &ChunkRecord) -> Result<(), ColdError> {
+        if rec.block == ZERO_BLOCK {
+            // The punched hole already reads as zeros.
+            return Ok(());
+        }
+        let loc = self.meta.block(&rec.block)?.ok_or_else(|| ColdError::MissingLocation {
+            ino,
+            index: idx,
+            block: hex::encode(rec.block),
+        })?;
+        let data = self.store.get_block(&rec.block, &loc)?;
+        if data.len() != rec.len as usize {
+            return Err(ColdError::WrongLength { ino, index: idx, got: data.len(), want: rec.len as usize });
+        }
+        DataFile { file, ino }.write_at(idx * CHUNK_SIZE, &data)?;
+        self.counters.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn prefetch_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut st = self.state.lock();
+                loop {
+                    if st.stopping {
+                        return;
+                    }
+                    if let Some(j) = st.prefetch.pop_front() {
+                        break j;
+                    }
+                    self.changed.wait_for(&mut st, Duration::from_millis(500));
+                }
+            };
+            let (ino, idx) = job;
+            match self.hot.open_existing(ino) {
+                Ok(Some(file)) => {
+                    if let Err(e) = self.hydrate(ino, &file, idx) {
+                        tracing::debug!("read-ahead of inode {ino} chunk {idx}: {e}");
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!("read-ahead of inode {ino}: {e}"),
+            }
+        }
+    }
+
+    // ---- sealing and uploading -----------------------------------------------------------
+
+    fn upload_loop(self: Arc<Self>) {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let claims = {
+                let mut st = self.state.lock();
+                loop {
+                    let claims = self.claim(&mut st);
+                    if !claims.is_empty() {
+                        break claims;
+                    }
+                    if st.stopping {
+                        return;
+                    }
+                    self.changed.wait_for(&mut st, Duration::from_millis(100));
+                }
+            };
+            match self.seal(&claims) {
+                Ok(()) => backoff = Duration::from_millis(200),
+                Err(e) => {
+                    self.counters.upload_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("upload failed, will retry in {backoff:?}: {e}");
+                    *self.last_error.lock() = Some(e.to_string());
+                    self.unclaim(&claims);
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    /// Picks dirty chunks that are ready to seal, up to about one pack.
+    fn claim(&self, st: &mut MutexGuard<'_, State>) -> Vec<Claim> {
+        let pressure = st.flush || st.stopping || st.dirty_bytes >= self.config.max_dirty / 2;
+        let budget = self.store.pack_size() as u64;
+        let mut bytes = 0u64;
+        let mut out = Vec::new();
+        for (&ino, f) in st.files.iter_mut() {
+            if f.dirty_chunks == 0 {
+                continue;
+            }
+            let ready = pressure || !f.open || f.dirty_since.is_some_and(|t| t.elapsed() >= self.config.seal_after);
+            if !ready {
+                continue;
+            }
+            for (&index, c) in f.chunks.iter_mut() {
+                if c.dirty && !c.claimed && c.inflight == 0 {
+                    c.claimed = true;
+                    out.push(Claim { ino, index, epoch: c.epoch });
+                    bytes += c.dirty_len.max(1);
+                    if bytes >= budget {
+                        return out;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn unclaim(&self, claims: &[Claim]) {
+        let mut st = self.state.lock();
+        for cl in claims {
+            if let Some(c) = st.files.get_mut(&cl.ino).and_then(|f| f.chunks.get_mut(&cl.index)) {
+                c.claimed = false;
+            }
+        }
+    }
+
+    /// Reads the claimed chunks, uploads the blocks the store does not have, and records the
+    /// chunks that did not change meanwhile as sealed.
+    fn seal(&self, claims: &[Claim]) -> Result<(), ColdError> {
+        let mut files: HashMap<Ino, Option<File>> = HashMap::new();
+        let mut sealed: Vec<(usize, BlockId, u32)> = Vec::new();
+        let mut datas: Vec<Vec<u8>> = Vec::new();
+        let mut gone = Vec::new();
+        for (i, cl) in claims.iter().enumerate() {
+            let Some(rec) = self.meta.inode(cl.ino)? else {
+                gone.push(i);
+                continue;
+            };
+            let len = chunk_len(rec.attr.size, cl.index);
+            if len == 0 {
+                gone.push(i);
+                continue;
+            }
+            let file = match files.entry(cl.ino) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(self.hot.open_existing(cl.ino)?),
+            };
+            let mut data = vec![0u8; len as usize];
+            if let Some(file) = file {
+                read_full(file, cl.ino, cl.index * CHUNK_SIZE, &mut data)?;
+            }
+            let id = if data.iter().all(|&b| b == 0) { ZERO_BLOCK } else { self.store.block_id(&data) };
+            sealed.push((i, id, len as u32));
+            datas.push(data);
+        }
+        // Blocks the store already has (dedup) and zero blocks are not uploaded again.
+        let mut seen = HashSet::new();
+        let mut to_put: Vec<(BlockId, &[u8])> = Vec::new();
+        for ((_, id, _), data) in sealed.iter().zip(&datas) {
+            if *id == ZERO_BLOCK || !seen.insert(*id) || self.meta.block(id)?.is_some() {
+                continue;
+            }
+            to_put.push((*id, data));
+        }
+        let mut batch = MetaBatch::new();
+        if !to_put.is_empty() {
+            let locs = self.store.put_blocks(&to_put)?;
+            let bytes: u64 = to_put.iter().map(|(_, d)| d.len() as u64).sum();
+            self.counters.uploaded_bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.counters.uploaded_packs.fetch_add(1, Ordering::Relaxed);
+            for (id, loc) in &locs {
+                batch.put_block(id, loc);
+            }
+        }
+        let mut st = self.state.lock();
+        let State { files: fstate, dirty_bytes, resident_bytes, .. } = &mut *st;
+        let mut touched = HashSet::new();
+        for (i, id, len) in &sealed {
+            let cl = &claims[*i];
+            touched.insert(cl.ino);
+            let Some(f) = fstate.get_mut(&cl.ino) else { continue };
+            let Some(c) = f.chunks.get_mut(&cl.index) else { continue };
+            c.claimed = false;
+            if c.epoch != cl.epoch || c.inflight > 0 || !c.dirty {
+                continue; // written meanwhile: stays dirty
+            }
+            c.dirty = false;
+            f.dirty_chunks -= 1;
+            *dirty_bytes -= c.dirty_len;
+            c.dirty_len = 0;
+            let r = ChunkRecord { block: *id, len: *len, resident: true };
+            c.rec = Some(r);
+            *resident_bytes = *resident_bytes - c.local_len.min(*resident_bytes) + u64::from(*len);
+            c.local_len = u64::from(*len);
+            batch.put_chunk(cl.ino, cl.index, &r);
+        }
+        for i in gone {
+            // Past the end of the file (or the file is gone): nothing to seal. Dropped here
+            // unless written meanwhile, so the uploader does not claim it forever.
+            let cl = &claims[i];
+            touched.insert(cl.ino);
+            let Some(f) = fstate.get_mut(&cl.ino) else { continue };
+            let Some(c) = f.chunks.get_mut(&cl.index) else { continue };
+            c.claimed = false;
+            if c.epoch == cl.epoch && c.inflight == 0 {
+                if let Some(c) = f.chunks.remove(&cl.index) {
+                    if c.dirty {
+                        f.dirty_chunks -= 1;
+                        *dirty_bytes -= c.dirty_len;
+                    }
+                    *resident_bytes = resident_bytes.saturating_sub(c.local_len);
+                    if c.rec.is_some() {
+                        batch.delete_chunk(cl.ino, cl.index);
+                    }
+                }
+            }
+        }
+        for ino in touched {
+            if let Some(f) = fstate.get_mut(&ino) {
+                if f.dirty_chunks == 0 {
+                    f.dirty_since = None;
+                    if f.marked_dirty {
+                        f.marked_dirty = false;
+                        batch.delete_dirty(ino);
+                    }
+                }
+            }
+        }
+        // Under the state lock, so a writer that dirties a chunk next cannot be overtaken.
+        let committed = self.meta.commit(batch);
+        drop(st);
+        self.changed.notify_all();
+        committed?;
+        Ok(())
+    }
+
+    // ---- eviction ------------------------------------------------------------------------
+
+    fn evict_loop(self: Arc<Self>) {
+        loop {
+            {
+                let mut st = self.state.lock();
+                if st.stopping {
+                    return;
+                }
+                self.changed.wait_for(&mut st, Duration::from_millis(200));
+                if st.stopping {
+                    return;
+                }
+            }
+            if let Err(e) = self.evict_some() {
+                tracing::warn!("eviction: {e}");
+            }
+        }
+    }
+
+    /// Bytes to free now: above the cache size, or below the free-space ratio of the disk.
+    fn excess(&self, resident: u64) -> u64 {
+        let mut need = 0;
+        if let Some(limit) = self.config.cache_size {
+            if resident > limit {
+                // Evict down to 90% so eviction runs in batches, not per write.
+                need = resident - limit / 10 * 9;
+            }
+        }
+        if let Ok(s) = self.hot.disk_stats() {
+            let total = s.f_blocks as f64 * s.f_frsize as f64;
+            let free = s.f_bavail as f64 * s.f_frsize as f64;
+            let want = total * self.config.min_free_ratio;
+            if free < want {
+                need = need.max((want - free) as u64 + CHUNK_SIZE);
+            }
+        }
+        need
+    }
+
+    fn evict_some(&self) -> Result<(), ColdError> {
+        let resident = self.state.lock().resident_bytes;
+        let mut need = self.excess(resident);
+        if need == 0 {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        let mut candidates: Vec<(u64, Ino, u64)> = st
+            .files
+            .iter()
+            .flat_map(|(&ino, f)| {
+                f.chunks.iter().filter_map(move |(&idx, c)| {
+                    let clean = c.rec.is_some_and(|r| r.resident) && !c.dirty && c.inflight == 0;
+                    (clean && !c.claimed && !c.fetching && c.local_len > 0).then_some((c.last_access, ino, idx))
+                })
+            })
+            .collect();
+        candidates.sort_unstable();
+        let mut batch = MetaBatch::new();
+        let mut files: HashMap<Ino, Option<File>> = HashMap::new();
+        let State { files: fstate, resident_bytes, .. } = &mut *st;
+        for (_, ino, idx) in candidates {
+            if need == 0 {
+                break;
+            }
+            let Some(c) = fstate.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { continue };
+            let Some(mut r) = c.rec else { continue };
+            let file = match files.entry(ino) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(self.hot.open_existing(ino)?),
+            };
+            if let Some(file) = file {
+                // Punched under the state lock: no writer can be mid-write in this chunk.
+                DataFile { file, ino }.fallocate(
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    idx * CHUNK_SIZE,
+                    u64::from(r.len),
+                )?;
+            }
+            r.resident = false;
+            c.rec = Some(r);
+            need = need.saturating_sub(c.local_len);
+            *resident_bytes = resident_bytes.saturating_sub(c.local_len);
+            c.local_len = 0;
+            batch.put_chunk(ino, idx, &r);
+            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        self.meta.commit(batch)?;
+        Ok(())
+    }
+}
+
+fn read_full(file: &File, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<(), ColdError> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break, // past the data file's end: zeros (already in buf)
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(ColdError::HotTier(HotTierError::Io {
+                    op: "read",
+                    path: format!("data file of inode {ino}").into(),
+                    source: e,
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    match std::thread::Builder::new().name(name).spawn(f) {
+        Ok(h) => h,
+        // Thread creation fails only when the process is out of resources; nothing to salvage.
+        Err(e) => panic!("cannot start a tierfs worker thread: {e}"),
+    }
+}

@@ -1,0 +1,298 @@
+//! Stores seen from the binaries: unlocking a store (key file, `TIERFS_PASSPHRASE` or a
+//! prompt), the blocking [`BlockStore`] adapter the cold tier uses, and the store commands
+//! `tierfs init`, `tierfs key …`, `tierfs scrub` and `tierfs warmup`.
+//!
+//! Invariants:
+//! - a secret is never printed or logged, and a wrong one fails before anything changes;
+//! - the adapter enters the async store with `Handle::block_on` from the tier's worker
+//!   threads and FUSE threads, never from a runtime thread (see STYLE.md, "Async meets FUSE").
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use tierfs::block::{BlockId, BlockLoc};
+use tierfs::crypto::{self, KdfParams, Secret};
+use tierfs::store::{Progress, Store, StoreConfig};
+use tierfs::tier::{BlockStore, ColdError};
+use tokio::runtime::Handle;
+
+/// Environment variable holding the store passphrase (for scripts and the background daemon).
+pub const PASSPHRASE_ENV: &str = "TIERFS_PASSPHRASE";
+/// Environment variable with a fast key-derivation setting for tests ("test"): never use it
+/// for real data.
+pub const KDF_ENV: &str = "TIERFS_TEST_FAST_KDF";
+
+/// An owned secret.
+pub enum SecretBytes {
+    Passphrase(Vec<u8>),
+    KeyFile(Vec<u8>),
+}
+
+impl SecretBytes {
+    pub fn as_secret(&self) -> Secret<'_> {
+        match self {
+            SecretBytes::Passphrase(p) => Secret::Passphrase(p),
+            SecretBytes::KeyFile(k) => Secret::KeyFile(k),
+        }
+    }
+}
+
+/// Key-derivation cost for new passphrases.
+pub fn kdf_params() -> KdfParams {
+    if std::env::var(KDF_ENV).is_ok_and(|v| v == "test") { KdfParams::for_tests() } else { KdfParams::recommended() }
+}
+
+/// Reads a key file.
+pub fn read_key_file(path: &Path) -> Result<SecretBytes> {
+    let contents = std::fs::read(path).with_context(|| format!("reading key file {}", path.display()))?;
+    let key = crypto::parse_key_file(&contents).with_context(|| format!("key file {}", path.display()))?;
+    Ok(SecretBytes::KeyFile(key))
+}
+
+/// The secret that unlocks `config`'s store: its key file, else `TIERFS_PASSPHRASE`, else a
+/// prompt on the terminal.
+pub fn unlock_secret(config: &StoreConfig) -> Result<SecretBytes> {
+    if let Some(path) = &config.key_file {
+        return read_key_file(path);
+    }
+    passphrase("Store passphrase: ", false)
+}
+
+/// A passphrase from the environment or the terminal (asked twice when `confirm`).
+pub fn passphrase(prompt: &str, confirm: bool) -> Result<SecretBytes> {
+    if let Some(p) = std::env::var_os(PASSPHRASE_ENV) {
+        let p = p.into_encoded_bytes();
+        if p.is_empty() {
+            bail!("{PASSPHRASE_ENV} is set but empty");
+        }
+        return Ok(SecretBytes::Passphrase(p));
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "this store needs a passphrase: set {PASSPHRASE_ENV}, or create the store with a key \
+             file (`tierfs init --key-file FILE`)"
+        );
+    }
+    let first = prompt_hidden(prompt)?;
+    if first.is_empty() {
+        bail!("an empty passphrase is not allowed");
+    }
+    if confirm && prompt_hidden("Repeat passphrase: ")? != first {
+        bail!("the passphrases do not match");
+    }
+    Ok(SecretBytes::Passphrase(first))
+}
+
+/// Reads one line from the terminal with echo off.
+fn prompt_hidden(prompt: &str) -> Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let stdin = std::io::stdin();
+    let fd = stdin.as_raw_fd();
+    eprint!("{prompt}");
+    std::io::stderr().flush().ok();
+    // SAFETY: termios is plain old data; tcgetattr fills it for a valid descriptor.
+    let mut old: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and out pointer.
+    let have_tty = unsafe { libc::tcgetattr(fd, &mut old) } == 0;
+    if have_tty {
+        let mut quiet = old;
+        quiet.c_lflag &= !libc::ECHO;
+        // SAFETY: valid descriptor and termios.
+        unsafe { libc::tcsetattr(fd, libc::TCSANOW, &quiet) };
+    }
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    let mut lock = stdin.lock();
+    let result = loop {
+        match lock.read(&mut byte) {
+            Ok(0) => break Ok(()),
+            Ok(_) if byte[0] == b'\n' => break Ok(()),
+            Ok(_) => line.push(byte[0]),
+            Err(e) => break Err(e),
+        }
+    };
+    if have_tty {
+        // SAFETY: restores the settings read above.
+        unsafe { libc::tcsetattr(fd, libc::TCSANOW, &old) };
+    }
+    eprintln!();
+    result.context("reading the passphrase")?;
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    Ok(line)
+}
+
+/// Opens the store described by the store file at `path`.
+pub fn open_store(handle: &Handle, path: &Path) -> Result<(Store, StoreConfig)> {
+    let config = StoreConfig::load(path)?;
+    let secret = unlock_secret(&config)?;
+    let store = handle
+        .block_on(Store::open(&config, &secret.as_secret()))
+        .with_context(|| format!("opening the store of {}", path.display()))?;
+    Ok((store, config))
+}
+
+/// The cold tier's view of a store: blocking calls into the async store.
+pub struct StoreBlocks {
+    pub store: Arc<Store>,
+    pub handle: Handle,
+}
+
+impl BlockStore for StoreBlocks {
+    fn block_id(&self, data: &[u8]) -> BlockId {
+        self.store.keys().block_id(data)
+    }
+
+    fn put_blocks(&self, blocks: &[(BlockId, &[u8])]) -> Result<Vec<(BlockId, BlockLoc)>, ColdError> {
+        self.handle.block_on(self.store.put_blocks(blocks)).map_err(|e| ColdError::Store(e.to_string()))
+    }
+
+    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Vec<u8>, ColdError> {
+        self.handle.block_on(self.store.get_block(id, loc)).map_err(|e| ColdError::Store(e.to_string()))
+    }
+
+    fn pack_size(&self) -> usize {
+        self.store.config().pack_size as usize
+    }
+}
+
+// ---- commands ----------------------------------------------------------------------------
+
+/// `tierfs init` output.
+#[derive(Debug, Serialize)]
+pub struct InitOutput {
+    pub store_file: PathBuf,
+    pub store_id: String,
+    pub backends: Vec<String>,
+    pub redundancy: String,
+    pub key: String,
+}
+
+/// Creates a store and writes its store file.
+pub fn init(
+    handle: &Handle,
+    store_file: &Path,
+    backends: Vec<String>,
+    replicas: Option<u8>,
+    erasure: Option<String>,
+    key_file: Option<PathBuf>,
+    pack_size: Option<u64>,
+) -> Result<InitOutput> {
+    if store_file.exists() {
+        bail!("{} already exists; choose another --store path", store_file.display());
+    }
+    let mut config = StoreConfig::new(backends);
+    if erasure.is_some() {
+        config.replicas = None;
+        config.erasure = erasure;
+    }
+    if let Some(r) = replicas {
+        config.replicas = Some(r);
+    }
+    if let Some(p) = pack_size {
+        config.pack_size = p;
+    }
+    let secret = match &key_file {
+        Some(path) => {
+            let path = crate::paths::absolute(path)?;
+            if !path.exists() {
+                write_private(&path, crypto::generate_key_file().as_bytes())?;
+                eprintln!("created key file {} (keep a copy: without it the store cannot be read)", path.display());
+            }
+            config.key_file = Some(path.clone());
+            read_key_file(&path)?
+        }
+        None => passphrase("New store passphrase: ", true)?,
+    };
+    config.validate()?;
+    let redundancy = format!("{:?}", config.redundancy()?);
+    handle.block_on(Store::init(&config, &secret.as_secret(), kdf_params())).context("creating the store")?;
+    config.save_new(store_file)?;
+    Ok(InitOutput {
+        store_file: store_file.to_path_buf(),
+        store_id: config.store_id.clone(),
+        backends: config.backends.clone(),
+        redundancy,
+        key: if config.key_file.is_some() { "key file".into() } else { "passphrase".into() },
+    })
+}
+
+fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(data).and_then(|()| f.sync_all()).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `tierfs scrub`: checks (and with `repair`, fixes) every copy of every object.
+pub fn scrub(handle: &Handle, store_file: &Path, repair: bool, json: bool) -> Result<tierfs::store::ScrubReport> {
+    let (store, _) = open_store(handle, store_file)?;
+    let started = Instant::now();
+    let show = !json && std::io::stderr().is_terminal();
+    let progress = move |p: Progress| {
+        if show {
+            eprint!("\rscrub: {}/{} objects and packs checked", p.done, p.total);
+        }
+    };
+    let report = handle.block_on(store.scrub(repair, &progress))?;
+    if show {
+        eprintln!(" ({:.1} s)", started.elapsed().as_secs_f64());
+    }
+    Ok(report)
+}
+
+/// `tierfs warmup`: reads every file under `paths` through the mount, which fetches evicted
+/// data into the cache (with read-ahead), showing progress.
+pub fn warmup(paths: &[PathBuf], json: bool) -> Result<(u64, u64)> {
+    let mut files = Vec::new();
+    for p in paths {
+        collect_files(p, &mut files)?;
+    }
+    let total: u64 = files.iter().map(|(_, len)| *len).sum();
+    let show = !json && std::io::stderr().is_terminal();
+    let mut done = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let started = Instant::now();
+    for (path, _) in &files {
+        let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        loop {
+            let n = f.read(&mut buf).with_context(|| format!("reading {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            done += n as u64;
+            if show {
+                eprint!("\rwarmup: {} of {} MiB", done >> 20, total >> 20);
+            }
+        }
+    }
+    if show {
+        eprintln!(" in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    Ok((files.len() as u64, done))
+}
+
+fn collect_files(path: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
+    let meta = std::fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.is_dir() {
+        let mut entries: Vec<_> = std::fs::read_dir(path)
+            .with_context(|| format!("listing {}", path.display()))?
+            .collect::<std::io::Result<_>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            collect_files(&e.path(), out)?;
+        }
+    } else if meta.is_file() {
+        out.push((path.to_path_buf(), meta.len()));
+    }
+    Ok(())
+}
