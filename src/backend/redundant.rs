@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use super::erasure::{Codec, TRAILER_LEN, open_shard, shard_key, split_shard_key};
 use super::error::BackendError;
 use super::repair::{DEFAULT_REPAIR_MEMORY, RepairQueue, RepairSource, RepairTask};
-use super::single::{Backend, ObjectInfo};
+use super::single::{Backend, ObjectInfo, validate_key};
 
 /// How a store spreads its data over its backends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -285,6 +285,7 @@ impl RedundantStore {
 
     /// Small objects: replicated, acknowledged at a majority of the copies.
     pub async fn put_object(&self, key: &str, data: Bytes) -> Result<PutReport, BackendError> {
+        validate_key(key)?;
         let placement = self.object_placement(key);
         let needed = placement.len() / 2 + 1;
         let writes = placement
@@ -302,6 +303,7 @@ impl RedundantStore {
     /// Packs: like `put_object` under `Replicas`; Reed-Solomon shards under `Erasure`,
     /// acknowledged at `k + 1` shards (`k` when `m == 0`).
     pub async fn put_pack(&self, key: &str, data: Bytes) -> Result<PutReport, BackendError> {
+        validate_key(key)?;
         let Some(codec) = self.codec.clone() else {
             return self.put_object(key, data).await;
         };
@@ -444,6 +446,7 @@ impl RedundantStore {
     /// Reads a copy from the first backend (placement order, healthy ones first) whose bytes
     /// pass `verify`; missing or bad copies seen before it are repaired from it.
     pub async fn get_object(&self, key: &str, verify: Verify<'_>) -> Result<Bytes, BackendError> {
+        validate_key(key)?;
         self.get_replicated(key, None, verify).await
     }
 
@@ -484,25 +487,32 @@ impl RedundantStore {
                 }
             }
         }
-        if !bad.is_empty() {
-            let mut reason = format!("no copy passed verification ({})", bad.join("; "));
-            if !unreachable.is_empty() {
-                reason.push_str(&format!("; unreachable: {}", join_errors(&unreachable)));
-            }
-            return Err(BackendError::Corrupt { key: key.to_string(), reason });
-        }
+        // A copy that could not be asked may be good: that is "try again", never "lost".
         let placement_unreachable: Vec<(usize, String)> =
             unreachable.iter().filter(|(b, _)| placement.contains(b)).cloned().collect();
-        if placement_unreachable.is_empty() {
-            return Err(BackendError::NotFound { key: key.to_string() });
+        if !placement_unreachable.is_empty() {
+            let mut reason =
+                format!("no copy of {key} could be read and verified ({}", join_errors(&placement_unreachable));
+            if !bad.is_empty() {
+                reason.push_str(&format!("; {}", bad.join("; ")));
+            }
+            reason.push(')');
+            return Err(BackendError::Unavailable {
+                backend: placement_unreachable
+                    .iter()
+                    .map(|(b, _)| self.backends[*b].name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                reason,
+            });
         }
-        Err(BackendError::Unavailable {
-            backend: placement_unreachable.iter().map(|(b, _)| self.backends[*b].name()).collect::<Vec<_>>().join(", "),
-            reason: format!(
-                "no readable copy of {key}; the other copies are missing ({})",
-                join_errors(&placement_unreachable)
-            ),
-        })
+        if !bad.is_empty() {
+            return Err(BackendError::Corrupt {
+                key: key.to_string(),
+                reason: format!("no copy passed verification ({})", bad.join("; ")),
+            });
+        }
+        Err(BackendError::NotFound { key: key.to_string() })
     }
 
     /// Reads and checks one whole copy.
@@ -537,6 +547,7 @@ impl RedundantStore {
         range: Range<u64>,
         verify: Verify<'_>,
     ) -> Result<Bytes, BackendError> {
+        validate_key(key)?;
         if range.start > range.end || range.end > pack_len {
             return Err(BackendError::BadRange { key: key.to_string(), range, len: pack_len });
         }
@@ -591,6 +602,7 @@ impl RedundantStore {
 
     /// The whole pack (used by scrub and repacking); `verify` is called on the whole pack.
     pub async fn get_pack(&self, key: &str, pack_len: u64, verify: Verify<'_>) -> Result<Bytes, BackendError> {
+        validate_key(key)?;
         if self.codec.is_none() {
             return self.get_replicated(key, Some(pack_len), verify).await;
         }
@@ -638,28 +650,31 @@ impl RedundantStore {
                 Err(e) => unreachable.push((b, e.to_string())),
             }
         }
+        if !unreachable.is_empty() {
+            let mut reason = format!("no replica of {key} served the range verified ({}", join_errors(&unreachable));
+            if !bad.is_empty() {
+                reason.push_str(&format!("; {}", bad.join("; ")));
+            }
+            reason.push(')');
+            return Err(BackendError::Unavailable {
+                backend: unreachable.iter().map(|(b, _)| self.backends[*b].name()).collect::<Vec<_>>().join(", "),
+                reason,
+            });
+        }
         if !bad.is_empty() {
             return Err(BackendError::Corrupt {
                 key: key.to_string(),
                 reason: format!("no replica served the range verified ({})", bad.join("; ")),
             });
         }
-        if unreachable.is_empty() {
-            // Maybe stored before the backend list changed.
-            return self.get_replicated(key, Some(pack_len), &|_| true).await.and_then(|whole| {
-                let (s, e) = (range.start as usize, range.end as usize);
-                let part = whole.slice(s..e);
-                if verify(&part) {
-                    Ok(part)
-                } else {
-                    Err(BackendError::Corrupt { key: key.to_string(), reason: "range failed verification".into() })
-                }
-            });
+        // Missing everywhere it should be: maybe stored before the backend list changed.
+        let whole = self.get_replicated(key, Some(pack_len), &|_| true).await?;
+        let part = whole.slice(range.start as usize..range.end as usize);
+        if verify(&part) {
+            Ok(part)
+        } else {
+            Err(BackendError::Corrupt { key: key.to_string(), reason: "range failed verification".into() })
         }
-        Err(BackendError::Unavailable {
-            backend: unreachable.iter().map(|(b, _)| self.backends[*b].name()).collect::<Vec<_>>().join(", "),
-            reason: format!("no readable replica of {key} ({})", join_errors(&unreachable)),
-        })
     }
 
     /// Copies the whole object from backend `source` to `targets` (read repair after a range read).
@@ -797,19 +812,26 @@ impl RedundantStore {
                 return 0;
             }
         };
-        let mut repaired = 0;
-        for i in targets {
+        self.rewrite_shards(key, &shards, &targets).await
+    }
+
+    /// Writes shard objects `targets` of a pack to their backends, in parallel.
+    async fn rewrite_shards(&self, key: &str, shards: &[Bytes], targets: &[usize]) -> usize {
+        let writes = targets.iter().map(|&i| async move {
             let b = self.shard_backend(key, i);
             let fallback = RepairSource::RebuildShard { pack_key: key.to_string(), index: i };
-            repaired += self.rewrite(&shard_key(key, i), &shards[i], &[b], fallback).await;
-        }
-        repaired
+            self.rewrite(&shard_key(key, i), &shards[i], &[b], fallback).await
+        });
+        join_all(writes).await.into_iter().sum()
     }
 
     // ----- scrub -----
 
     /// Checks every copy of a small object; with `repair`, rewrites bad and missing ones.
     pub async fn scrub_object(&self, key: &str, verify: Verify<'_>, repair: bool) -> ScrubOutcome {
+        if validate_key(key).is_err() {
+            return ScrubOutcome { unrepairable: true, ..ScrubOutcome::default() };
+        }
         self.scrub_replicated(key, None, verify, repair).await
     }
 
@@ -817,6 +839,9 @@ impl RedundantStore {
     /// Under `Erasure` the rebuilt pack must pass `verify`, and every shard must equal what
     /// encoding that pack gives (so a stale shard with a valid hash is caught too).
     pub async fn scrub_pack(&self, key: &str, pack_len: u64, verify: Verify<'_>, repair: bool) -> ScrubOutcome {
+        if validate_key(key).is_err() {
+            return ScrubOutcome { unrepairable: true, ..ScrubOutcome::default() };
+        }
         let Some(codec) = self.codec.clone() else {
             return self.scrub_replicated(key, Some(pack_len), verify, repair).await;
         };
@@ -883,11 +908,7 @@ impl RedundantStore {
             return outcome;
         };
         if repair {
-            for i in targets {
-                let b = self.shard_backend(key, i);
-                let fallback = RepairSource::RebuildShard { pack_key: key.to_string(), index: i };
-                outcome.repaired += self.rewrite(&shard_key(key, i), &shards[i], &[b], fallback).await;
-            }
+            outcome.repaired = self.rewrite_shards(key, &shards, &targets).await;
         }
         outcome
     }
@@ -1044,6 +1065,7 @@ impl RedundantStore {
     /// Deletes every copy of a small object (and forgets its queued repairs). Errors if some
     /// copy could not be deleted; the remaining copies show up in listings for a later retry.
     pub async fn delete_object(&self, key: &str) -> Result<(), BackendError> {
+        validate_key(key)?;
         let keys = vec![key.to_string()];
         self.repairs.forget_keys(&keys);
         let targets: Vec<(usize, String)> =
@@ -1053,6 +1075,7 @@ impl RedundantStore {
 
     /// Deletes every copy or shard of a pack (and forgets its queued repairs).
     pub async fn delete_pack(&self, key: &str) -> Result<(), BackendError> {
+        validate_key(key)?;
         let Some(codec) = &self.codec else {
             return self.delete_object(key).await;
         };
@@ -1084,6 +1107,10 @@ impl RedundantStore {
     /// `Erasure` that is a shard object's size). Fails only if more backends failed than the
     /// policy tolerates, since then an object could be missing from the union.
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, BackendError> {
+        let trimmed = prefix.trim_end_matches('/');
+        if !trimmed.is_empty() {
+            validate_key(trimmed)?;
+        }
         let results = join_all(self.backends.iter().map(|b| b.list(prefix))).await;
         let mut union: BTreeMap<String, u64> = BTreeMap::new();
         let mut failed = Vec::new();
@@ -1265,6 +1292,7 @@ mod tests {
         s.put_object("refs/ws/head", data.clone()).await.unwrap();
         let err = s.get_object("refs/ws/head", &|_| false).await.unwrap_err();
         assert!(matches!(err, BackendError::Corrupt { .. }), "{err:?}");
+        assert!(err.to_string().contains("mem-1: failed verification"), "{err}");
         assert!(s.get_object("refs/ws/none", &|_| true).await.unwrap_err().is_not_found());
 
         // One backend down and the others missing the object: not a false "not found".
@@ -1274,6 +1302,9 @@ mod tests {
         assert!(err.to_string().contains("mem-0"), "{err}");
         // …but the object itself is still readable.
         assert_eq!(s.get_object("refs/ws/head", &exactly(data.clone())).await.unwrap(), data);
+        // Bad copies plus one unreachable: maybe the unreachable one is good, so "unavailable".
+        let err = s.get_object("refs/ws/head", &|_| false).await.unwrap_err();
+        assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
     }
 
     #[tokio::test]
@@ -1535,6 +1566,19 @@ mod tests {
         assert!(health[0].available && health[0].consecutive_failures == 0);
         assert!(!health[2].available && health[2].consecutive_failures == 5, "{:?}", health[2]);
         assert!(health[2].last_error.as_deref().unwrap_or_default().contains("injected fault"));
+    }
+
+    #[tokio::test]
+    async fn bad_keys_are_refused_up_front() {
+        let s = store(3, Redundancy::Erasure { data: 2, parity: 1 });
+        for key in ["", "a//b", "../x", "sp ace"] {
+            let err = s.put_object(key, Bytes::new()).await.unwrap_err();
+            assert!(matches!(err, BackendError::BadKey { .. }), "{key:?}: {err:?}");
+            assert!(matches!(s.get_pack(key, 1, &|_| true).await, Err(BackendError::BadKey { .. })));
+            assert!(s.scrub_object(key, &|_| true, true).await.unrepairable);
+        }
+        assert!(matches!(s.list("a//b").await, Err(BackendError::BadKey { .. })));
+        assert!(s.health().iter().all(|h| h.consecutive_failures == 0));
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub struct Backend {
     retry_base: Duration,
     /// Retries done by this layer (0 when the client retries itself).
     layer_retries: u32,
+    /// No retry starts once a request has run this long.
+    retry_budget: Duration,
     /// Deadline of one attempt of this layer (covers the client's own retries, if any).
     attempt_timeout: Duration,
     breaker: CircuitBreaker,
@@ -218,6 +220,7 @@ impl Backend {
             root,
             retry_base: opts.retry_base,
             layer_retries,
+            retry_budget: opts.request_timeout,
             attempt_timeout,
             breaker: CircuitBreaker::new(opts.breaker_threshold, opts.breaker_probe_after),
             fault: Mutex::new(None),
@@ -426,15 +429,9 @@ impl Backend {
 
     /// The store path of a relative key, validated.
     fn path(&self, key: &str) -> Result<Path, BackendError> {
-        let bad = |reason: String| BackendError::BadKey { key: key.to_string(), reason };
-        if key.is_empty() {
-            return Err(bad("empty key".into()));
-        }
-        for segment in key.split('/') {
-            check_segment(segment).map_err(bad)?;
-        }
+        validate_key(key)?;
         let full = if self.root.is_empty() { key.to_string() } else { format!("{}/{key}", self.root) };
-        Path::parse(&full).map_err(|e| bad(e.to_string()))
+        Path::parse(&full).map_err(|e| BackendError::BadKey { key: key.to_string(), reason: e.to_string() })
     }
 
     /// Runs one request: breaker admission, attempts under a deadline, retries with backoff
@@ -447,6 +444,7 @@ impl Backend {
     {
         let permit = self.breaker.admit().map_err(|r| self.refused(r))?;
         let mut tries = 0u32;
+        let started = std::time::Instant::now();
         let result = loop {
             let outcome = match self.take_fault() {
                 Some(Fault::Down) => Err(self.injected("backend down")),
@@ -470,7 +468,7 @@ impl Backend {
                 }
             };
             match outcome {
-                Err((e, Class::Transient)) if tries < self.layer_retries => {
+                Err((e, Class::Transient)) if tries < self.layer_retries && started.elapsed() < self.retry_budget => {
                     tries += 1;
                     tracing::debug!(backend = %self.name, key, op = op.describe(), attempt = tries, error = %e, "retrying");
                     tokio::time::sleep(self.backoff(tries)).await;
@@ -563,9 +561,19 @@ impl Backend {
     fn transport_error(&self, op: Op, key: String, err: &object_store::Error) -> (BackendError, Class) {
         let backend = self.name.clone();
         let text = err.to_string();
-        if op == Op::GetRange && (text.contains("Wanted range starting at") || text.contains("416")) {
+        let s3 = S3Failure::parse(&text);
+        let code = s3.as_ref().and_then(|f| f.code.as_deref());
+        if op == Op::GetRange
+            && (text.contains("Wanted range starting at")
+                || code == Some("InvalidRange")
+                || s3.as_ref().is_some_and(|f| f.status.starts_with("416")))
+        {
             let reason = format!("{backend} holds fewer bytes than the requested range");
             return (BackendError::Corrupt { key, reason }, Class::Definite);
+        }
+        if code == Some("NoSuchBucket") {
+            let reason = "the bucket does not exist — create it or fix the URL".to_string();
+            return (BackendError::Unavailable { backend, reason }, Class::Permanent);
         }
         match http_error_kind(err) {
             Some(object_store::client::HttpErrorKind::Timeout) => (BackendError::Timeout { backend }, Class::Transient),
@@ -578,10 +586,47 @@ impl Backend {
                 (BackendError::Unavailable { backend, reason }, Class::Transient)
             }
             _ => {
-                let reason = format!("{} of {key} failed: {text}", op.describe());
+                let what =
+                    if key.is_empty() { op.describe().to_string() } else { format!("{} of {key}", op.describe()) };
+                let detail = s3.map_or(text, |f| f.to_string());
+                let reason = format!("{what} failed: {detail}");
                 (BackendError::Unavailable { backend, reason }, Class::Transient)
             }
         }
+    }
+}
+
+/// The useful part of an S3 error response as `object_store` renders it: the HTTP status and
+/// the `<Code>`/`<Message>` of the XML body (the full text is a long request dump).
+struct S3Failure {
+    status: String,
+    code: Option<String>,
+    message: Option<String>,
+}
+
+impl S3Failure {
+    fn parse(text: &str) -> Option<S3Failure> {
+        let status = text.split_once("status code: ")?.1;
+        let status = status.split(':').next().unwrap_or_default().trim().to_string();
+        let between = |open: &str, close: &str| {
+            let start = text.find(open)? + open.len();
+            let len = text[start..].find(close)?;
+            Some(text[start..start + len].to_string())
+        };
+        Some(S3Failure { status, code: between("<Code>", "</Code>"), message: between("<Message>", "</Message>") })
+    }
+}
+
+impl fmt::Display for S3Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HTTP {}", self.status)?;
+        if let Some(code) = &self.code {
+            write!(f, " {code}")?;
+        }
+        if let Some(message) = &self.message {
+            write!(f, ": {message}")?;
+        }
+        Ok(())
     }
 }
 
@@ -591,22 +636,35 @@ impl fmt::Debug for Backend {
     }
 }
 
+/// Checks a relative object key: non-empty `/`-separated segments of `[A-Za-z0-9._=-]`, no `.`
+/// or `..`. Keys are chosen by tierfs itself, so a bad one is a bug, reported before any request.
+pub(crate) fn validate_key(key: &str) -> Result<(), BackendError> {
+    let bad = |reason: String| BackendError::BadKey { key: key.to_string(), reason };
+    if key.is_empty() {
+        return Err(bad("empty key".into()));
+    }
+    for segment in key.split('/') {
+        check_segment(segment).map_err(bad)?;
+    }
+    Ok(())
+}
+
 /// The retry policy handed to the S3 client, and the overall deadline of one call through it.
 fn s3_retry(opts: &BackendOptions) -> (RetryConfig, Duration) {
     let max_backoff = opts
         .retry_base
         .saturating_mul(1u32 << opts.max_retries.min(16))
         .clamp(opts.retry_base, Duration::from_secs(30));
-    let retry_timeout = opts
-        .request_timeout
-        .saturating_mul(opts.max_retries.saturating_add(1))
-        .saturating_add(max_backoff.saturating_mul(opts.max_retries));
+    // Like this layer's own loop: no retry starts once the request has run for `request_timeout`,
+    // so a request ends within about two request timeouts however many retries are allowed.
     let retry = RetryConfig {
         backoff: BackoffConfig { init_backoff: opts.retry_base, max_backoff, base: 2.0 },
         max_retries: opts.max_retries as usize,
-        retry_timeout,
+        retry_timeout: opts.request_timeout,
     };
-    (retry, retry_timeout.saturating_add(opts.connect_timeout))
+    let deadline =
+        opts.request_timeout.saturating_mul(2).saturating_add(max_backoff).saturating_add(opts.connect_timeout);
+    (retry, deadline)
 }
 
 fn page_timeout() -> object_store::Error {
@@ -853,6 +911,24 @@ mod tests {
         sync(&b);
     }
 
+    #[test]
+    fn s3_error_responses_are_summarized() {
+        let text = "Generic S3 error: Error performing GET http://h/b?list-type=2 in 8ms - Server returned non-2xx \
+                    status code: 404 Not Found: <?xml version=\"1.0\"?><Error><Code>NoSuchBucket</Code>\
+                    <Message>The specified bucket does not exist</Message><BucketName>b</BucketName></Error>";
+        let f = S3Failure::parse(text).unwrap();
+        assert_eq!(f.to_string(), "HTTP 404 Not Found NoSuchBucket: The specified bucket does not exist");
+        let b = mem("mem", BackendOptions::for_tests());
+        let err = object_store::Error::Generic { store: "S3", source: text.into() };
+        let (e, class) = b.classify(Op::Check, "", err);
+        assert_eq!(class, Class::Permanent);
+        assert!(e.to_string().contains("the bucket does not exist — create it"), "{e}");
+        let err = object_store::Error::Generic { store: "S3", source: "status code: 500 Internal Server Error".into() };
+        let (e, class) = b.classify(Op::Put, "config", err);
+        assert_eq!(class, Class::Transient);
+        assert_eq!(e.to_string(), "mem is unavailable: put of config failed: HTTP 500 Internal Server Error");
+    }
+
     fn free_port() -> u16 {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
@@ -924,6 +1000,7 @@ mod tests {
             .collect();
         let store = RedundantStore::new(backends, Redundancy::Erasure { data: 2, parity: 1 }).unwrap();
         store.put_pack("packs/ab/p", data.clone()).await.unwrap();
+        // Lose shard 0 (on whichever backend holds it): the read rebuilds and repairs it.
         store.backends()[1].delete("packs/ab/p.s0").await.unwrap();
         store.backends()[0].delete("packs/ab/p.s0").await.unwrap();
         store.backends()[2].delete("packs/ab/p.s0").await.unwrap();
@@ -938,7 +1015,7 @@ mod tests {
         let spec = BackendSpec::parse(&format!("s3://tierfs-no-such-bucket-{run}?endpoint={endpoint}")).unwrap();
         let missing = Backend::open(&spec, &Credentials::default(), &BackendOptions::for_tests()).unwrap();
         let msg = missing.check().await.unwrap_err().to_string();
-        assert!(msg.contains("does not exist"), "{msg}");
+        assert!(msg.contains("the bucket does not exist — create it"), "{msg}");
         println!("s3_smoke passed against {endpoint} bucket {bucket}");
     }
 }

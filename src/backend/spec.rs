@@ -323,11 +323,14 @@ impl Credentials {
 /// Request policy of one backend.
 #[derive(Clone, Debug)]
 pub struct BackendOptions {
-    /// Upper bound of one request, body included (default 30 s).
+    /// Upper bound of one attempt of a request, body included (default 30 s). Retries only
+    /// start while the request has run for less than this, so a request as a whole ends within
+    /// about twice this plus backoff.
     pub request_timeout: Duration,
     /// Upper bound of establishing a connection (default 5 s).
     pub connect_timeout: Duration,
-    /// Retries of a transient failure (default 3), exponential backoff with jitter.
+    /// Retries of a transient failure (default 3), exponential backoff with jitter. Missing
+    /// objects, refused credentials and a missing bucket are never retried.
     pub max_retries: u32,
     /// First backoff delay (default 100 ms); doubles per retry.
     pub retry_base: Duration,
