@@ -67,9 +67,9 @@ async fn corrupt_and_deleted_copies_are_detected_served_and_repaired() {
     }
 
     // Replica 0: garbage; replica 1: gone. Replica 2 is intact.
-    let full = |s: &MotoServer| format!("store/{pack_key}");
-    servers[0].put_raw(BUCKET, &full(&servers[0]), b"garbage, not a pack");
-    servers[1].delete_raw(BUCKET, &full(&servers[1]));
+    let full = format!("store/{pack_key}");
+    servers[0].put_raw(BUCKET, &full, b"garbage, not a pack");
+    servers[1].delete_raw(BUCKET, &full);
     for ((id, loc), (_, d)) in locs.iter().zip(&data) {
         assert_eq!(&store.get_block(id, loc).await.expect("served from the good copy"), d);
     }
@@ -82,8 +82,8 @@ async fn corrupt_and_deleted_copies_are_detected_served_and_repaired() {
     assert_eq!((after.copies_bad, after.copies_missing), (0, 0), "{after:?}");
     assert!(after.unrepaired.is_empty(), "{after:?}");
     for s in &servers[..2] {
-        let copy = s.get_raw(BUCKET, &full(s)).expect("copy restored");
-        assert_eq!(copy, servers[2].get_raw(BUCKET, &full(&servers[2])).expect("good copy"));
+        let copy = s.get_raw(BUCKET, &full).expect("copy restored");
+        assert_eq!(copy, servers[2].get_raw(BUCKET, &full).expect("good copy"));
     }
 }
 
@@ -102,6 +102,7 @@ async fn erasure_two_plus_one_survives_losing_a_server() {
         let packs: Vec<_> = s.list_keys(BUCKET).into_iter().filter(|k| k.contains("/packs/")).collect();
         assert_eq!(packs.len(), 1, "{packs:?}");
     }
+    #[allow(clippy::needless_range_loop)] // each server is killed and restarted in place
     for victim in 0..3 {
         servers[victim].kill();
         let store = Store::open(&cfg, &secret).await.expect("open with one server down");
