@@ -202,3 +202,70 @@ fn a_wrong_passphrase_is_refused_before_mounting() {
     assert!(!common::is_mounted(&c.fx.mountpoint), "left a mount behind");
     assert_eq!(servers[0].dump_bucket(BUCKET), before, "the failed mount changed the store");
 }
+
+#[test]
+fn keys_can_be_added_listed_changed_and_removed() {
+    let fx = Fixture::new();
+    let backend = format!("file://{}", fx.tmp.path().join("backend").display());
+    let store_file = fx.tmp.path().join("store.toml");
+    let tierfs = |pass: &str| {
+        let mut cmd = fx.tierfs();
+        cmd.env("TIERFS_PASSPHRASE", pass).env("TIERFS_TEST_FAST_KDF", "test");
+        cmd
+    };
+    let mut init = tierfs("first");
+    init.args(["init", "--store"]).arg(&store_file).args(["--backend", &backend]);
+    run(&mut init, Duration::from_secs(60)).assert_success("tierfs init");
+
+    let list = |pass: &str| -> Output {
+        let mut cmd = tierfs(pass);
+        cmd.args(["--json", "key", "list", "--store"]).arg(&store_file);
+        run(&mut cmd, Duration::from_secs(60))
+    };
+    let keys: serde_json::Value =
+        serde_json::from_str(list("first").assert_success("key list").stdout.trim()).expect("json");
+    assert_eq!(keys.as_array().map(Vec::len), Some(1), "{keys}");
+    let wrong = list("nope");
+    assert!(!wrong.success() && wrong.stderr.contains("wrong passphrase"), "{}", wrong.stderr);
+
+    // A second passphrase opens it too.
+    let mut add = tierfs("first");
+    add.env("TIERFS_NEW_PASSPHRASE", "second").args(["--json", "key", "add", "--store"]).arg(&store_file);
+    run(&mut add, Duration::from_secs(60)).assert_success("key add");
+    list("second").assert_success("second passphrase");
+
+    // passwd replaces the passphrase that was used: "first" stops working, "third" works.
+    let mut passwd = tierfs("first");
+    passwd.env("TIERFS_NEW_PASSPHRASE", "third").args(["key", "passwd", "--store"]).arg(&store_file);
+    run(&mut passwd, Duration::from_secs(60)).assert_success("key passwd");
+    assert!(!list("first").success(), "the old passphrase still works");
+    let keys: serde_json::Value =
+        serde_json::from_str(list("third").assert_success("third").stdout.trim()).expect("json");
+    let ids: Vec<String> =
+        keys.as_array().expect("array").iter().map(|k| k["id"].as_str().unwrap_or("").to_string()).collect();
+    assert_eq!(ids.len(), 2, "{keys}");
+
+    // Remove one; the last one cannot be removed.
+    let remove = |pass: &str, id: &str| {
+        let mut cmd = tierfs(pass);
+        cmd.args(["key", "remove", "--store"]).arg(&store_file).arg(id);
+        run(&mut cmd, Duration::from_secs(60))
+    };
+    let keys: serde_json::Value = serde_json::from_str(list("second").stdout.trim()).expect("json");
+    let second_id = keys
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|k| k["label"] == "added")
+        .and_then(|k| k["id"].as_str())
+        .expect("the added key")
+        .to_string();
+    remove("third", &second_id).assert_success("key remove");
+    assert!(!list("second").success(), "a removed passphrase still works");
+    let last: String = serde_json::from_str::<serde_json::Value>(list("third").stdout.trim()).expect("json")[0]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let refused = remove("third", &last);
+    assert!(!refused.success() && refused.stderr.contains("last key"), "{}", refused.stderr);
+}
