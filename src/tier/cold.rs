@@ -140,6 +140,8 @@ struct Chunk {
     local_len: u64,
     epoch: u64,
     inflight: u32,
+    /// Reads between their fetch and their `pread`: not evictable.
+    readers: u32,
     claimed: bool,
     fetching: bool,
     last_access: u64,
@@ -225,6 +227,29 @@ impl Drop for WriteGuard<'_> {
         }
         drop(st);
         self.tier.changed.notify_all();
+    }
+}
+
+/// Pins chunks against eviction while a read uses them.
+pub struct ReadGuard<'a> {
+    tier: &'a ColdTier,
+    ino: Ino,
+    chunks: Range<u64>,
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        if self.chunks.is_empty() {
+            return;
+        }
+        let mut st = self.tier.state.lock();
+        if let Some(f) = st.files.get_mut(&self.ino) {
+            for idx in self.chunks.clone() {
+                if let Some(c) = f.chunks.get_mut(&idx) {
+                    c.readers = c.readers.saturating_sub(1);
+                }
+            }
+        }
     }
 }
 
@@ -335,26 +360,47 @@ impl ColdTier {
 
     /// Before writing `range` of `ino` (whose size is `size`): waits while too much is dirty,
     /// fetches evicted chunks the write only partly covers, and marks the chunks dirty.
+    ///
+    /// `overwrites` says the operation replaces every byte of `range` (write, zero range,
+    /// punch hole): a chunk it covers completely need not be fetched first. Truncate and
+    /// allocating fallocate keep the bytes, so they pass `false`.
     pub fn begin_write(
         &self,
         ino: Ino,
         file: &File,
         range: Range<u64>,
         size: u64,
+        overwrites: bool,
     ) -> Result<WriteGuard<'_>, ColdError> {
         let chunks = chunks_of(&range);
         self.throttle(ino, &chunks);
-        for idx in chunks.clone() {
+        let needs_bytes = |idx: u64| {
             let start = idx * CHUNK_SIZE;
             let covers_all = range.start <= start && range.end >= start + CHUNK_SIZE.min(size.saturating_sub(start));
-            if !covers_all {
-                self.hydrate(ino, file, idx)?;
-            }
-        }
+            !(overwrites && covers_all)
+        };
         let mut batch = MetaBatch::new();
         let mut persist = false;
         {
-            let mut st = self.state.lock();
+            // Fetch what must be fetched, then mark under the lock — re-checking, since the
+            // evictor may have punched a chunk again between the fetch and the lock.
+            let mut st = loop {
+                let st = self.state.lock();
+                let missing: Vec<u64> = match st.files.get(&ino) {
+                    Some(f) => chunks
+                        .clone()
+                        .filter(|&i| needs_bytes(i) && f.chunks.get(&i).is_some_and(Chunk::evicted))
+                        .collect(),
+                    None => Vec::new(),
+                };
+                if missing.is_empty() {
+                    break st;
+                }
+                drop(st);
+                for idx in missing {
+                    self.hydrate(ino, file, idx)?;
+                }
+            };
             let State { files, dirty_bytes, resident_bytes, tick, .. } = &mut *st;
             *tick += 1;
             let f = files.entry(ino).or_default();
@@ -416,25 +462,38 @@ impl ColdTier {
         }
     }
 
-    /// Before reading `range` of `ino`: fetches evicted chunks, and queues read-ahead.
-    pub fn ensure_resident(&self, ino: Ino, file: &File, range: Range<u64>) -> Result<(), ColdError> {
+    /// Before reading `range` of `ino`: fetches evicted chunks and pins them until the guard
+    /// is dropped (so the evictor cannot punch them before the read), and queues read-ahead.
+    pub fn begin_read(&self, ino: Ino, file: &File, range: Range<u64>) -> Result<ReadGuard<'_>, ColdError> {
         let chunks = chunks_of(&range);
         let mut missed = false;
-        {
-            let mut st = self.state.lock();
-            let State { files, tick, .. } = &mut *st;
-            *tick += 1;
-            let Some(f) = files.get_mut(&ino) else { return Ok(()) };
-            for idx in chunks.clone() {
-                if let Some(c) = f.chunks.get_mut(&idx) {
-                    c.last_access = *tick;
-                    missed |= c.evicted();
+        loop {
+            let missing: Vec<u64> = {
+                let mut st = self.state.lock();
+                let State { files, tick, .. } = &mut *st;
+                *tick += 1;
+                let Some(f) = files.get_mut(&ino) else {
+                    return Ok(ReadGuard { tier: self, ino, chunks: 0..0 });
+                };
+                let missing: Vec<u64> =
+                    chunks.clone().filter(|i| f.chunks.get(i).is_some_and(Chunk::evicted)).collect();
+                if missing.is_empty() {
+                    for idx in chunks.clone() {
+                        if let Some(c) = f.chunks.get_mut(&idx) {
+                            c.last_access = *tick;
+                            c.readers += 1;
+                        }
+                    }
+                    break;
                 }
+                missing
+            };
+            missed = true;
+            for idx in missing {
+                self.hydrate(ino, file, idx)?;
             }
         }
-        for idx in chunks.clone() {
-            self.hydrate(ino, file, idx)?;
-        }
+        let guard = ReadGuard { tier: self, ino, chunks: chunks.clone() };
         // Read-ahead: when a read reaches evicted data, or the chunk after it is evicted.
         let mut st = self.state.lock();
         let ahead: Vec<u64> = match st.files.get(&ino) {
@@ -459,19 +518,16 @@ impl ColdTier {
             drop(st);
             self.changed.notify_all();
         }
-        Ok(())
+        Ok(guard)
     }
 
-    /// Fetches every evicted chunk of `ino` (lseek, warm-up).
-    pub fn ensure_all_resident(&self, ino: Ino, file: &File) -> Result<(), ColdError> {
-        let idxs: Vec<u64> = match self.state.lock().files.get(&ino) {
-            Some(f) => f.chunks.iter().filter(|(_, c)| c.evicted()).map(|(i, _)| *i).collect(),
-            None => return Ok(()),
+    /// Fetches and pins every chunk of `ino` (lseek, warm-up).
+    pub fn begin_read_all(&self, ino: Ino, file: &File) -> Result<ReadGuard<'_>, ColdError> {
+        let end = match self.state.lock().files.get(&ino) {
+            Some(f) => f.chunks.keys().next_back().map_or(0, |last| (last + 1) * CHUNK_SIZE),
+            None => 0,
         };
-        for idx in idxs {
-            self.hydrate(ino, file, idx)?;
-        }
-        Ok(())
+        self.begin_read(ino, file, 0..end)
     }
 
     /// A truncate to `new_size` drops the chunks past the end (their records go in `batch`,
@@ -916,7 +972,7 @@ impl ColdTier {
             .iter()
             .flat_map(|(&ino, f)| {
                 f.chunks.iter().filter_map(move |(&idx, c)| {
-                    let clean = c.rec.is_some_and(|r| r.resident) && !c.dirty && c.inflight == 0;
+                    let clean = c.rec.is_some_and(|r| r.resident) && !c.dirty && c.inflight == 0 && c.readers == 0;
                     (clean && !c.claimed && !c.fetching && c.local_len > 0).then_some((c.last_access, ino, idx))
                 })
             })

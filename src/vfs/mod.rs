@@ -311,7 +311,7 @@ impl Vfs {
                     cold.truncate(ino, size, &mut b);
                 }
                 let range = if size >= a.size { a.size..size } else { size.saturating_sub(1)..size };
-                _cold_write = Some(cold.begin_write(ino, &file, range, a.size)?);
+                _cold_write = Some(cold.begin_write(ino, &file, range, a.size, false)?);
             }
             if size >= a.size {
                 // Growing: zero-extend the data first, then commit (see tier invariants).
@@ -820,9 +820,10 @@ impl Vfs {
 
     pub fn read(&self, ino: Ino, _fh: u64, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
         let file = self.open_file(ino)?;
-        if let Some(cold) = &self.cold {
-            cold.ensure_resident(ino, &file, offset..offset.saturating_add(u64::from(size)))?;
-        }
+        let _pinned = match &self.cold {
+            Some(cold) => Some(cold.begin_read(ino, &file, offset..offset.saturating_add(u64::from(size)))?),
+            None => None,
+        };
         Ok(DataFile { file: &file, ino }.read_at(offset, size as usize)?)
     }
 
@@ -835,7 +836,7 @@ impl Vfs {
         let file = self.open_file(ino)?;
         // Held until the new size is committed, so the chunk is not sealed in between.
         let _cold_write = match &self.cold {
-            Some(cold) => Some(cold.begin_write(ino, &file, offset..end, u64::MAX)?),
+            Some(cold) => Some(cold.begin_write(ino, &file, offset..end, u64::MAX, true)?),
             None => None,
         };
         DataFile { file: &file, ino }.write_at(offset, data)?;
@@ -1115,14 +1116,13 @@ impl Vfs {
         } else {
             old.max(end)
         };
+        let zeroes = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
         let _cold_write = match &self.cold {
             Some(cold) => {
+                // Collapse and insert move every byte after `offset`: all of it must be local
+                // (begin_write fetches it: nothing in the range is overwritten).
                 let range = if shifts { offset..old.max(new_size) } else { offset..end };
-                if shifts {
-                    // Collapse and insert move every byte after `offset`: all of it must be local.
-                    cold.ensure_resident(ino, &file, offset..old)?;
-                }
-                Some(cold.begin_write(ino, &file, range, old)?)
+                Some(cold.begin_write(ino, &file, range, old, zeroes && !shifts)?)
             }
             None => None,
         };
@@ -1161,10 +1161,11 @@ impl Vfs {
                 if offset >= size {
                     return Err(VfsError::NoDataAfter);
                 }
-                if let Some(cold) = &self.cold {
-                    // Evicted chunks are holes in the data file but data to the program.
-                    cold.ensure_all_resident(ino, &file)?;
-                }
+                // Evicted chunks are holes in the data file but data to the program.
+                let _pinned = match &self.cold {
+                    Some(cold) => Some(cold.begin_read_all(ino, &file)?),
+                    None => None,
+                };
                 Ok(DataFile { file: &file, ino }.seek(offset, whence)?.min(size))
             }
             libc::SEEK_SET => Ok(offset),
@@ -1194,8 +1195,8 @@ impl Vfs {
         let end = off_out.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
         let _cold_write = match &self.cold {
             Some(cold) => {
-                cold.ensure_resident(ino_in, &src, off_in..off_in + len)?;
-                Some(cold.begin_write(ino_out, &dst, off_out..end, u64::MAX)?)
+                let pinned = cold.begin_read(ino_in, &src, off_in..off_in + len)?;
+                Some((pinned, cold.begin_write(ino_out, &dst, off_out..end, u64::MAX, true)?))
             }
             None => None,
         };
@@ -1265,7 +1266,7 @@ impl Vfs {
         let Some(cold) = &self.cold else { return Ok(()) };
         let size = self.record(ino)?.attr.size;
         let file = self.file_for(ino, size)?;
-        cold.ensure_all_resident(ino, &file)?;
+        drop(cold.begin_read_all(ino, &file)?);
         Ok(())
     }
 }
