@@ -17,13 +17,7 @@ use tierfs::store::{Store, StoreConfig, StoreError};
 const BUCKET: &str = "tierfs-test";
 
 fn servers(n: usize) -> Vec<MotoServer> {
-    (0..n)
-        .map(|_| {
-            let s = MotoServer::start();
-            s.create_bucket(BUCKET);
-            s
-        })
-        .collect()
+    MotoServer::start_many(n, BUCKET)
 }
 
 fn config(servers: &[MotoServer]) -> StoreConfig {

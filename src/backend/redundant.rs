@@ -724,13 +724,7 @@ impl RedundantStore {
         if good(&copies) < k {
             return Err(self.shards_error(key, k, &copies));
         }
-        let shards: Vec<Option<Vec<u8>>> = copies
-            .iter()
-            .map(|c| match c {
-                Some(CopyState::Good(b)) => Some(b.to_vec()),
-                _ => None,
-            })
-            .collect();
+        let shards = good_shards(&copies);
         let big = pack_len as usize >= BLOCKING_THRESHOLD;
         let pack = maybe_blocking(big, move || {
             let mut shards = shards;
@@ -862,13 +856,7 @@ impl RedundantStore {
         let mut copies: Vec<Option<CopyState>> = (0..total).map(|_| None).collect();
         let all: Vec<usize> = (0..total).collect();
         self.fetch_shards(key, shard_len, &all, &mut copies).await;
-        let shards: Vec<Option<Vec<u8>>> = copies
-            .iter()
-            .map(|c| match c {
-                Some(CopyState::Good(b)) => Some(b.to_vec()),
-                _ => None,
-            })
-            .collect();
+        let shards = good_shards(&copies);
         let big = pack_len as usize >= BLOCKING_THRESHOLD;
         let codec2 = codec.clone();
         let rebuilt = maybe_blocking(big, move || {
@@ -1158,6 +1146,17 @@ impl fmt::Debug for RedundantStore {
             .field("pending_repairs", &self.pending_repairs())
             .finish()
     }
+}
+
+/// The verified shards, `None` where a shard is missing or bad (the decoder's input).
+fn good_shards(copies: &[Option<CopyState>]) -> Vec<Option<Vec<u8>>> {
+    copies
+        .iter()
+        .map(|c| match c {
+            Some(CopyState::Good(b)) => Some(b.to_vec()),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

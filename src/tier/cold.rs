@@ -113,9 +113,10 @@ impl ColdConfig {
     }
 }
 
-/// Numbers for `tierfs status`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Numbers for `tierfs status` (also its JSON form).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ColdStats {
+    /// Bytes written but not yet in the store.
     pub dirty_bytes: u64,
     pub dirty_files: u64,
     pub oldest_dirty_ms: u64,

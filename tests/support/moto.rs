@@ -142,6 +142,17 @@ impl MotoServer {
         unreachable!("the last attempt returns or panics")
     }
 
+    /// `n` servers, each with `bucket` created.
+    pub fn start_many(n: usize, bucket: &str) -> Vec<MotoServer> {
+        (0..n)
+            .map(|_| {
+                let s = MotoServer::start();
+                s.create_bucket(bucket);
+                s
+            })
+            .collect()
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

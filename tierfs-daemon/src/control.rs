@@ -102,22 +102,7 @@ pub struct StatusReport {
 }
 
 /// How far the store trails the mount, and the cache.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ColdStatus {
-    /// Bytes written but not yet in the store.
-    pub dirty_bytes: u64,
-    pub dirty_files: u64,
-    /// Age of the oldest write not yet in the store.
-    pub oldest_dirty_ms: u64,
-    pub resident_bytes: u64,
-    pub evicted_bytes: u64,
-    pub uploaded_bytes: u64,
-    pub uploaded_packs: u64,
-    pub fetched_bytes: u64,
-    pub evictions: u64,
-    pub upload_errors: u64,
-    pub last_error: Option<String>,
-}
+pub use tierfs::tier::ColdStats as ColdStatus;
 
 /// The outcome of `unmount`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -77,13 +77,7 @@ fn env(mut cmd: Command) -> Command {
 }
 
 fn servers(n: usize) -> Vec<MotoServer> {
-    (0..n)
-        .map(|_| {
-            let s = MotoServer::start();
-            s.create_bucket(BUCKET);
-            s
-        })
-        .collect()
+    MotoServer::start_many(n, BUCKET)
 }
 
 /// Deterministic file contents that start with a plaintext marker.
