@@ -320,7 +320,7 @@ phase() {
   echo "busy at start: $(pgrep -cx 'cargo|rustc|cc1plus|cc1|ld|fio') compiler/cargo/fio processes"
   echo "work dir: $WORK ($(df -h --output=source,fstype "$WORK" | tail -1 | tr -s ' '))"
   echo "SIZE_MIB=$SIZE_MIB OBJECT_MIB=$OBJECT_MIB THREADS=$THREADS CACHE_MIB=$CACHE_MIB PEERS='$PEERS' VERIFY=$VERIFY POLL_S=$POLL_S"
-  echo "tierfs: $("$TIERFS" --version) ($TIERFS), git $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo none)$(cd "$REPO" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' (dirty tree)'), mount opts '${TIERFS_MOUNT_OPTS:-}'"
+  echo "tierfs: $("$TIERFS" --version) ($TIERFS, built $(date -r "$TIERFS" +%FT%T)), checkout git $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo none)$(cd "$REPO" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' (dirty tree)'), mount opts '${TIERFS_MOUNT_OPTS:-}'"
   echo "moto: $("$BENCH_PY" -c 'import moto, boto3; print("moto", moto.__version__, "boto3", boto3.__version__)' 2>/dev/null)"
   for p in $PEERS; do
     case $p in

@@ -64,12 +64,14 @@ async fn corrupt_and_deleted_copies_are_detected_served_and_repaired() {
     let full = format!("store/{pack_key}");
     servers[0].put_raw(BUCKET, &full, b"garbage, not a pack");
     servers[1].delete_raw(BUCKET, &full);
+    // Detected: a scrub without --repair sees both (and changes nothing).
+    let before = store.scrub(false, &|_| {}).await.expect("scrub");
+    assert_eq!((before.copies_bad, before.copies_missing), (1, 1), "{before:?}");
+    assert_eq!(before.unrepaired, vec![pack_key.clone()], "{before:?}");
+    // Served: every block reads back right (from the good copy; read repair may start here).
     for ((id, loc), (_, d)) in locs.iter().zip(&data) {
         assert_eq!(&store.get_block(id, loc).await.expect("served from the good copy"), d);
     }
-
-    let before = store.scrub(false, &|_| {}).await.expect("scrub");
-    assert!(before.copies_bad + before.copies_missing >= 1, "damage not seen: {before:?}");
     let repaired = store.scrub(true, &|_| {}).await.expect("scrub --repair");
     assert!(repaired.unrepaired.is_empty(), "{repaired:?}");
     let after = store.scrub(false, &|_| {}).await.expect("scrub");

@@ -30,7 +30,11 @@ Exit status:
 Environment:
   RUST_LOG            log filter, e.g. `info`, `tierfs=debug` (default: warn; info for a mount)
   TIERFS_DATA_DIR     default for --data-dir
-  TIERFS_RUNTIME_DIR  default for --runtime-dir";
+  TIERFS_RUNTIME_DIR  default for --runtime-dir
+  TIERFS_STORE        default for --store (mount)
+  TIERFS_PASSPHRASE   the store passphrase (otherwise a key file from the store file, or a prompt)
+  TIERFS_NEW_PASSPHRASE  the new passphrase for `key add` / `key passwd`
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN  S3 credentials not in the store file";
 
 /// The `tierfs` command-line tool.
 #[derive(Debug, Parser)]
