@@ -124,17 +124,20 @@ fn a_workspace_eight_times_the_cache_round_trips_with_no_plaintext_on_the_server
     let status = c.fx.status();
     let cold = &status["cold"];
     assert!(cold["evicted_bytes"].as_u64().unwrap_or(0) > 0, "nothing was evicted: {status}");
-    assert!(cold["fetched_bytes"].as_u64().unwrap_or(0) > 0, "nothing was fetched back: {status}");
     // Far fewer PUTs than files: small files share packs.
     let packs = cold["uploaded_packs"].as_u64().unwrap_or(u64::MAX);
     assert!(packs < 200, "{packs} packs for 408 files: {status}");
 
-    // After a remount (cache state from disk) everything still reads back.
+    // After a remount (cache state from disk, kernel page cache gone) everything still reads
+    // back, most of it fetched from the server.
     c.fx.umount();
     c.mount("16M");
     for (p, d) in big.iter().chain(&small) {
         assert!(read_file(p) == *d, "{} differs after remount", p.display());
     }
+    let status = c.fx.status();
+    let fetched = status["cold"]["fetched_bytes"].as_u64().unwrap_or(0);
+    assert!(fetched > 64 << 20, "only {fetched} bytes were fetched back: {status}");
     c.fx.umount();
 
     let objects = servers[0].dump_bucket(BUCKET);
