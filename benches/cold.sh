@@ -317,7 +317,8 @@ phase() {
   echo "date: $(date -Is)"
   echo "host: $(uname -r), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB RAM"
   echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "busy at start: $(pgrep -cx 'cargo|rustc|cc1plus|cc1|ld|fio') compiler/cargo/fio processes"
+  # shellcheck disable=SC2009  # pgrep refuses patterns longer than 15 characters
+  echo "busy at start: $(ps -eo comm= | grep -cxE 'cargo|rustc|cc1plus|cc1|ld|fio') compiler/cargo/fio processes"
   echo "work dir: $WORK ($(df -h --output=source,fstype "$WORK" | tail -1 | tr -s ' '))"
   echo "SIZE_MIB=$SIZE_MIB OBJECT_MIB=$OBJECT_MIB THREADS=$THREADS CACHE_MIB=$CACHE_MIB PEERS='$PEERS' VERIFY=$VERIFY POLL_S=$POLL_S"
   echo "tierfs: $("$TIERFS" --version) ($TIERFS, built $(date -r "$TIERFS" +%FT%T)), checkout git $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo none)$(cd "$REPO" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' (dirty tree)'), mount opts '${TIERFS_MOUNT_OPTS:-}'"

@@ -127,6 +127,9 @@ pub struct ColdStats {
     pub fetched_bytes: u64,
     pub evictions: u64,
     pub upload_errors: u64,
+    /// Cached chunks that failed their check against the store at start (fetched again).
+    #[serde(default)]
+    pub verify_failures: u64,
     pub last_error: Option<String>,
 }
 
@@ -143,6 +146,9 @@ struct Chunk {
     inflight: u32,
     /// Reads between their fetch and their `pread`: not evictable.
     readers: u32,
+    /// The local bytes were checked against the record's block id since this process
+    /// started (or were written, sealed or fetched by it): only then are they served.
+    verified: bool,
     claimed: bool,
     fetching: bool,
     last_access: u64,
@@ -151,6 +157,16 @@ struct Chunk {
 impl Chunk {
     fn evicted(&self) -> bool {
         self.rec.is_some_and(|r| !r.resident)
+    }
+
+    /// Clean, resident bytes from an earlier run that were not checked yet.
+    fn unverified(&self) -> bool {
+        !self.dirty && !self.verified && self.rec.is_some_and(|r| r.resident)
+    }
+
+    /// Must be checked or fetched before its bytes are used.
+    fn not_ready(&self) -> bool {
+        self.evicted() || self.unverified()
     }
 }
 
@@ -181,6 +197,7 @@ struct Counters {
     fetched_bytes: AtomicU64,
     evictions: AtomicU64,
     upload_errors: AtomicU64,
+    verify_failures: AtomicU64,
 }
 
 /// The cold tier of one workspace.
@@ -343,6 +360,8 @@ impl ColdTier {
         }
         let t = tier.clone();
         threads.push(spawn("tierfs-evict".into(), move || t.evict_loop()));
+        let t = tier.clone();
+        threads.push(spawn("tierfs-verify".into(), move || t.verify_loop()));
         *tier.threads.lock() = threads;
         Ok(tier)
     }
@@ -390,7 +409,7 @@ impl ColdTier {
                 let missing: Vec<u64> = match st.files.get(&ino) {
                     Some(f) => chunks
                         .clone()
-                        .filter(|&i| needs_bytes(i) && f.chunks.get(&i).is_some_and(Chunk::evicted))
+                        .filter(|&i| needs_bytes(i) && f.chunks.get(&i).is_some_and(Chunk::not_ready))
                         .collect(),
                     None => Vec::new(),
                 };
@@ -399,6 +418,7 @@ impl ColdTier {
                 }
                 drop(st);
                 for idx in missing {
+                    self.verify(ino, file, idx)?;
                     self.hydrate(ino, file, idx)?;
                 }
             };
@@ -477,7 +497,7 @@ impl ColdTier {
                     return Ok(ReadGuard { tier: self, ino, chunks: 0..0 });
                 };
                 let missing: Vec<u64> =
-                    chunks.clone().filter(|i| f.chunks.get(i).is_some_and(Chunk::evicted)).collect();
+                    chunks.clone().filter(|i| f.chunks.get(i).is_some_and(Chunk::not_ready)).collect();
                 if missing.is_empty() {
                     for idx in chunks.clone() {
                         if let Some(c) = f.chunks.get_mut(&idx) {
@@ -491,6 +511,7 @@ impl ColdTier {
             };
             missed = true;
             for idx in missing {
+                self.verify(ino, file, idx)?;
                 self.hydrate(ino, file, idx)?;
             }
         }
@@ -647,11 +668,92 @@ impl ColdTier {
             fetched_bytes: self.counters.fetched_bytes.load(Ordering::Relaxed),
             evictions: self.counters.evictions.load(Ordering::Relaxed),
             upload_errors: self.counters.upload_errors.load(Ordering::Relaxed),
+            verify_failures: self.counters.verify_failures.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
         }
     }
 
     // ---- fetching ------------------------------------------------------------------------
+
+    /// Checks a cached chunk from an earlier run against its block id. A chunk that does not
+    /// match (the local disk corrupted it) is dropped from the cache, so it is fetched again.
+    fn verify(&self, ino: Ino, file: &File, idx: u64) -> Result<(), ColdError> {
+        let (epoch, rec) = {
+            let st = self.state.lock();
+            match st.files.get(&ino).and_then(|f| f.chunks.get(&idx)) {
+                Some(c) if c.unverified() => match c.rec {
+                    Some(r) => (c.epoch, r),
+                    None => return Ok(()),
+                },
+                _ => return Ok(()),
+            }
+        };
+        let mut data = vec![0u8; rec.len as usize];
+        read_full(file, ino, idx * CHUNK_SIZE, &mut data)?;
+        let id = if data.iter().all(|&b| b == 0) { ZERO_BLOCK } else { self.store.block_id(&data) };
+        let mut st = self.state.lock();
+        let State { files, resident_bytes, .. } = &mut *st;
+        let Some(c) = files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { return Ok(()) };
+        if c.epoch != epoch || !c.unverified() {
+            return Ok(()); // changed meanwhile: the caller looks again
+        }
+        if id == rec.block {
+            c.verified = true;
+            return Ok(());
+        }
+        tracing::warn!(
+            "cached chunk {idx} of inode {ino} does not match its stored block (local disk corruption?); \
+             fetching it again from the store"
+        );
+        self.counters.verify_failures.fetch_add(1, Ordering::Relaxed);
+        DataFile { file, ino }.fallocate(
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            idx * CHUNK_SIZE,
+            u64::from(rec.len),
+        )?;
+        let mut r = rec;
+        r.resident = false;
+        c.rec = Some(r);
+        *resident_bytes = resident_bytes.saturating_sub(c.local_len);
+        c.local_len = 0;
+        let mut b = MetaBatch::new();
+        b.put_chunk(ino, idx, &r);
+        self.meta.commit(b)?;
+        Ok(())
+    }
+
+    /// Checks every cached chunk left by an earlier run, in the background, so that reads
+    /// rarely have to wait for the check.
+    fn verify_loop(self: Arc<Self>) {
+        let todo: Vec<(Ino, u64)> = {
+            let st = self.state.lock();
+            st.files
+                .iter()
+                .flat_map(|(&ino, f)| f.chunks.iter().filter(|(_, c)| c.unverified()).map(move |(&i, _)| (ino, i)))
+                .collect()
+        };
+        let mut files: HashMap<Ino, Option<File>> = HashMap::new();
+        for (ino, idx) in todo {
+            if self.state.lock().stopping {
+                return;
+            }
+            let file = match files.entry(ino) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => match self.hot.open_existing(ino) {
+                    Ok(f) => e.insert(f),
+                    Err(err) => {
+                        tracing::warn!("verifying the cache: {err}");
+                        continue;
+                    }
+                },
+            };
+            if let Some(file) = file {
+                if let Err(err) = self.verify(ino, file, idx) {
+                    tracing::warn!("verifying chunk {idx} of inode {ino}: {err}");
+                }
+            }
+        }
+    }
 
     /// Makes chunk `idx` of `ino` resident, fetching its block if it was evicted. Concurrent
     /// callers for one chunk share one fetch.
@@ -680,6 +782,7 @@ impl ColdTier {
                 let mut r = rec;
                 r.resident = true;
                 c.rec = Some(r);
+                c.verified = true;
                 c.local_len = u64::from(r.len);
                 *resident_bytes += c.local_len;
                 let mut b = MetaBatch::new();
@@ -776,7 +879,20 @@ impl ColdTier {
 
     /// Picks dirty chunks that are ready to seal, up to about one pack.
     fn claim(&self, st: &mut MutexGuard<'_, State>) -> Vec<Claim> {
-        let pressure = st.flush || st.stopping || st.dirty_bytes >= self.config.max_dirty / 2;
+        let flushing = st.flush || st.stopping;
+        let pressure = flushing || st.dirty_bytes >= self.config.max_dirty / 2;
+        // First what is settled: chunks of closed files, full chunks (a sequential writer has
+        // moved past them) and chunks quiet for `seal_after`. Only under pressure also the
+        // partial chunks of files still being written, which would otherwise be uploaded
+        // again after their next write.
+        let mut out = self.claim_pass(st, flushing);
+        if out.is_empty() && pressure && !flushing {
+            out = self.claim_pass(st, true);
+        }
+        out
+    }
+
+    fn claim_pass(&self, st: &mut MutexGuard<'_, State>, everything: bool) -> Vec<Claim> {
         let budget = self.store.pack_size() as u64;
         let mut bytes = 0u64;
         let mut out = Vec::new();
@@ -784,12 +900,10 @@ impl ColdTier {
             if f.dirty_chunks == 0 {
                 continue;
             }
-            let ready = pressure || !f.open || f.dirty_since.is_some_and(|t| t.elapsed() >= self.config.seal_after);
-            if !ready {
-                continue;
-            }
+            let settled = everything || !f.open || f.dirty_since.is_some_and(|t| t.elapsed() >= self.config.seal_after);
             for (&index, c) in f.chunks.iter_mut() {
-                if c.dirty && !c.claimed && c.inflight == 0 {
+                let ready = settled || c.dirty_len >= CHUNK_SIZE;
+                if ready && c.dirty && !c.claimed && c.inflight == 0 {
                     c.claimed = true;
                     out.push(Claim { ino, index, epoch: c.epoch });
                     bytes += c.dirty_len.max(1);
@@ -877,6 +991,7 @@ impl ColdTier {
             c.dirty_len = 0;
             let r = ChunkRecord { block: *id, len: *len, resident: true };
             c.rec = Some(r);
+            c.verified = true;
             *resident_bytes = *resident_bytes - c.local_len.min(*resident_bytes) + u64::from(*len);
             c.local_len = u64::from(*len);
             batch.put_chunk(cl.ino, cl.index, &r);

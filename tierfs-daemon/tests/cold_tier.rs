@@ -266,3 +266,34 @@ fn keys_can_be_added_listed_changed_and_removed() {
     let refused = remove("third", &last);
     assert!(!refused.success() && refused.stderr.contains("last key"), "{}", refused.stderr);
 }
+
+#[test]
+fn a_cached_chunk_corrupted_on_local_disk_is_detected_and_fetched_again() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let fx = Fixture::new();
+    let backend = format!("file://{}", fx.tmp.path().join("backend").display());
+    let store_file = fx.tmp.path().join("store.toml");
+    let mut init = env(fx.tierfs());
+    init.args(["init", "--store"]).arg(&store_file).args(["--backend", &backend]);
+    run(&mut init, Duration::from_secs(60)).assert_success("tierfs init");
+    let mut c = Cold { fx, store_file };
+    c.mount("1G");
+    let data = content(7, 6 << 20);
+    let path = c.fx.p("precious");
+    write_file(&path, &data);
+    let ino = fs::metadata(&path).expect("stat").ino();
+    c.fx.umount(); // uploads everything; the chunks stay cached
+
+    // Flip bytes in both chunks of the cached copy, behind tierfs's back.
+    let data_file = c.fx.data_dir.join("data").join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"));
+    let f = fs::OpenOptions::new().write(true).open(&data_file).expect("open the cached data file");
+    f.write_all_at(b"bitrot", 100).expect("corrupt chunk 0");
+    f.write_all_at(b"bitrot", (4 << 20) + 100).expect("corrupt chunk 1");
+    drop(f);
+
+    c.mount("1G");
+    assert!(read_file(&path) == data, "served corrupted cache bytes");
+    let status = c.fx.status();
+    assert_eq!(status["cold"]["verify_failures"], 2, "{status}");
+    c.fx.umount();
+}
