@@ -265,7 +265,9 @@ def read(path, expect):
 def cold_delta(before, after):
     """fetched/evicted deltas of two status JSON files around a read; merged into read.json."""
     b, a = (json.load(open(p)) for p in (before, after))
-    return {k + "_delta": a[k] - b[k] for k in ("fetched_bytes", "evicted_bytes", "uploaded_bytes", "evictions")}
+    d = {k + "_delta": a[k] - b[k] for k in ("fetched_bytes", "uploaded_bytes", "evictions")}
+    d.update(evicted_bytes_before=b["evicted_bytes"], resident_bytes_before=b["resident_bytes"])  # gauges
+    return d
 
 
 def merge(path, *extra_files, **kv):
@@ -507,7 +509,9 @@ def note(n):
                 f"{d['upload_errors']} upload errors; longest upload stall {d['longest_upload_stall_s']:.1f} s")
     if n == "tierfs_cold_read":
         v = {True: ", content verified", False: ", CONTENT DIFFERS"}.get(d.get("verified"), "")
-        return f"fetched {d.get('fetched_bytes_delta', 0) / MIB:.0f} MiB from the store{v}"
+        f = d.get("fetched_bytes_delta", 0)
+        return (f"fetched {f / MIB:.0f} MiB from the store ({f / d['bytes']:.2f}x the file), "
+                f"{d.get('evictions_delta', 0)} evictions during the read{v}")
     return {"rclone_cold_read": "rclone mount --vfs-cache-mode full", "s3fs_cold_read": "s3fs use_cache"}[n]
 rows = [("raw parallel PUT", "raw_put"), ("tierfs write to store (file A)", "tierfs_write_A"),
         ("tierfs write to store (file B)", "tierfs_write_B"), ("raw parallel GET", "raw_get"),

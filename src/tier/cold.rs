@@ -106,8 +106,8 @@ impl ColdConfig {
             max_dirty,
             seal_after: Duration::from_millis(500),
             uploaders: 4,
-            prefetchers: 4,
-            prefetch_chunks: 8,
+            prefetchers: 8,
+            prefetch_chunks: 16,
             min_free_ratio: 0.05,
         }
     }
@@ -775,9 +775,13 @@ impl ColdTier {
         let Some(rec) = rec else { return Ok(()) };
         let result = self.fetch_into(ino, file, idx, &rec);
         let mut st = self.state.lock();
-        let State { files, resident_bytes, .. } = &mut *st;
+        st.tick += 1;
+        let State { files, resident_bytes, tick, .. } = &mut *st;
         if let Some(c) = files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) {
             c.fetching = false;
+            // Just fetched (often ahead of a reader): the most recently used chunk, or the
+            // evictor would drop it again before the reader gets there.
+            c.last_access = *tick;
             if result.is_ok() {
                 let mut r = rec;
                 r.resident = true;
