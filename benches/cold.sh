@@ -17,6 +17,7 @@
 #   CARGO_TARGET_DIR [/var/tmp/tierfs-target]  where `cargo build --release` puts them
 #   SKIP_BUILD=1        use the binaries already in $CARGO_TARGET_DIR/release
 #   TIERFS_MOUNT_OPTS   extra `tierfs mount` options (word-split)
+#   TIERFS_INIT_OPTS    extra `tierfs init` options (word-split), e.g. "--pack-size 4M"
 #   MOTO_SERVER [/var/lib/tierfs-test-tools/moto-venv/bin/moto_server]; BENCH_PY [python next
 #                       to it] (needs boto3); MOTO_PORT [a free port]
 #   BENCH_ROOT [${TMPDIR:-/tmp}/tierfs-bench]  work dir parent (source files, data dir, caches,
@@ -375,7 +376,7 @@ tierfs_phases() {
   TMNT=$WORK/mnt-tierfs
   mkdir -p "$TMNT" "$data"
   log "tierfs init (s3://$BUCKET/tierfs on $S3_ENDPOINT)"
-  t init --store "$store" --backend "s3://$BUCKET/tierfs?endpoint=$S3_ENDPOINT&region=us-east-1" >>"$LOG" 2>&1 ||
+  t init --store "$store" --backend "s3://$BUCKET/tierfs?endpoint=$S3_ENDPOINT&region=us-east-1" ${TIERFS_INIT_OPTS:-} >>"$LOG" 2>&1 ||
     { phase_error tierfs_write_A "tierfs init failed (see cold.log)"; return 1; }
   # shellcheck disable=SC2086  # TIERFS_MOUNT_OPTS is a word list
   out=$(t --json mount --store "$store" --cache-size "${CACHE_MIB}M" --data-dir "$data" ${TIERFS_MOUNT_OPTS:-} "$TMNT" 2>>"$LOG") ||
