@@ -297,3 +297,35 @@ fn a_cached_chunk_corrupted_on_local_disk_is_detected_and_fetched_again() {
     assert_eq!(status["cold"]["verify_failures"], 2, "{status}");
     c.fx.umount();
 }
+
+#[test]
+fn an_erasure_coded_workspace_keeps_working_with_a_server_down() {
+    let mut servers = servers(3);
+    let mut c = Cold::new(&servers, &["--erasure", "2+1"]);
+    c.mount("16M");
+    let before: Vec<(PathBuf, Vec<u8>)> =
+        (0..6).map(|i| (c.fx.p(&format!("before-{i}")), content(300 + i, 5 << 20))).collect();
+    for (p, d) in &before {
+        write_file(p, d);
+    }
+    c.fx.umount();
+
+    // One of the three servers is lost: every shard and copy on it is gone.
+    servers[2].kill();
+    c.mount("16M");
+    let after: Vec<(PathBuf, Vec<u8>)> =
+        (0..6).map(|i| (c.fx.p(&format!("after-{i}")), content(400 + i, 5 << 20))).collect();
+    for (p, d) in &after {
+        write_file(p, d); // writes go on: 2 of 3 shards is the write quorum of 2+1
+    }
+    c.fx.umount();
+    // Everything reads back, mostly fetched (16 MiB cache, 60 MiB of files), rebuilt from the
+    // two remaining shards.
+    c.mount("16M");
+    for (p, d) in before.iter().chain(&after) {
+        assert!(read_file(p) == *d, "{} differs with a server down", p.display());
+    }
+    let status = c.fx.status();
+    assert!(status["cold"]["fetched_bytes"].as_u64().unwrap_or(0) > 32 << 20, "{status}");
+    c.fx.umount();
+}
