@@ -106,7 +106,7 @@ impl ColdConfig {
             max_dirty,
             seal_after: Duration::from_millis(500),
             uploaders: 4,
-            prefetchers: 8,
+            prefetchers: 4,
             prefetch_chunks: 16,
             min_free_ratio: 0.05,
         }
