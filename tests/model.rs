@@ -2231,16 +2231,19 @@ fn arb_op() -> impl Strategy<Value = Op> {
     ])
 }
 
-#[test]
-fn model_matches_vfs() {
+/// Runs `cases` random sequences (unless PROPTEST_CASES says otherwise), with or without a
+/// cold tier, and panics with the shrunk failure.
+fn run_random_cases(cases: u32, cold: bool) {
     let mut config = Config::default();
     if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 64;
+        config.cases = cases;
     }
     // Shrunk failures are kept as named tests below, not in a seed file.
     config.failure_persistence = None;
     let mut runner = TestRunner::new(config);
-    match runner.run(&proptest::collection::vec(arb_op(), 1..=40), |ops| run(&ops).map_err(TestCaseError::fail)) {
+    let result =
+        runner.run(&proptest::collection::vec(arb_op(), 1..=40), |ops| run_on(&ops, cold).map_err(TestCaseError::fail));
+    match result {
         Ok(()) => {
             if std::env::var_os("MODEL_STATS").is_some() {
                 for (op, [skip, ok, err]) in TALLY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).iter() {
@@ -2254,20 +2257,13 @@ fn model_matches_vfs() {
 }
 
 #[test]
+fn model_matches_vfs() {
+    run_random_cases(64, false);
+}
+
+#[test]
 fn model_matches_vfs_with_a_cold_tier_that_evicts_everything() {
-    let mut config = Config::default();
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 48;
-    }
-    config.failure_persistence = None;
-    let mut runner = TestRunner::new(config);
-    let result =
-        runner.run(&proptest::collection::vec(arb_op(), 1..=40), |ops| run_on(&ops, true).map_err(TestCaseError::fail));
-    match result {
-        Ok(()) => {}
-        Err(TestError::Fail(reason, _)) => panic!("{reason}"),
-        Err(err) => panic!("{err}"),
-    }
+    run_random_cases(48, true);
 }
 
 // ---- scenarios and regressions ------------------------------------------------------------

@@ -158,9 +158,14 @@ impl MetaStore {
 
     /// Inodes that were unlinked while open and must be reclaimed.
     pub fn orphans(&self) -> Result<Vec<Ino>> {
+        self.marked_inodes(&codec::ORPHAN_TABLE)
+    }
+
+    /// The inode numbers of a table of per-inode markers (`tag` ino → empty).
+    fn marked_inodes(&self, table: &[u8]) -> Result<Vec<Ino>> {
         let mut out = Vec::new();
-        self.scan(&codec::ORPHAN_TABLE, |rest, _| {
-            let mut key = codec::ORPHAN_TABLE.to_vec();
+        self.scan(table, |rest, _| {
+            let mut key = table.to_vec();
             key.extend_from_slice(rest);
             out.push(codec::key_ino(&key)?);
             Ok(true)
@@ -193,14 +198,7 @@ impl MetaStore {
 
     /// Inodes marked dirty (written since their chunks were last sealed).
     pub fn dirty_inodes(&self) -> Result<Vec<Ino>> {
-        let mut out = Vec::new();
-        self.scan(&codec::DIRTY_TABLE, |rest, _| {
-            let mut key = codec::DIRTY_TABLE.to_vec();
-            key.extend_from_slice(rest);
-            out.push(codec::key_ino(&key)?);
-            Ok(true)
-        })?;
-        Ok(out)
+        self.marked_inodes(&codec::DIRTY_TABLE)
     }
 
     /// Every regular file with data: `(ino, size)` (a scan of the inode table).

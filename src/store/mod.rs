@@ -24,8 +24,6 @@
 
 pub mod config;
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +114,9 @@ pub struct Store {
     config: StoreConfig,
     info: StoreInfo,
     keys: Keys,
+    /// Kept (zeroized on drop) so keys can be added without unwrapping it again.
+    data_key: DataKey,
+    unlocked_by: String,
     backend: RedundantStore,
 }
 
@@ -163,7 +164,8 @@ impl Store {
             Secret::KeyFile(_) => "key file",
         };
         let wrapped = crypto::wrap_key(&data_key, secret, kdf, label)?;
-        let store = Store { config: config.clone(), info, keys: Keys::new(&data_key), backend };
+        let unlocked_by = wrapped.id.clone();
+        let store = Store { config: config.clone(), info, keys: Keys::new(&data_key), data_key, unlocked_by, backend };
         // Key first: a store with a config but no key could never be opened.
         store.put_key(&wrapped).await?;
         let body = serde_json::to_vec_pretty(&store.info).map_err(|e| StoreError::Config(e.to_string()))?;
@@ -186,8 +188,9 @@ impl Store {
         if wrapped.is_empty() {
             return Err(StoreError::Key("the store has no keys (keys/ is empty): it cannot be unlocked".into()));
         }
-        let (data_key, _) = crypto::unwrap_any(&wrapped, secret)?;
-        Ok(Store { config: config.clone(), info, keys: Keys::new(&data_key), backend })
+        let (data_key, used) = crypto::unwrap_any(&wrapped, secret)?;
+        let unlocked_by = wrapped[used].id.clone();
+        Ok(Store { config: config.clone(), info, keys: Keys::new(&data_key), data_key, unlocked_by, backend })
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -200,6 +203,11 @@ impl Store {
 
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// The id of the wrapped key that unlocked this store (`tierfs key passwd` replaces it).
+    pub fn unlocked_by(&self) -> &str {
+        &self.unlocked_by
     }
 
     pub fn backend(&self) -> &RedundantStore {
@@ -329,14 +337,8 @@ impl Store {
     }
 
     /// Wraps this store's data key with one more passphrase or key file.
-    pub async fn add_key(
-        &self,
-        data_key: &DataKey,
-        secret: &Secret<'_>,
-        kdf: KdfParams,
-        label: &str,
-    ) -> Result<WrappedKey> {
-        let wrapped = crypto::wrap_key(data_key, secret, kdf, label)?;
+    pub async fn add_key(&self, secret: &Secret<'_>, kdf: KdfParams, label: &str) -> Result<WrappedKey> {
+        let wrapped = crypto::wrap_key(&self.data_key, secret, kdf, label)?;
         self.put_key(&wrapped).await?;
         Ok(wrapped)
     }
@@ -359,13 +361,6 @@ impl Store {
         }
         Ok(())
     }
-}
-
-/// The data key, for `tierfs key add` (which needs it to wrap it again).
-pub async fn unlock_data_key(config: &StoreConfig, secret: &Secret<'_>) -> Result<DataKey> {
-    let backend = open_backends(config)?;
-    let wrapped = list_keys(&backend).await?;
-    Ok(crypto::unwrap_any(&wrapped, secret)?.0)
 }
 
 async fn read_info(backend: &RedundantStore) -> Result<StoreInfo> {
@@ -402,9 +397,6 @@ fn segment_id(key: &str) -> Option<crypto::Hash> {
     let hex_id = key.strip_prefix("index/")?;
     hex::decode(hex_id).ok()?.try_into().ok()
 }
-
-/// A store shared by the tier's worker threads.
-pub type SharedStore = Arc<Store>;
 
 #[cfg(test)]
 mod tests {

@@ -289,7 +289,6 @@ impl ColdTier {
         let mut st = State::default();
         for (ino, index, rec) in meta.chunks()? {
             let local_len = if rec.resident { u64::from(rec.len) } else { 0 };
-            st.resident_bytes += local_len;
             st.files
                 .entry(ino)
                 .or_default()
@@ -675,6 +674,11 @@ impl ColdTier {
 
     // ---- fetching ------------------------------------------------------------------------
 
+    /// The block id of a chunk's bytes; all zeros get [`ZERO_BLOCK`] (never uploaded).
+    fn content_id(&self, data: &[u8]) -> BlockId {
+        if data.iter().all(|&b| b == 0) { ZERO_BLOCK } else { self.store.block_id(data) }
+    }
+
     /// Checks a cached chunk from an earlier run against its block id. A chunk that does not
     /// match (the local disk corrupted it) is dropped from the cache, so it is fetched again.
     fn verify(&self, ino: Ino, file: &File, idx: u64) -> Result<(), ColdError> {
@@ -690,7 +694,7 @@ impl ColdTier {
         };
         let mut data = vec![0u8; rec.len as usize];
         read_full(file, ino, idx * CHUNK_SIZE, &mut data)?;
-        let id = if data.iter().all(|&b| b == 0) { ZERO_BLOCK } else { self.store.block_id(&data) };
+        let id = self.content_id(&data);
         let mut st = self.state.lock();
         let State { files, resident_bytes, .. } = &mut *st;
         let Some(c) = files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { return Ok(()) };
@@ -706,18 +710,8 @@ impl ColdTier {
              fetching it again from the store"
         );
         self.counters.verify_failures.fetch_add(1, Ordering::Relaxed);
-        DataFile { file, ino }.fallocate(
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            idx * CHUNK_SIZE,
-            u64::from(rec.len),
-        )?;
-        let mut r = rec;
-        r.resident = false;
-        c.rec = Some(r);
-        *resident_bytes = resident_bytes.saturating_sub(c.local_len);
-        c.local_len = 0;
         let mut b = MetaBatch::new();
-        b.put_chunk(ino, idx, &r);
+        punch_out(ino, idx, c, Some(file), resident_bytes, &mut b)?;
         self.meta.commit(b)?;
         Ok(())
     }
@@ -732,20 +726,17 @@ impl ColdTier {
                 .flat_map(|(&ino, f)| f.chunks.iter().filter(|(_, c)| c.unverified()).map(move |(&i, _)| (ino, i)))
                 .collect()
         };
-        let mut files: HashMap<Ino, Option<File>> = HashMap::new();
+        let mut files = OpenFiles::default();
         for (ino, idx) in todo {
             if self.state.lock().stopping {
                 return;
             }
-            let file = match files.entry(ino) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => match self.hot.open_existing(ino) {
-                    Ok(f) => e.insert(f),
-                    Err(err) => {
-                        tracing::warn!("verifying the cache: {err}");
-                        continue;
-                    }
-                },
+            let file = match files.get(&self.hot, ino) {
+                Ok(f) => f,
+                Err(err) => {
+                    tracing::warn!("verifying the cache: {err}");
+                    continue;
+                }
             };
             if let Some(file) = file {
                 if let Err(err) = self.verify(ino, file, idx) {
@@ -932,7 +923,7 @@ impl ColdTier {
     /// Reads the claimed chunks, uploads the blocks the store does not have, and records the
     /// chunks that did not change meanwhile as sealed.
     fn seal(&self, claims: &[Claim]) -> Result<(), ColdError> {
-        let mut files: HashMap<Ino, Option<File>> = HashMap::new();
+        let mut files = OpenFiles::default();
         let mut sealed: Vec<(usize, BlockId, u32)> = Vec::new();
         let mut datas: Vec<Vec<u8>> = Vec::new();
         let mut gone = Vec::new();
@@ -946,15 +937,11 @@ impl ColdTier {
                 gone.push(i);
                 continue;
             }
-            let file = match files.entry(cl.ino) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => e.insert(self.hot.open_existing(cl.ino)?),
-            };
             let mut data = vec![0u8; len as usize];
-            if let Some(file) = file {
+            if let Some(file) = files.get(&self.hot, cl.ino)? {
                 read_full(file, cl.ino, cl.index * CHUNK_SIZE, &mut data)?;
             }
-            let id = if data.iter().all(|&b| b == 0) { ZERO_BLOCK } else { self.store.block_id(&data) };
+            let id = self.content_id(&data);
             sealed.push((i, id, len as u32));
             datas.push(data);
         }
@@ -1099,37 +1086,61 @@ impl ColdTier {
             .collect();
         candidates.sort_unstable();
         let mut batch = MetaBatch::new();
-        let mut files: HashMap<Ino, Option<File>> = HashMap::new();
+        let mut files = OpenFiles::default();
         let State { files: fstate, resident_bytes, .. } = &mut *st;
         for (_, ino, idx) in candidates {
             if need == 0 {
                 break;
             }
             let Some(c) = fstate.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { continue };
-            let Some(mut r) = c.rec else { continue };
-            let file = match files.entry(ino) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => e.insert(self.hot.open_existing(ino)?),
-            };
-            if let Some(file) = file {
-                // Punched under the state lock: no writer can be mid-write in this chunk.
-                DataFile { file, ino }.fallocate(
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    idx * CHUNK_SIZE,
-                    u64::from(r.len),
-                )?;
-            }
-            r.resident = false;
-            c.rec = Some(r);
             need = need.saturating_sub(c.local_len);
-            *resident_bytes = resident_bytes.saturating_sub(c.local_len);
-            c.local_len = 0;
-            batch.put_chunk(ino, idx, &r);
+            // Punched under the state lock: no writer can be mid-write in this chunk.
+            punch_out(ino, idx, c, files.get(&self.hot, ino)?, resident_bytes, &mut batch)?;
             self.counters.evictions.fetch_add(1, Ordering::Relaxed);
         }
         self.meta.commit(batch)?;
         Ok(())
     }
+}
+
+/// Data files opened by one pass of a worker, each opened once (`None`: no data file).
+#[derive(Default)]
+struct OpenFiles(HashMap<Ino, Option<File>>);
+
+impl OpenFiles {
+    fn get(&mut self, hot: &HotTier, ino: Ino) -> Result<Option<&File>, HotTierError> {
+        let file = match self.0.entry(ino) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(hot.open_existing(ino)?),
+        };
+        Ok(file.as_ref())
+    }
+}
+
+/// Drops a sealed chunk's local bytes: punches them out of the data file and records the
+/// chunk as evicted in `batch`. The caller holds the state lock and commits `batch`.
+fn punch_out(
+    ino: Ino,
+    idx: u64,
+    c: &mut Chunk,
+    file: Option<&File>,
+    resident_bytes: &mut u64,
+    batch: &mut MetaBatch,
+) -> Result<(), ColdError> {
+    let Some(mut r) = c.rec else { return Ok(()) };
+    if let Some(file) = file {
+        DataFile { file, ino }.fallocate(
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            idx * CHUNK_SIZE,
+            u64::from(r.len),
+        )?;
+    }
+    r.resident = false;
+    c.rec = Some(r);
+    *resident_bytes = resident_bytes.saturating_sub(c.local_len);
+    c.local_len = 0;
+    batch.put_chunk(ino, idx, &r);
+    Ok(())
 }
 
 fn read_full(file: &File, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<(), ColdError> {

@@ -1247,11 +1247,6 @@ impl Vfs {
         }
     }
 
-    /// Whether a store is attached (the cold tier runs).
-    pub fn has_store(&self) -> bool {
-        self.cold.is_some()
-    }
-
     /// Seals and uploads everything written so far; `Err` with the bytes still dirty when
     /// `timeout` passed first. A no-op without a store.
     pub fn flush_to_store(&self, timeout: std::time::Duration) -> Result<(), u64> {
@@ -1259,15 +1254,6 @@ impl Vfs {
             Some(cold) => cold.flush(timeout),
             None => Ok(()),
         }
-    }
-
-    /// Fetches every evicted chunk of `ino` into the hot tier.
-    pub fn warmup(&self, ino: Ino) -> VfsResult<()> {
-        let Some(cold) = &self.cold else { return Ok(()) };
-        let size = self.record(ino)?.attr.size;
-        let file = self.file_for(ino, size)?;
-        drop(cold.begin_read_all(ino, &file)?);
-        Ok(())
     }
 }
 

@@ -530,12 +530,9 @@ fn key(cli: &Cli, cmd: &KeyCommand) -> Result<()> {
             Ok(())
         }
         KeyAction::Add { store, key_file, label } => {
-            let config = tierfs::store::StoreConfig::load(store)?;
-            let current = store_link::unlock_secret(&config)?;
-            let data_key = h.block_on(tierfs::store::unlock_data_key(&config, &current.as_secret()))?;
-            let opened = h.block_on(tierfs::store::Store::open(&config, &current.as_secret()))?;
+            let (opened, _) = store_link::open_store(h, store)?;
             let new = new_secret(key_file.as_deref())?;
-            let wrapped = h.block_on(opened.add_key(&data_key, &new.as_secret(), store_link::kdf_params(), label))?;
+            let wrapped = h.block_on(opened.add_key(&new.as_secret(), store_link::kdf_params(), label))?;
             if cli.json {
                 return print_json(&serde_json::json!({ "added": wrapped.id }));
             }
@@ -552,19 +549,15 @@ fn key(cli: &Cli, cmd: &KeyCommand) -> Result<()> {
             Ok(())
         }
         KeyAction::Passwd { store } => {
-            let config = tierfs::store::StoreConfig::load(store)?;
-            let current = store_link::unlock_secret(&config)?;
-            let opened = h.block_on(tierfs::store::Store::open(&config, &current.as_secret()))?;
-            let keys = h.block_on(opened.list_keys())?;
-            let (data_key, used) = tierfs::crypto::unwrap_any(&keys, &current.as_secret())?;
+            let (opened, _) = store_link::open_store(h, store)?;
+            let old = opened.unlocked_by().to_string();
             let new = new_secret(None)?;
-            let wrapped =
-                h.block_on(opened.add_key(&data_key, &new.as_secret(), store_link::kdf_params(), "passphrase"))?;
-            h.block_on(opened.remove_key(&keys[used].id))?;
+            let wrapped = h.block_on(opened.add_key(&new.as_secret(), store_link::kdf_params(), "passphrase"))?;
+            h.block_on(opened.remove_key(&old))?;
             if cli.json {
-                return print_json(&serde_json::json!({ "added": wrapped.id, "removed": keys[used].id }));
+                return print_json(&serde_json::json!({ "added": wrapped.id, "removed": old }));
             }
-            println!("passphrase changed (key {} replaces {})", wrapped.id, keys[used].id);
+            println!("passphrase changed (key {} replaces {old})", wrapped.id);
             Ok(())
         }
     }
