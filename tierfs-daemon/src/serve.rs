@@ -45,6 +45,10 @@ use crate::paths;
 /// The version reported over the control socket.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// How often copies that a backend missed are retried while mounted (and how long the last
+/// try at unmount may take).
+const REPAIR_INTERVAL: Duration = Duration::from_secs(5);
+
 /// How long a control client that asked for the unmount gets to read the answer before
 /// the process exits anyway.
 const ANSWER_GRACE: Duration = Duration::from_secs(5);
@@ -107,14 +111,14 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     let mountpoint = prepare_mountpoint(config)?;
     mounts::check_fuse_device()?;
 
-    let store = match &config.store {
-        Some(file) => {
-            let (store, _) = crate::store_link::open_store(rt.handle(), file)?;
-            let blocks = crate::store_link::StoreBlocks { store: Arc::new(store), handle: rt.handle().clone() };
-            Some(AttachedStore { store: Arc::new(blocks), config: ColdConfig::new(config.cache_size) })
-        }
+    let opened = match &config.store {
+        Some(file) => Some(Arc::new(crate::store_link::open_store(rt.handle(), file)?.0)),
         None => None,
     };
+    let store = opened.as_ref().map(|store| {
+        let blocks = crate::store_link::StoreBlocks { store: store.clone(), handle: rt.handle().clone() };
+        AttachedStore { store: Arc::new(blocks), config: ColdConfig::new(config.cache_size) }
+    });
     let vfs = Vfs::new(VfsConfig {
         data_dir: config.data_dir.clone(),
         kernel_owns_times: config.writeback_cache,
@@ -166,6 +170,16 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     let report = rt.block_on(async {
         let (unmount_tx, mut unmount_rx) = mpsc::channel::<UnmountRequest>(4);
         let server = tokio::spawn(control::serve(listener, handler, unmount_tx));
+        // Copies a backend could not take when they were written (it was down) are retried
+        // until they are in; the queue is in memory, so `tierfs scrub` covers a crash.
+        let repairer = opened.clone().map(|store| {
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(REPAIR_INTERVAL).await;
+                    store.run_repairs().await;
+                }
+            })
+        });
 
         readiness.ready(&info);
         info!(
@@ -212,6 +226,21 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         }
 
         let report = finish(&vfs, config, &mountpoint, session_ended, session_done).await;
+        if let Some(repairer) = repairer {
+            repairer.abort();
+        }
+        if let Some(store) = &opened {
+            let pending = match tokio::time::timeout(REPAIR_INTERVAL, store.run_repairs()).await {
+                Ok(pending) => pending,
+                Err(_) => store.backend().pending_repairs(),
+            };
+            if pending > 0 {
+                warn!(
+                    "{pending} copies could not be repaired before exit (a backend is still down); \
+                     run `tierfs scrub --repair` once it is back"
+                );
+            }
+        }
         if let Some(request) = requester {
             let _ = request.reply.send(Ok(report.clone()));
             let _ = tokio::time::timeout(ANSWER_GRACE, request.written).await;

@@ -329,3 +329,38 @@ fn an_erasure_coded_workspace_keeps_working_with_a_server_down() {
     assert!(status["cold"]["fetched_bytes"].as_u64().unwrap_or(0) > 32 << 20, "{status}");
     c.fx.umount();
 }
+
+#[test]
+fn copies_a_down_server_missed_are_repaired_while_mounted() {
+    let mut servers = servers(3);
+    let mut c = Cold::new(&servers, &[]);
+    c.mount("1G");
+    servers[1].kill();
+    let files: Vec<(PathBuf, Vec<u8>)> =
+        (0..4).map(|i| (c.fx.p(&format!("p{i}")), content(700 + i, 2 << 20))).collect();
+    for (p, d) in &files {
+        write_file(p, d);
+    }
+    // Uploaded at a quorum of two; server 1's copies wait in the repair queue.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while c.fx.status()["cold"]["dirty_bytes"] != 0 {
+        assert!(std::time::Instant::now() < deadline, "uploads did not finish with one server down");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let packs = |s: &MotoServer| -> Vec<String> {
+        let mut keys: Vec<String> = s.list_keys(BUCKET).into_iter().filter(|k| k.contains("/packs/")).collect();
+        keys.sort();
+        keys
+    };
+    let want = packs(&servers[0]);
+    assert!(!want.is_empty(), "nothing was uploaded");
+    servers[1].restart();
+    servers[1].create_bucket(BUCKET);
+    // No scrub: the mount itself must put the missed copies on server 1 once it is back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while packs(&servers[1]) != want {
+        assert!(std::time::Instant::now() < deadline, "copies were not repaired while mounted");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    c.fx.umount();
+}
