@@ -7,7 +7,11 @@
 //! Layers, each calling only downward:
 //! - [`vfs`]: POSIX semantics over inode numbers; the single place errors become errno;
 //! - [`meta`]: the RocksDB metadata store (one atomic batch per operation);
-//! - [`tier`]: the hot tier, file contents in sparse data files on local disk.
+//! - [`tier`]: the hot tier and the cold tier (file contents on local disk, sealed into
+//!   blocks in the store);
+//! - [`remote`]: the workspace's metadata in the store (journal, checkpoints, snapshots,
+//!   writer lease);
+//! - [`store`], [`block`], [`crypto`], [`backend`]: the encrypted, redundant object store.
 //!
 //! ```
 //! use tierfs::vfs::{Caller, Vfs, VfsConfig, ROOT_INO};
@@ -28,6 +32,7 @@ pub mod block;
 pub mod crypto;
 pub mod error;
 pub mod meta;
+pub mod remote;
 pub mod store;
 pub mod tier;
 pub mod vfs;

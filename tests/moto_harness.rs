@@ -1,7 +1,9 @@
 //! Self-test of the S3 test server helper (`tests/support/moto.rs`): a real `moto_server`
 //! on loopback, driven through the helper's raw HTTP client. The other integration tests
 //! trust it to show exactly what reached the server and to simulate loss, outages and
-//! stalls, so each of those is checked here against the real server.
+//! stalls, so each of those is checked here against the real server. Also here: S3 behaviour
+//! tierfs depends on that only a real server shows, such as conditional create
+//! (If-None-Match: *) deciding between two writers.
 
 #[path = "support/moto.rs"]
 mod moto;
@@ -13,7 +15,9 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use moto::MotoServer;
+use tierfs::backend::{Backend, BackendOptions, BackendSpec, CreateOutcome, Credentials, Redundancy, RedundantStore};
 
 /// More than one listing page: moto returns at most 1000 keys a page.
 const OBJECTS: usize = 1500;
@@ -175,4 +179,46 @@ fn percent_encoding_and_xml_unescaping() {
     assert_eq!(moto::encode("a/b+=é", false), "a%2Fb%2B%3D%C3%A9");
     assert_eq!(moto::xml_unescape("a&amp;b&lt;&gt;&quot;&apos;&#233;&#xE9;&bogus;&"), "a&b<>\"'éé&bogus;&");
     assert_eq!(moto::xml_elements("<a><Key>x</Key><Key></Key><Key>y</Key></a>", "Key"), vec!["x", "", "y"]);
+}
+
+/// Two writers race to create each entry of a journal chain on three moto servers (majority
+/// conditional create): exactly one wins each entry, and every server ends up holding the
+/// winner's bytes. moto honours If-None-Match: *, so the probe passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_conditional_create_has_one_winner_on_real_servers() {
+    const BUCKET: &str = "journal";
+    let servers = MotoServer::start_many(3, BUCKET);
+    let creds =
+        Credentials { access_key_id: Some("test".into()), secret_access_key: Some("test".into()), session_token: None };
+    // One store per writer, with its own clients, as two processes would have.
+    let writer = || {
+        let backends = servers
+            .iter()
+            .map(|s| {
+                let spec = BackendSpec::parse(&s.url(BUCKET, "ws")).expect("backend URL");
+                Backend::open(&spec, &creds, &BackendOptions::for_tests()).expect("open backend")
+            })
+            .collect();
+        RedundantStore::new(backends, Redundancy::Replicas(3)).expect("store")
+    };
+    let (a, b) = (writer(), writer());
+    a.check_conditional_create().await.expect("moto honours If-None-Match: *");
+
+    for seq in 0..20 {
+        let key = format!("j/{seq}");
+        let (da, db) = (Bytes::from(format!("writer a, entry {seq}")), Bytes::from(format!("writer b, entry {seq}")));
+        let (oa, ob) = tokio::join!(a.create_object(&key, da.clone()), b.create_object(&key, db.clone()));
+        let winner = match (oa.expect("create a"), ob.expect("create b")) {
+            (CreateOutcome::Created, CreateOutcome::Exists) => &da,
+            (CreateOutcome::Exists, CreateOutcome::Created) => &db,
+            other => panic!("{key}: {other:?}"),
+        };
+        for s in &servers {
+            let stored = s.get_raw(BUCKET, &format!("ws/{key}"));
+            assert_eq!(stored.as_deref(), Some(&winner[..]), "{key} on {}", s.endpoint());
+        }
+    }
+    for s in &servers {
+        assert!(s.list_keys(BUCKET).iter().all(|k| !k.starts_with("ws/probe/")), "probe objects are deleted");
+    }
 }

@@ -42,6 +42,6 @@ mod single;
 mod spec;
 
 pub use error::BackendError;
-pub use redundant::{BackendHealth, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
+pub use redundant::{BackendHealth, CreateOutcome, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
 pub use single::{Backend, Fault, ObjectInfo};
 pub use spec::{BackendOptions, BackendSpec, Credentials, DEFAULT_REGION};

@@ -18,6 +18,12 @@
 //!   from good data at once (read repair), falling back to the repair queue.
 //! - "Not found" is only reported when every backend that should hold the object said so; if
 //!   some could not be asked, the answer is `Unavailable`, never a false "missing".
+//! - Conditional create (`create_object`, for fenced append-only chains such as `…/j/<seq>`):
+//!   If-None-Match on every copy, and the key is ours only when a majority of the copies took
+//!   our bytes. Two majorities share a backend, and a backend's create is atomic, so two writers
+//!   can never both win; the winner overwrites a loser's minority copies and queues the
+//!   unreachable ones for repair, a loser changes nothing. This rests on every backend honouring
+//!   If-None-Match, which `check_conditional_create` probes (Garage 2.x, for one, ignores it).
 //!
 //! Read repair assumes the bytes under a key do not change, or that the caller's `verify`
 //! rejects stale versions (mutable objects such as heads carry their own version).
@@ -108,6 +114,17 @@ pub struct PutReport {
     pub wanted: usize,
     /// Copies or shards left to the repair queue.
     pub queued_repairs: usize,
+}
+
+/// What a conditional create ([`RedundantStore::create_object`]) found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// A majority of the copies hold our bytes (created now, or by an earlier attempt of ours
+    /// with the same bytes): the key is ours.
+    Created,
+    /// Another writer's object holds the key on so many copies that ours can never reach a
+    /// majority: the key is taken, and nothing was changed.
+    Exists,
 }
 
 /// The caller's check of bytes read back (AEAD tag, content hash).
@@ -444,6 +461,117 @@ impl RedundantStore {
             }
         }
         done
+    }
+
+    // ----- conditional create -----
+
+    /// Creates a small object only if it is absent (If-None-Match: *), decided by majority: the
+    /// building block of fenced, append-only chains (journal entries `…/j/<seq>`) where two
+    /// writers must never both own a key.
+    ///
+    /// One conditional create per copy of the object's placement (that of [`Self::put_object`]),
+    /// in parallel, every answer awaited. [`CreateOutcome::Created`] when a majority of the
+    /// copies took our bytes (or already held exactly them, so retrying with the same bytes is
+    /// safe); a competitor's minority copies are then overwritten with ours and copies that could
+    /// not be written are queued for repair. [`CreateOutcome::Exists`] when other objects hold so
+    /// many copies that ours cannot reach a majority; nothing is overwritten or queued (a copy of
+    /// ours made on the way is the winner's to overwrite). Otherwise too many backends could not
+    /// be asked to tell: [`BackendError::QuorumFailed`], retry with the same bytes.
+    ///
+    /// Writers must create different bytes (e.g. carry a writer id): identical bytes from two
+    /// writers both count as `Created`. [`Self::get_object`] serves the first copy that passes
+    /// `verify`, which can be a loser's minority copy until the winner's overwrite lands.
+    pub async fn create_object(&self, key: &str, data: Bytes) -> Result<CreateOutcome, BackendError> {
+        validate_key(key)?;
+        let placement = self.object_placement(key);
+        let needed = placement.len() / 2 + 1;
+        let answers = join_all(placement.iter().map(|&b| self.backends[b].put_if_absent(key, data.clone()))).await;
+        let holding = |created: bool| -> Vec<usize> {
+            placement
+                .iter()
+                .zip(&answers)
+                .filter(|(_, a)| matches!(a, Ok(c) if *c == created))
+                .map(|(&b, _)| b)
+                .collect()
+        };
+        let (ours, theirs) = (holding(true), holding(false));
+
+        if ours.len() >= needed {
+            let fallback = RepairSource::CopyFrom(ours.clone());
+            for (&b, answer) in placement.iter().zip(&answers) {
+                match answer {
+                    Ok(true) => self.repairs.forget(b, key),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(key, backend = %self.backends[b].name(), error = %e,
+                            "copy not created; queued for repair");
+                        self.repairs.enqueue(b, key, data.clone(), fallback.clone());
+                    }
+                }
+            }
+            if !theirs.is_empty() {
+                // The majority decided: a competitor's minority copy is stale, and left in place
+                // it could be served to readers.
+                tracing::info!(key, copies = theirs.len(), "overwriting a competing writer's minority copies");
+                self.rewrite(key, &data, &theirs, fallback).await;
+            }
+            return Ok(CreateOutcome::Created);
+        }
+        if !theirs.is_empty() && placement.len() - theirs.len() < needed {
+            tracing::debug!(key, ours = ours.len(), theirs = theirs.len(), "conditional create lost");
+            return Ok(CreateOutcome::Exists);
+        }
+        let errors = placement
+            .iter()
+            .zip(&answers)
+            .filter_map(|(&b, answer)| {
+                let backend = &self.backends[b];
+                match answer {
+                    Ok(true) => None,
+                    Ok(false) => Some(format!("{}: another writer's object is there", backend.name())),
+                    Err(e) => Some(describe(backend, e)),
+                }
+            })
+            .collect();
+        Err(BackendError::QuorumFailed { key: key.to_string(), stored: ours.len(), needed, errors })
+    }
+
+    /// Checks that the backends honour conditional creates, which [`Self::create_object`] (and
+    /// so the fencing of writers) relies on: on each backend, creates a probe object
+    /// `probe/cc-<random hex>` twice with different bytes, expects the second create to be
+    /// refused, and deletes the probe (best effort). A backend that lets the second create
+    /// through ignores If-None-Match: [`BackendError::NotSupported`] naming it. Unreachable
+    /// backends are skipped (check again once they are back), but at least one backend must
+    /// have been probed; other errors (access denied, …) are returned as they are.
+    pub async fn check_conditional_create(&self) -> Result<(), BackendError> {
+        let key = format!("probe/cc-{}", hex::encode(rand::random::<[u8; 8]>()));
+        let probes = join_all(self.backends.iter().map(|b| probe_conditional_create(b, &key))).await;
+        let mut unreachable = Vec::new();
+        for (b, probe) in self.backends.iter().zip(probes) {
+            match probe {
+                Ok(()) => {}
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(backend = %b.name(), error = %e, "conditional create not checked: unreachable");
+                    unreachable.push((b, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if unreachable.len() < self.backends.len() {
+            return Ok(());
+        }
+        if unreachable.len() == 1 {
+            if let Some((_, e)) = unreachable.pop() {
+                return Err(e);
+            }
+        }
+        Err(BackendError::Unavailable {
+            backend: unreachable.iter().map(|(b, _)| b.name()).collect::<Vec<_>>().join(", "),
+            reason: format!(
+                "no backend could be checked for conditional create ({})",
+                unreachable.iter().map(|(b, e)| describe(b, e)).collect::<Vec<_>>().join("; ")
+            ),
+        })
     }
 
     // ----- replicated reads -----
@@ -1129,6 +1257,32 @@ impl RedundantStore {
     }
 }
 
+/// One backend's conditional-create probe (see `check_conditional_create`).
+async fn probe_conditional_create(backend: &Backend, key: &str) -> Result<(), BackendError> {
+    let nonce = hex::encode(rand::random::<[u8; 8]>());
+    let first = Bytes::from(format!("tierfs conditional-create probe {nonce}: first"));
+    let second = Bytes::from(format!("tierfs conditional-create probe {nonce}: second"));
+    let outcome = match backend.put_if_absent(key, first).await {
+        Ok(_) => backend.put_if_absent(key, second).await,
+        Err(e) => return Err(e),
+    };
+    if let Err(e) = backend.delete(key).await {
+        tracing::debug!(backend = %backend.name(), key, error = %e, "probe object not deleted");
+    }
+    match outcome {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(BackendError::NotSupported {
+            backend: backend.name().to_string(),
+            operation: "conditional create (If-None-Match: *)".into(),
+            reason: "a second create of an existing object succeeded and replaced it: the server ignores the \
+                     header (Garage 2.x does), so two writers could both think they own the workspace; use AWS S3, \
+                     MinIO or another server that honours conditional writes"
+                .into(),
+        }),
+        Err(e) => Err(e),
+    }
+}
+
 /// Some shard was found bad or missing (not merely unreachable).
 fn needs_repair(copies: &[Option<CopyState>]) -> bool {
     copies.iter().any(|c| matches!(c, Some(CopyState::Bad(_) | CopyState::Missing)))
@@ -1163,7 +1317,7 @@ fn good_shards(copies: &[Option<CopyState>]) -> Vec<Option<Vec<u8>>> {
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
-    use crate::backend::{BackendOptions, Fault};
+    use crate::backend::{BackendOptions, BackendSpec, Credentials, Fault};
     use object_store::memory::InMemory;
     use proptest::prelude::*;
 
@@ -1464,6 +1618,167 @@ mod tests {
         assert_eq!(raw(&s, slow, "journal/ws/1").await, Some(Bytes::from_static(b"segment")));
     }
 
+    /// Every copy of `key` in `s`'s placement, as stored.
+    async fn copies(s: &RedundantStore, key: &str) -> Vec<Option<Bytes>> {
+        let mut out = Vec::new();
+        for b in s.object_placement(key) {
+            out.push(raw(s, b, key).await);
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn competing_creates_have_exactly_one_winner() {
+        let s = Arc::new(store(3, Redundancy::Replicas(3)));
+        for seq in 0..50 {
+            let key = format!("refs/ws/j/{seq}");
+            let (a, b) = (Bytes::from(format!("writer a, entry {seq}")), Bytes::from(format!("writer b, entry {seq}")));
+            let ta = tokio::spawn({
+                let (s, key, a) = (s.clone(), key.clone(), a.clone());
+                async move { s.create_object(&key, a).await.unwrap() }
+            });
+            let tb = tokio::spawn({
+                let (s, key, b) = (s.clone(), key.clone(), b.clone());
+                async move { s.create_object(&key, b).await.unwrap() }
+            });
+            let (oa, ob) = (ta.await.unwrap(), tb.await.unwrap());
+            let winner = match (oa, ob) {
+                (CreateOutcome::Created, CreateOutcome::Exists) => a,
+                (CreateOutcome::Exists, CreateOutcome::Created) => b,
+                other => panic!("{key}: {other:?}"),
+            };
+            // The winner overwrote any minority copy of the loser before returning.
+            assert_eq!(copies(&s, &key).await, vec![Some(winner.clone()); 3], "{key}");
+            // Retrying either create changes nothing.
+            assert_eq!(s.create_object(&key, winner.clone()).await.unwrap(), CreateOutcome::Created);
+            let loser = Bytes::from(format!("writer c, entry {seq}"));
+            assert_eq!(s.create_object(&key, loser).await.unwrap(), CreateOutcome::Exists);
+        }
+        assert_eq!(s.pending_repairs(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_competitors_minority_copy_is_overwritten() {
+        let s = store(3, Redundancy::Replicas(3));
+        let key = "refs/ws/j/7";
+        let p = s.object_placement(key);
+        let (ours, theirs) = (Bytes::from_static(b"ours"), Bytes::from_static(b"theirs"));
+        // A competitor got one copy in first, then stopped (crashed, or lost the other two).
+        assert!(s.backends()[p[1]].put_if_absent(key, theirs.clone()).await.unwrap());
+        assert_eq!(s.create_object(key, ours.clone()).await.unwrap(), CreateOutcome::Created);
+        assert_eq!(copies(&s, key).await, vec![Some(ours.clone()); 3]);
+        assert_eq!(s.pending_repairs(), 0);
+        // The competitor's retry now finds the majority taken.
+        assert_eq!(s.create_object(key, theirs).await.unwrap(), CreateOutcome::Exists);
+
+        // Two competing copies: ours cannot win; our copy made on the way is left, nothing queued.
+        let key = "refs/ws/j/8";
+        let p = s.object_placement(key);
+        for &b in &p[..2] {
+            s.backends()[b].put(key, Bytes::from_static(b"theirs")).await.unwrap();
+        }
+        assert_eq!(s.create_object(key, ours.clone()).await.unwrap(), CreateOutcome::Exists);
+        assert_eq!(raw(&s, p[0], key).await, Some(Bytes::from_static(b"theirs")));
+        assert_eq!(s.pending_repairs(), 0);
+    }
+
+    #[tokio::test]
+    async fn create_with_one_backend_down_queues_a_repair() {
+        let s = store(3, Redundancy::Replicas(3));
+        let key = "refs/ws/j/1";
+        let down = s.object_placement(key)[0];
+        s.backends()[down].inject_fault(Some(Fault::Down));
+        let data = Bytes::from_static(b"entry 1");
+        assert_eq!(s.create_object(key, data.clone()).await.unwrap(), CreateOutcome::Created);
+        assert_eq!(s.pending_repairs(), 1);
+        // The same bytes again (our retry after a lost answer): still ours.
+        assert_eq!(s.create_object(key, data.clone()).await.unwrap(), CreateOutcome::Created);
+        // Someone else's bytes: two copies answer "taken", which settles it without the third.
+        assert_eq!(s.create_object(key, Bytes::from_static(b"other")).await.unwrap(), CreateOutcome::Exists);
+
+        s.backends()[down].inject_fault(None);
+        tokio::time::sleep(Duration::from_millis(30)).await; // a tripped breaker's probe is due
+        assert_eq!(s.run_repairs().await, 0);
+        assert_eq!(copies(&s, key).await, vec![Some(data); 3]);
+    }
+
+    #[tokio::test]
+    async fn create_without_a_majority_fails() {
+        let s = store(3, Redundancy::Replicas(3));
+        let key = "refs/ws/j/2";
+        let p = s.object_placement(key);
+        s.backends()[p[0]].inject_fault(Some(Fault::Down));
+        s.backends()[p[2]].inject_fault(Some(Fault::Down));
+        let err = s.create_object(key, Bytes::from_static(b"entry 2")).await.unwrap_err();
+        match &err {
+            BackendError::QuorumFailed { stored: 1, needed: 2, errors, .. } => assert_eq!(errors.len(), 2, "{err}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(err.is_transient());
+        assert_eq!(s.pending_repairs(), 0, "nothing acknowledged, nothing queued");
+
+        // One "taken" and one unreachable: the unreachable copy could decide either way.
+        s.backends()[p[0]].inject_fault(None);
+        s.backends()[p[1]].put(key, Bytes::from_static(b"theirs")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let err = s.create_object(key, Bytes::from_static(b"entry 2")).await.unwrap_err();
+        assert!(matches!(err, BackendError::QuorumFailed { stored: 1, needed: 2, .. }), "{err:?}");
+        assert!(err.to_string().contains("another writer's object is there"), "{err}");
+        assert_eq!(s.pending_repairs(), 0);
+
+        assert!(matches!(s.create_object("a//b", Bytes::new()).await, Err(BackendError::BadKey { .. })));
+    }
+
+    #[tokio::test]
+    async fn create_on_file_backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let backends = (0..3)
+            .map(|i| {
+                let spec = BackendSpec::File { path: dir.path().join(format!("b{i}")) };
+                Backend::open(&spec, &Credentials::default(), &opts()).unwrap()
+            })
+            .collect();
+        let s = RedundantStore::new(backends, Redundancy::Erasure { data: 2, parity: 1 }).unwrap();
+        s.check_conditional_create().await.unwrap();
+        let key = "refs/ws/j/1";
+        let (a, b) = (Bytes::from_static(b"writer a"), Bytes::from_static(b"writer b"));
+        let (oa, ob) = tokio::join!(s.create_object(key, a.clone()), s.create_object(key, b.clone()));
+        let (oa, ob) = (oa.unwrap(), ob.unwrap());
+        assert_ne!(oa, ob, "exactly one winner");
+        let winner = if oa == CreateOutcome::Created { a } else { b };
+        assert_eq!(copies(&s, key).await, vec![Some(winner.clone()); 3]);
+        assert_eq!(s.get_object(key, &exactly(winner)).await.unwrap().len(), 8);
+        assert!(s.list("").await.unwrap().iter().all(|o| !o.key.starts_with("probe")), "probes deleted");
+    }
+
+    #[tokio::test]
+    async fn conditional_create_check_names_a_backend_that_ignores_it() {
+        let s = store(3, Redundancy::Replicas(3));
+        s.check_conditional_create().await.unwrap();
+        s.backends()[1].inject_fault(Some(Fault::IgnoreConditional));
+        let err = s.check_conditional_create().await.unwrap_err();
+        match &err {
+            BackendError::NotSupported { backend, operation, .. } => {
+                assert_eq!((backend.as_str(), operation.as_str()), ("mem-1", "conditional create (If-None-Match: *)"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(msg.contains("mem-1 does not support") && msg.contains("Garage"), "{msg}");
+        for b in s.backends() {
+            assert!(b.list("").await.unwrap().is_empty(), "{}: probe deleted", b.name());
+        }
+
+        // Unreachable backends are skipped, as long as one could be probed.
+        s.backends()[1].inject_fault(Some(Fault::Down));
+        s.backends()[2].inject_fault(Some(Fault::Down));
+        s.check_conditional_create().await.unwrap();
+        s.backends()[0].inject_fault(Some(Fault::Down));
+        let err = s.check_conditional_create().await.unwrap_err();
+        assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
+        assert!(err.to_string().contains("mem-0") && err.to_string().contains("mem-2"), "{err}");
+    }
+
     #[tokio::test]
     async fn scrub_finds_and_repairs() {
         let s = store(3, Redundancy::Replicas(3));
@@ -1611,6 +1926,8 @@ mod tests {
         send(s.scrub_pack("k", 1, v, true));
         send(s.run_repairs());
         send(s.list(""));
+        send(s.create_object("k", Bytes::new()));
+        send(s.check_conditional_create());
         fn sync<T: Send + Sync>(_: &T) {}
         sync(&s);
     }

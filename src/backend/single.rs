@@ -60,6 +60,9 @@ pub enum Fault {
     Slow(Duration),
     /// The next `n` request attempts fail transiently, then the fault clears itself.
     FailNext(u32),
+    /// Conditional creates overwrite like plain puts, as on a server that ignores
+    /// `If-None-Match: *` (Garage 2.x).
+    IgnoreConditional,
 }
 
 /// One backend: an object_store client + key prefix, with per-request timeouts, retries with
@@ -267,11 +270,15 @@ impl Backend {
     /// their contents unique, e.g. with a nonce.
     pub async fn put_if_absent(&self, key: &str, data: Bytes) -> Result<bool, BackendError> {
         let path = self.path(key)?;
-        let (store, path_ref, data_ref) = (&self.store, &path, &data);
+        let mode = match *self.fault.lock() {
+            Some(Fault::IgnoreConditional) => PutMode::Overwrite,
+            _ => PutMode::Create,
+        };
+        let (store, path_ref, data_ref, mode) = (&self.store, &path, &data, &mode);
         let outcome = self
             .run(Op::PutIfAbsent, key, move || {
                 let payload = PutPayload::from_bytes(data_ref.clone());
-                let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+                let opts = PutOptions { mode: mode.clone(), ..PutOptions::default() };
                 async move { store.put_opts(path_ref, payload, opts).await.map(drop) }
             })
             .await;
@@ -895,6 +902,17 @@ mod tests {
         assert_ne!(b.get_range("k", 0..6).await.unwrap(), Bytes::from_static(b"abcdef"));
         b.inject_fault(None);
         assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"abcdef"));
+    }
+
+    #[tokio::test]
+    async fn ignored_conditional_creates_overwrite() {
+        let b = mem("mem", BackendOptions::for_tests());
+        b.inject_fault(Some(Fault::IgnoreConditional));
+        assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"me")).await.unwrap());
+        assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"you")).await.unwrap(), "the header is ignored");
+        assert_eq!(b.get("refs/ws/lease").await.unwrap(), Bytes::from_static(b"you"));
+        b.inject_fault(None);
+        assert!(!b.put_if_absent("refs/ws/lease", Bytes::from_static(b"me")).await.unwrap());
     }
 
     #[test]

@@ -13,6 +13,15 @@ use super::MetaError;
 pub const SCHEMA_KEY: &[u8] = b"S";
 /// `C` + counter name → u64 LE.
 pub const NEXT_INO_KEY: &[u8] = b"Cnext_ino";
+/// `R` + name → local bookkeeping that is never journaled. The number of the last journaled
+/// batch this store holds (u64 LE).
+pub const JOURNAL_SEQ_KEY: &[u8] = b"Rjournal_seq";
+
+/// Whether a key belongs to the workspace's shared state (journaled and checkpointed), as
+/// opposed to this node's bookkeeping (schema, dirty markers, journal position).
+pub fn is_shared(key: &[u8]) -> bool {
+    matches!(key.first(), Some(b'I' | b'D' | b'X' | b'L' | b'O' | b'C' | b'K' | b'B'))
+}
 
 const TAG_INODE: u8 = b'I';
 const TAG_DENTRY: u8 = b'D';
@@ -295,6 +304,19 @@ pub fn decode_chunk(v: &[u8]) -> Result<ChunkRecord, MetaError> {
         len: u32::from_le_bytes(v[33..37].try_into().map_err(|_| MetaError::Corrupt("chunk record".into()))?),
         resident: v[37] != 0,
     })
+}
+
+pub fn is_chunk_key(key: &[u8]) -> bool {
+    key.first() == Some(&TAG_CHUNK)
+}
+
+/// A chunk record value as other nodes see it: not resident.
+pub fn not_resident(v: &[u8]) -> Vec<u8> {
+    let mut out = v.to_vec();
+    if out.len() == CHUNK_RECORD_LEN {
+        out[CHUNK_RECORD_LEN - 1] = 0;
+    }
+    out
 }
 
 /// Decodes `(ino, chunk index)` from a chunk key.

@@ -13,6 +13,7 @@
 //! and stores it (key layout in [`codec`] and docs/FORMAT.md).
 
 pub mod codec;
+pub mod journal;
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,7 @@ use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
 use crate::vfs::{FileKind, Ino};
 pub use codec::{ChunkRecord, InodeRecord};
+pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
 
 /// The metadata schema this build writes and understands.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -51,6 +53,7 @@ type Result<T> = std::result::Result<T, MetaError>;
 pub struct MetaStore {
     db: DB,
     write_opts: WriteOptions,
+    journal: Journal,
 }
 
 impl MetaStore {
@@ -66,7 +69,7 @@ impl MetaStore {
         let db = DB::open(&opts, dir)?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(false);
-        let store = MetaStore { db, write_opts };
+        let store = MetaStore { db, write_opts, journal: Journal::default() };
         match store.db.get(codec::SCHEMA_KEY)? {
             None => {
                 let mut b = WriteBatch::default();
@@ -228,10 +231,90 @@ impl MetaStore {
         }
     }
 
-    /// Applies one batch atomically.
+    /// Applies one batch atomically (numbered and queued for the store when journaling).
     pub fn commit(&self, batch: MetaBatch) -> Result<()> {
-        self.db.write_opt(batch.0, &self.write_opts)?;
+        let MetaBatch(mut wb, ops) = batch;
+        self.journal.append(ops, |seq| {
+            if let Some(seq) = seq {
+                wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
+            }
+            self.db.write_opt(wb, &self.write_opts)?;
+            Ok(())
+        })
+    }
+
+    /// The journal of shared changes (idle until [`MetaStore::enable_journal`]).
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// The number of the last journaled batch this store holds (0 if it never journaled).
+    pub fn local_seq(&self) -> Result<u64> {
+        self.db.get_pinned(codec::JOURNAL_SEQ_KEY)?.map_or(Ok(0), |v| codec::decode_u64(&v))
+    }
+
+    /// Starts numbering and queueing batches after [`MetaStore::local_seq`]; segments of the
+    /// remote journal are numbered from `next_segment`.
+    pub fn enable_journal(&self, next_segment: u64) -> Result<()> {
+        self.journal.enable(self.local_seq()?, next_segment);
         Ok(())
+    }
+
+    /// Calls `f(key, value)` for every key of the shared tables as of one consistent cut, and
+    /// returns the cut's `(last batch, next segment)` (see [`Journal::at_cut`]). Chunk records
+    /// come out as not resident.
+    pub fn export(&self, mut f: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<(u64, u64)> {
+        let (seq, segment, snap) =
+            self.journal.at_cut(|seq, seg| Ok::<_, MetaError>((seq, seg, self.db.snapshot())))?;
+        for item in snap.iterator(IteratorMode::Start) {
+            let (k, v) = item?;
+            if !codec::is_shared(&k) {
+                continue;
+            }
+            if codec::is_chunk_key(&k) {
+                f(&k, &codec::not_resident(&v))?;
+            } else {
+                f(&k, &v)?;
+            }
+        }
+        Ok((seq, segment))
+    }
+
+    /// Applies changes from the store (restore): puts and deletes of shared keys, and sets the
+    /// local journal position to `seq`.
+    pub fn import(&self, ops: &[JournalOp], seq: u64) -> Result<()> {
+        let mut wb = WriteBatch::default();
+        for op in ops {
+            let key = match op {
+                JournalOp::Put { key, .. } | JournalOp::Delete { key } | JournalOp::DeleteRange { from: key, .. } => {
+                    key
+                }
+            };
+            if !codec::is_shared(key) {
+                return Err(MetaError::Corrupt(format!("journal changes a local key {key:?}")));
+            }
+            match op {
+                JournalOp::Put { key, value } => wb.put(key, value),
+                JournalOp::Delete { key } => wb.delete(key),
+                JournalOp::DeleteRange { from, to } => wb.delete_range(from, to),
+            }
+        }
+        wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
+        self.db.write_opt(wb, &self.write_opts)?;
+        Ok(())
+    }
+
+    /// Whether the store holds no shared state at all (a node that never had this workspace).
+    pub fn is_empty(&self) -> Result<bool> {
+        let mut empty = true;
+        for item in self.db.iterator(IteratorMode::Start) {
+            let (k, _) = item?;
+            if codec::is_shared(&k) {
+                empty = false;
+                break;
+            }
+        }
+        Ok(empty)
     }
 
     /// Makes every committed batch durable against power loss.
@@ -241,53 +324,72 @@ impl MetaStore {
     }
 }
 
-/// The changes of one POSIX operation, committed atomically by [`MetaStore::commit`].
+/// The changes of one POSIX operation, committed atomically by [`MetaStore::commit`]: the
+/// RocksDB batch, and the journaled form of its shared changes.
 #[derive(Default)]
-pub struct MetaBatch(WriteBatch);
+pub struct MetaBatch(WriteBatch, Vec<JournalOp>);
 
 impl MetaBatch {
     pub fn new() -> MetaBatch {
         MetaBatch::default()
     }
+    fn put(&mut self, key: Vec<u8>, value: &[u8]) {
+        self.0.put(&key, value);
+        self.1.push(JournalOp::Put { key, value: value.to_vec() });
+    }
+    fn delete(&mut self, key: Vec<u8>) {
+        self.0.delete(&key);
+        self.1.push(JournalOp::Delete { key });
+    }
     pub fn put_inode(&mut self, rec: &InodeRecord) {
-        self.0.put(codec::inode_key(rec.attr.ino), codec::encode_inode(rec));
+        self.put(codec::inode_key(rec.attr.ino), &codec::encode_inode(rec));
     }
     pub fn delete_inode(&mut self, ino: Ino) {
-        self.0.delete(codec::inode_key(ino));
+        self.delete(codec::inode_key(ino));
     }
     pub fn put_dentry(&mut self, parent: Ino, name: &[u8], ino: Ino, kind: FileKind) {
-        self.0.put(codec::dentry_key(parent, name), codec::encode_dentry(ino, kind));
+        self.put(codec::dentry_key(parent, name), &codec::encode_dentry(ino, kind));
     }
     pub fn delete_dentry(&mut self, parent: Ino, name: &[u8]) {
-        self.0.delete(codec::dentry_key(parent, name));
+        self.delete(codec::dentry_key(parent, name));
     }
     pub fn put_xattr(&mut self, ino: Ino, name: &[u8], value: &[u8]) {
-        self.0.put(codec::xattr_key(ino, name), value);
+        self.put(codec::xattr_key(ino, name), value);
     }
     pub fn delete_xattr(&mut self, ino: Ino, name: &[u8]) {
-        self.0.delete(codec::xattr_key(ino, name));
+        self.delete(codec::xattr_key(ino, name));
     }
     pub fn put_symlink(&mut self, ino: Ino, target: &[u8]) {
-        self.0.put(codec::symlink_key(ino), target);
+        self.put(codec::symlink_key(ino), target);
     }
     pub fn delete_symlink(&mut self, ino: Ino) {
-        self.0.delete(codec::symlink_key(ino));
+        self.delete(codec::symlink_key(ino));
     }
     pub fn put_orphan(&mut self, ino: Ino) {
-        self.0.put(codec::orphan_key(ino), []);
+        self.put(codec::orphan_key(ino), &[]);
     }
     pub fn delete_orphan(&mut self, ino: Ino) {
-        self.0.delete(codec::orphan_key(ino));
+        self.delete(codec::orphan_key(ino));
     }
+    /// A chunk's new content (journaled as not resident).
     pub fn put_chunk(&mut self, ino: Ino, index: u64, rec: &ChunkRecord) {
+        let key = codec::chunk_key(ino, index);
+        self.0.put(&key, codec::encode_chunk(rec));
+        let shared = ChunkRecord { resident: false, ..*rec };
+        self.1.push(JournalOp::Put { key, value: codec::encode_chunk(&shared).to_vec() });
+    }
+    /// Only whether a chunk is resident changed: local cache state, not journaled.
+    pub fn set_chunk_residency(&mut self, ino: Ino, index: u64, rec: &ChunkRecord) {
         self.0.put(codec::chunk_key(ino, index), codec::encode_chunk(rec));
     }
     pub fn delete_chunk(&mut self, ino: Ino, index: u64) {
-        self.0.delete(codec::chunk_key(ino, index));
+        self.delete(codec::chunk_key(ino, index));
     }
     /// Deletes every chunk record of `ino`.
     pub fn delete_chunks(&mut self, ino: Ino) {
-        self.0.delete_range(codec::chunk_prefix(ino), codec::chunk_prefix(ino + 1));
+        let (from, to) = (codec::chunk_prefix(ino), codec::chunk_prefix(ino + 1));
+        self.0.delete_range(&from, &to);
+        self.1.push(JournalOp::DeleteRange { from, to });
     }
     pub fn put_dirty(&mut self, ino: Ino) {
         self.0.put(codec::dirty_key(ino), []);
@@ -298,10 +400,10 @@ impl MetaBatch {
     pub fn put_block(&mut self, id: &[u8; 32], loc: &crate::block::BlockLoc) {
         let mut v = Vec::with_capacity(crate::block::BlockLoc::ENCODED_LEN);
         loc.encode(&mut v);
-        self.0.put(codec::block_key(id), v);
+        self.put(codec::block_key(id), &v);
     }
     pub fn put_next_ino(&mut self, next: u64) {
-        self.0.put(codec::NEXT_INO_KEY, next.to_le_bytes());
+        self.put(codec::NEXT_INO_KEY.to_vec(), &next.to_le_bytes());
     }
 }
 

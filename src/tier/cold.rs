@@ -186,6 +186,8 @@ struct State {
     resident_bytes: u64,
     tick: u64,
     flush: bool,
+    /// Files an fsync waits for (with how many waiters): sealed at once, partial chunks too.
+    urgent: HashMap<Ino, u32>,
     stopping: bool,
     prefetch: VecDeque<(Ino, u64)>,
 }
@@ -433,7 +435,7 @@ impl ColdTier {
                     // says resident again so that, after a crash, the dirty marker re-seals it.
                     if let Some(r) = c.rec.as_mut() {
                         r.resident = true;
-                        batch.put_chunk(ino, idx, r);
+                        batch.set_chunk_residency(ino, idx, r);
                         persist = true;
                     }
                 }
@@ -646,6 +648,35 @@ impl ColdTier {
         result
     }
 
+    /// Seals and uploads the dirty chunks of `ino` now (fsync); `Err` with the bytes of it
+    /// still dirty when `timeout` passed first.
+    pub fn flush_inode(&self, ino: Ino, timeout: Duration) -> Result<(), u64> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.state.lock();
+        *st.urgent.entry(ino).or_default() += 1;
+        self.changed.notify_all();
+        let result = loop {
+            let dirty = st
+                .files
+                .get(&ino)
+                .map_or(0, |f| f.chunks.values().filter(|c| c.dirty).map(|c| c.dirty_len.max(1)).sum());
+            if dirty == 0 {
+                break Ok(());
+            }
+            if Instant::now() >= deadline {
+                break Err(dirty);
+            }
+            self.changed.wait_for(&mut st, Duration::from_millis(50));
+        };
+        if let Some(n) = st.urgent.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                st.urgent.remove(&ino);
+            }
+        }
+        result
+    }
+
     pub fn stats(&self) -> ColdStats {
         let st = self.state.lock();
         let oldest = st.files.values().filter(|f| f.dirty_chunks > 0).filter_map(|f| f.dirty_since).min();
@@ -781,7 +812,7 @@ impl ColdTier {
                 c.local_len = u64::from(r.len);
                 *resident_bytes += c.local_len;
                 let mut b = MetaBatch::new();
-                b.put_chunk(ino, idx, &r);
+                b.set_chunk_residency(ino, idx, &r);
                 // Committed under the state lock so it cannot overtake a later eviction's record.
                 let committed = self.meta.commit(b);
                 drop(st);
@@ -891,11 +922,15 @@ impl ColdTier {
         let budget = self.store.pack_size() as u64;
         let mut bytes = 0u64;
         let mut out = Vec::new();
-        for (&ino, f) in st.files.iter_mut() {
+        let State { files, urgent, .. } = &mut **st;
+        for (&ino, f) in files.iter_mut() {
             if f.dirty_chunks == 0 {
                 continue;
             }
-            let settled = everything || !f.open || f.dirty_since.is_some_and(|t| t.elapsed() >= self.config.seal_after);
+            let settled = everything
+                || !f.open
+                || urgent.contains_key(&ino)
+                || f.dirty_since.is_some_and(|t| t.elapsed() >= self.config.seal_after);
             for (&index, c) in f.chunks.iter_mut() {
                 let ready = settled || c.dirty_len >= CHUNK_SIZE;
                 if ready && c.dirty && !c.claimed && c.inflight == 0 {
@@ -1139,7 +1174,7 @@ fn punch_out(
     c.rec = Some(r);
     *resident_bytes = resident_bytes.saturating_sub(c.local_len);
     c.local_len = 0;
-    batch.put_chunk(ino, idx, &r);
+    batch.set_chunk_residency(ino, idx, &r);
     Ok(())
 }
 

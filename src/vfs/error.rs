@@ -48,6 +48,9 @@ pub enum VfsError {
     HotTier(#[from] HotTierError),
     #[error("cold tier: {0}")]
     Cold(#[from] ColdError),
+    /// fsync could not make the change durable in the store (it is durable locally).
+    #[error("not durable in the store: {0}")]
+    NotDurable(String),
 }
 
 impl VfsError {
@@ -73,6 +76,7 @@ impl VfsError {
             VfsError::Meta(e) => e.errno(),
             VfsError::HotTier(e) => e.errno(),
             VfsError::Cold(e) => e.errno(),
+            VfsError::NotDurable(_) => libc::EIO,
         }
     }
 }

@@ -60,6 +60,10 @@ pub struct VfsConfig {
     pub cache_size: Option<u64>,
     /// The store behind the cold tier; without one, everything stays on the hot tier.
     pub store: Option<AttachedStore>,
+    /// With a store and a journaling metadata store: fsync returns only once the file's data
+    /// and the metadata to find it are in the store (`--fsync=remote`), failing after this
+    /// long. `None`: fsync is local (`--fsync=local`).
+    pub fsync_remote: Option<std::time::Duration>,
 }
 
 /// A store for the cold tier, with its tuning.
@@ -77,7 +81,13 @@ impl std::fmt::Debug for AttachedStore {
 
 impl VfsConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> VfsConfig {
-        VfsConfig { data_dir: data_dir.into(), kernel_owns_times: false, cache_size: None, store: None }
+        VfsConfig {
+            data_dir: data_dir.into(),
+            kernel_owns_times: false,
+            cache_size: None,
+            store: None,
+            fsync_remote: None,
+        }
     }
 }
 
@@ -135,10 +145,23 @@ impl Vfs {
     /// Opens the workspace in `config.data_dir`, creating it (with an empty root) if new, and
     /// reclaims inodes orphaned by a crash. Refuses a data directory another process uses.
     pub fn new(config: VfsConfig) -> VfsResult<Vfs> {
-        let dir = &config.data_dir;
-        std::fs::create_dir_all(dir).map_err(|source| HotTierError::Io { op: "create", path: dir.clone(), source })?;
+        let prepared = Vfs::prepare(&config.data_dir)?;
+        Vfs::from_prepared(config, prepared)
+    }
+
+    /// The first half of [`Vfs::new`]: locks the data directory and opens its metadata store,
+    /// so a caller can restore or check it (remote metadata) before the workspace is served.
+    pub fn prepare(dir: &std::path::Path) -> VfsResult<Prepared> {
+        std::fs::create_dir_all(dir).map_err(|source| HotTierError::Io { op: "create", path: dir.into(), source })?;
         let lock = DataDirLock::acquire(dir, "")?;
         let meta = Arc::new(MetaStore::open(&dir.join("meta"))?);
+        Ok(Prepared { lock, meta })
+    }
+
+    /// The second half of [`Vfs::new`], on a directory [`Vfs::prepare`] opened.
+    pub fn from_prepared(config: VfsConfig, prepared: Prepared) -> VfsResult<Vfs> {
+        let Prepared { lock, meta } = prepared;
+        let dir = &config.data_dir;
         let hot = Arc::new(HotTier::open(dir)?);
         let vfs = Vfs {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -903,7 +926,7 @@ impl Vfs {
             let Some(file) = file else {
                 // No data file yet: nothing but metadata to make durable.
                 self.meta.sync()?;
-                return Ok(());
+                return self.wait_remote(Some(ino));
             };
             DataFile { file: &file, ino }.sync_data()?;
             if !oi.dir_synced.swap(true, Ordering::Relaxed) {
@@ -911,7 +934,7 @@ impl Vfs {
             }
         }
         self.meta.sync()?;
-        Ok(())
+        self.wait_remote(Some(ino))
     }
 
     // ---- directories ----------------------------------------------------------------------
@@ -969,7 +992,31 @@ impl Vfs {
 
     pub fn fsyncdir(&self, _ino: Ino) -> VfsResult<()> {
         self.meta.sync()?;
-        Ok(())
+        self.wait_remote(None)
+    }
+
+    /// With remote fsync: uploads `ino`'s dirty data (if given), then waits until every
+    /// metadata change so far is in the store.
+    fn wait_remote(&self, ino: Option<Ino>) -> VfsResult<()> {
+        let Some(timeout) = self.config.fsync_remote else { return Ok(()) };
+        let journal = self.meta.journal();
+        if !journal.is_enabled() {
+            return Ok(());
+        }
+        if let (Some(ino), Some(cold)) = (ino, &self.cold) {
+            cold.flush_inode(ino, timeout).map_err(|dirty| {
+                VfsError::NotDurable(format!(
+                    "{dirty} bytes of inode {ino} could not be uploaded within {} s",
+                    timeout.as_secs()
+                ))
+            })?;
+        }
+        journal.wait_durable(journal.last_seq(), timeout).map_err(VfsError::NotDurable)
+    }
+
+    /// The metadata store (for the remote committer and checkpoints).
+    pub fn meta(&self) -> &Arc<MetaStore> {
+        &self.meta
     }
 
     pub fn statfs(&self) -> VfsResult<StatFs> {
@@ -1262,6 +1309,18 @@ impl Drop for Vfs {
         if let Some(cold) = &self.cold {
             cold.shutdown();
         }
+    }
+}
+
+/// A locked data directory with its metadata store open (see [`Vfs::prepare`]).
+pub struct Prepared {
+    lock: DataDirLock,
+    meta: Arc<MetaStore>,
+}
+
+impl Prepared {
+    pub fn meta(&self) -> &Arc<MetaStore> {
+        &self.meta
     }
 }
 

@@ -110,6 +110,44 @@ pub enum Command {
     /// Pull files into the local cache (fetching evicted data from the store), with progress.
     #[command(after_help = EXIT_STATUS_HELP)]
     Warmup(WarmupCommand),
+
+    /// Make everything written so far durable in the store and commit a named snapshot.
+    ///
+    /// A barrier: every file written before it (closed or not) is uploaded, then the whole
+    /// metadata is committed as a snapshot. Prints the snapshot id as the last line (with
+    /// --json, a JSON object with `snapshot`). Fails, and says why, if anything could not be
+    /// stored. Needs a mount with --store.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Sync(SyncCommand),
+
+    /// List the snapshots of a workspace (oldest first).
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Snapshots(SnapshotsCommand),
+}
+
+/// `tierfs sync`.
+#[derive(Debug, Args)]
+pub struct SyncCommand {
+    /// A message stored with the snapshot.
+    #[arg(short = 'm', long, value_name = "MSG")]
+    pub message: Option<String>,
+
+    /// How long to wait for the upload and the commit.
+    #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_secs)]
+    pub timeout: Duration,
+
+    /// The mounted directory [default: the only mount of this user].
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: Option<PathBuf>,
+}
+
+/// `tierfs snapshots`.
+#[derive(Debug, Args)]
+pub struct SnapshotsCommand {
+    #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
+    pub store: PathBuf,
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub workspace: String,
 }
 
 /// `tierfs init`.
@@ -335,6 +373,18 @@ pub struct MountArgs {
     #[arg(long)]
     pub nonempty: bool,
 
+    /// When fsync returns (with --store): `remote` once the file's data and the metadata
+    /// to find it are in the store under its redundancy policy; `local` once they are on
+    /// this node's disk (the store catches up within about a second).
+    #[arg(long, value_name = "WHERE", default_value = "remote", value_parser = ["remote", "local"])]
+    pub fsync: String,
+
+    /// Take the workspace over even though another node's lease on it has not expired
+    /// (after a runtime reset, when that node is gone). The other node, if it still runs,
+    /// stops writing to the store.
+    #[arg(long)]
+    pub takeover: bool,
+
     /// At unmount or SIGTERM, how long to wait for everything to be flushed before giving
     /// up; the outcome is logged and reported to `tierfs umount`.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
@@ -368,6 +418,8 @@ impl MountArgs {
             read_only: self.read_only,
             nonempty: self.nonempty,
             flush_timeout: self.flush_timeout,
+            fsync_remote: self.fsync == "remote",
+            takeover: self.takeover,
         })
     }
 }
@@ -408,6 +460,10 @@ impl MountConfig {
         }
         if self.nonempty {
             args.push("--nonempty".into());
+        }
+        args.extend(["--fsync".into(), if self.fsync_remote { "remote" } else { "local" }.into()]);
+        if self.takeover {
+            args.push("--takeover".into());
         }
         args.push("--".into());
         args.push(self.mountpoint.clone().into());

@@ -18,8 +18,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
 use crate::cli::{
-    Cli, Command, InitCommand, KeyAction, KeyCommand, MountCommand, ScrubCommand, StatusCommand, UmountCommand,
-    WarmupCommand,
+    Cli, Command, InitCommand, KeyAction, KeyCommand, MountCommand, ScrubCommand, SnapshotsCommand, StatusCommand,
+    SyncCommand, UmountCommand, WarmupCommand,
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::launch::{self, Readiness, ReadyInfo};
@@ -47,7 +47,69 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Key(cmd) => key(cli, cmd),
         Command::Scrub(cmd) => scrub(cli, cmd),
         Command::Warmup(cmd) => warmup(cli, cmd),
+        Command::Sync(cmd) => sync(cli, cmd),
+        Command::Snapshots(cmd) => snapshots(cli, cmd),
     }
+}
+
+fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
+    let runtime_dir = paths::runtime_dir(cli.runtime_dir.as_deref())?;
+    let mountpoint = match &cmd.mountpoint {
+        Some(m) => paths::canonical_mountpoint(m)?,
+        None => {
+            let all = all_statuses(&runtime_dir)?;
+            match all.as_slice() {
+                [one] => one.mountpoint.clone(),
+                [] => bail!("no tierfs mount of this user is running; mount one with --store first"),
+                _ => bail!(
+                    "several tierfs mounts are running ({}); say which: `tierfs sync MOUNTPOINT`",
+                    all.iter().map(|r| r.mountpoint.display().to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+    };
+    let socket = paths::socket_path(&runtime_dir, &mountpoint)?;
+    // Pages the kernel still holds (writeback cache) reach tierfs first: the barrier covers
+    // everything written before `tierfs sync` started.
+    mounts::syncfs(&mountpoint).with_context(|| format!("syncfs {}", mountpoint.display()))?;
+    if !cli.json {
+        eprintln!("tierfs: uploading and committing {} ...", mountpoint.display());
+    }
+    let request = Request::Sync { message: cmd.message.clone(), timeout_secs: cmd.timeout.as_secs().max(1) };
+    let response = control::request(&socket, &request, cmd.timeout + STATUS_TIMEOUT)
+        .map_err(|e| explain_unserved(e, &mountpoint))?;
+    let report = match response.sync {
+        Some(report) if response.ok => report,
+        _ => bail!("sync of {} failed: {}", mountpoint.display(), response.error.unwrap_or_else(|| "no answer".into())),
+    };
+    if cli.json {
+        return print_json(&report);
+    }
+    println!(
+        "uploaded {} of data and {} of metadata ({} of {} parts changed) in {} ms",
+        format_bytes(report.data_bytes),
+        format_bytes(report.metadata_bytes),
+        report.parts_uploaded,
+        report.parts,
+        report.millis
+    );
+    println!("{}", report.snapshot);
+    Ok(())
+}
+
+fn snapshots(cli: &Cli, cmd: &SnapshotsCommand) -> Result<()> {
+    let list = store_link::list_snapshots(&cmd.store, &cmd.workspace)?;
+    if cli.json {
+        return print_json(&list);
+    }
+    if list.is_empty() {
+        println!("no snapshots in workspace {:?}", cmd.workspace);
+        return Ok(());
+    }
+    for s in &list {
+        println!("{}  {} entries  {}", s.id, s.entries, s.message.as_deref().unwrap_or(""));
+    }
+    Ok(())
 }
 
 /// `tierfs mount` output with `--json`.
@@ -339,6 +401,26 @@ pub fn format_status(report: &StatusReport) -> String {
         ("socket", report.socket.display().to_string()),
         ("version", report.version.clone()),
     ];
+    if let Some(r) = &report.remote {
+        rows.push(("workspace", r.workspace.clone()));
+        rows.push((
+            "metadata",
+            format!(
+                "{} batches ({}) not yet in the store, oldest {} ms; last commit {}",
+                r.pending_batches,
+                format_bytes(r.pending_bytes),
+                r.oldest_pending_ms,
+                tierfs::remote::chrono_like(r.last_commit_unix)
+            ),
+        ));
+        rows.push(("snapshot", r.last_snapshot.clone().unwrap_or_else(|| "none this session".into())));
+        rows.push(("lease", format!("{} until {}", r.lease_holder, tierfs::remote::chrono_like(r.lease_expires_unix))));
+        if let Some(stop) = &r.stopped {
+            rows.push(("STOPPED", stop.clone()));
+        } else if let Some(e) = &r.last_error {
+            rows.push(("remote error", e.clone()));
+        }
+    }
     if let (Some(store), Some(c)) = (&report.store, &report.cold) {
         rows.push(("store", store.display().to_string()));
         rows.push((
@@ -621,6 +703,7 @@ mod tests {
             cache_size: Some(10 << 30),
             store: None,
             cold: None,
+            remote: None,
             allow_other: true,
             read_only: false,
             writeback_cache: true,

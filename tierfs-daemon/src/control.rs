@@ -37,12 +37,24 @@ pub enum Request {
     Ping,
     /// Answers with [`StatusReport`].
     Status,
+    /// Upload everything and commit a snapshot; answers with [`SyncReport`] when done.
+    Sync {
+        #[serde(default)]
+        message: Option<String>,
+        /// Give up (and fail) after this long.
+        #[serde(default = "default_sync_timeout")]
+        timeout_secs: u64,
+    },
     /// Flush everything and unmount; answers with [`UnmountReport`] when done.
     Unmount {
         /// Detach even if busy (`MNT_DETACH`).
         #[serde(default)]
         lazy: bool,
     },
+}
+
+fn default_sync_timeout() -> u64 {
+    3600
 }
 
 /// One response line. Exactly one of the payload fields is set when `ok` is true;
@@ -58,6 +70,27 @@ pub struct Response {
     pub status: Option<StatusReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unmount: Option<UnmountReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncReport>,
+}
+
+/// The outcome of `sync`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncReport {
+    /// The id of the snapshot committed.
+    pub snapshot: String,
+    /// The last metadata batch it holds.
+    pub seq: u64,
+    /// Metadata entries in the snapshot.
+    pub entries: u64,
+    pub parts: u64,
+    /// Parts that had changed since the last checkpoint (uploaded now).
+    pub parts_uploaded: u64,
+    /// Metadata bytes uploaded now.
+    pub metadata_bytes: u64,
+    /// File data uploaded by this sync (bytes that were not yet in the store).
+    pub data_bytes: u64,
+    pub millis: u64,
 }
 
 impl Response {
@@ -96,11 +129,16 @@ pub struct StatusReport {
     /// The cold tier's numbers.
     #[serde(default)]
     pub cold: Option<ColdStatus>,
+    /// The remote metadata: how far the store trails, lease, last snapshot.
+    #[serde(default)]
+    pub remote: Option<RemoteStatus>,
     pub allow_other: bool,
     pub read_only: bool,
     pub writeback_cache: bool,
 }
 
+/// Where the workspace's metadata stands in the store.
+pub use tierfs::remote::RemoteStats as RemoteStatus;
 /// How far the store trails the mount, and the cache.
 pub use tierfs::tier::ColdStats as ColdStatus;
 
@@ -134,6 +172,10 @@ pub trait ControlHandler: Send + Sync + 'static {
     fn pong(&self) -> Pong;
     /// May block briefly (it reads metadata); called from a blocking-capable thread.
     fn status(&self) -> StatusReport;
+    /// Blocks until the barrier is done; called from a blocking-capable thread.
+    fn sync(&self, _message: Option<String>, _timeout: Duration) -> Result<SyncReport, String> {
+        Err("this mount cannot take snapshots".into())
+    }
 }
 
 /// Accepts connections on `listener` until the task is dropped or aborted.
@@ -205,6 +247,16 @@ async fn serve_connection(
                 let response = match tokio::task::spawn_blocking(move || h.status()).await {
                     Ok(status) => Response { ok: true, status: Some(status), ..Response::default() },
                     Err(err) => Response::error(format!("status failed: {err}")),
+                };
+                send(&mut write, &response).await?;
+            }
+            Request::Sync { message, timeout_secs } => {
+                let h = handler.clone();
+                let timeout = Duration::from_secs(timeout_secs);
+                let response = match tokio::task::spawn_blocking(move || h.sync(message, timeout)).await {
+                    Ok(Ok(report)) => Response { ok: true, sync: Some(report), ..Response::default() },
+                    Ok(Err(message)) => Response::error(message),
+                    Err(err) => Response::error(format!("sync failed: {err}")),
                 };
                 send(&mut write, &response).await?;
             }
@@ -343,6 +395,7 @@ mod tests {
                 cache_size: None,
                 store: None,
                 cold: None,
+                remote: None,
                 allow_other: false,
                 read_only: false,
                 writeback_cache: true,

@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
+use tierfs::remote::{Committer, Workspace};
+use tierfs::store::Store;
 use tierfs::tier::ColdConfig;
 use tierfs::vfs::{AttachedStore, Vfs, VfsConfig};
 use tierfs_mount::SessionUnmounter;
@@ -37,7 +39,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
-use crate::control::{self, ControlHandler, Pong, StatusReport, UnmountReport, UnmountRequest};
+use crate::control::{self, ControlHandler, Pong, StatusReport, SyncReport, UnmountReport, UnmountRequest};
 use crate::launch::{Readiness, ReadyInfo};
 use crate::mounts::{self, UnmountError};
 use crate::paths;
@@ -48,6 +50,12 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// How often copies that a backend missed are retried while mounted (and how long the last
 /// try at unmount may take).
 const REPAIR_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A node that vanishes keeps its workspace's lease this long (others wait or --takeover).
+const LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// With `--fsync=remote`, how long fsync waits for the store before failing with EIO.
+const FSYNC_REMOTE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a control client that asked for the unmount gets to read the answer before
 /// the process exits anyway.
@@ -73,6 +81,10 @@ pub struct MountConfig {
     pub read_only: bool,
     pub nonempty: bool,
     pub flush_timeout: Duration,
+    /// fsync waits for the store (with a store).
+    pub fsync_remote: bool,
+    /// Take the workspace over from a live lease.
+    pub takeover: bool,
 }
 
 impl MountConfig {
@@ -119,13 +131,25 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         let blocks = crate::store_link::StoreBlocks { store: store.clone(), handle: rt.handle().clone() };
         AttachedStore { store: Arc::new(blocks), config: ColdConfig::new(config.cache_size) }
     });
-    let vfs = Vfs::new(VfsConfig {
-        data_dir: config.data_dir.clone(),
-        kernel_owns_times: config.writeback_cache,
-        cache_size: config.cache_size,
-        store,
-    })
-    .with_context(|| format!("opening data directory {}", config.data_dir.display()))?;
+    let data_dir_context = || format!("opening data directory {}", config.data_dir.display());
+    let prepared = Vfs::prepare(&config.data_dir).with_context(data_dir_context)?;
+    // The workspace's metadata in the store: restored into an empty data dir, checked against
+    // a used one, and journaled from here on. Read-only mounts take no lease and write nothing.
+    let committer = match &opened {
+        Some(store) if !config.read_only => Some(open_remote(rt, store, config, prepared.meta())?),
+        _ => None,
+    };
+    let vfs = Vfs::from_prepared(
+        VfsConfig {
+            data_dir: config.data_dir.clone(),
+            kernel_owns_times: config.writeback_cache,
+            cache_size: config.cache_size,
+            store,
+            fsync_remote: (committer.is_some() && config.fsync_remote).then_some(FSYNC_REMOTE_TIMEOUT),
+        },
+        prepared,
+    )
+    .with_context(data_dir_context)?;
     let vfs = Arc::new(vfs);
 
     let (listener, socket_guard) = bind_control_socket(config, &mountpoint)?;
@@ -158,6 +182,8 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         socket: socket.clone(),
         started,
         started_at_unix,
+        committer: committer.clone(),
+        rt: rt.handle().clone(),
     });
     let info = ReadyInfo {
         pid: std::process::id(),
@@ -180,6 +206,9 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
                 }
             })
         });
+
+        let (stop_remote, stop_rx) = tokio::sync::watch::channel(false);
+        let remote_task = committer.clone().map(|c| tokio::spawn(c.run(stop_rx)));
 
         readiness.ready(&info);
         info!(
@@ -225,7 +254,20 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
             }
         }
 
-        let report = finish(&vfs, config, &mountpoint, session_ended, session_done).await;
+        let mut report = finish(&vfs, config, &mountpoint, session_ended, session_done).await;
+        if let Some(c) = &committer {
+            // Local data is flushed and uploaded; now the metadata that finds it.
+            if let Err(message) = drain_remote(c, &vfs, config.flush_timeout).await {
+                error!("{message}");
+                report.flushed = false;
+                report.flush_error =
+                    Some(report.flush_error.take().map_or(message.clone(), |m| format!("{m}; {message}")));
+            }
+        }
+        let _ = stop_remote.send(true);
+        if let Some(task) = remote_task {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
         if let Some(repairer) = repairer {
             repairer.abort();
         }
@@ -259,6 +301,61 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     } else {
         Err(anyhow!("{}", report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())))
     }
+}
+
+/// This node's name in leases: `host:pid`.
+fn holder_name() -> String {
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    format!("{}:{}", if host.is_empty() { "localhost" } else { &host }, std::process::id())
+}
+
+/// Takes the workspace's lease and brings the local metadata in line with the store.
+fn open_remote(
+    rt: &Runtime,
+    store: &Arc<Store>,
+    config: &MountConfig,
+    meta: &Arc<tierfs::meta::MetaStore>,
+) -> Result<Arc<Committer>> {
+    let ws = Arc::new(Workspace::new(store.clone(), &config.workspace));
+    rt.block_on(async {
+        store.backend().check_conditional_create().await.context("the store cannot fence concurrent writers")?;
+        let started = Instant::now();
+        let lease = ws.lease(&holder_name(), LEASE_TTL);
+        let (committer, state) = Committer::open(ws.clone(), meta.clone(), lease, config.takeover)
+            .await
+            .with_context(|| format!("opening workspace {:?} of the store", config.workspace))?;
+        info!(
+            workspace = %config.workspace,
+            remote_seq = state.remote_seq,
+            segments = state.segments,
+            entries = state.entries,
+            millis = started.elapsed().as_millis() as u64,
+            "workspace metadata in line with the store"
+        );
+        Ok(committer)
+    })
+}
+
+/// At unmount: waits until every metadata change is in the store, writes a checkpoint (so
+/// the next restore reads one object set instead of a long journal) and releases the lease.
+async fn drain_remote(c: &Arc<Committer>, vfs: &Arc<Vfs>, timeout: Duration) -> Result<(), String> {
+    let meta = vfs.meta().clone();
+    let last = meta.journal().last_seq();
+    let waited = tokio::task::spawn_blocking(move || meta.journal().wait_durable(last, timeout)).await;
+    match waited {
+        Ok(Ok(())) => {}
+        Ok(Err(reason)) => return Err(format!("metadata not in the store at unmount: {reason}")),
+        Err(e) => return Err(format!("waiting for the store: {e}")),
+    }
+    match tokio::time::timeout(timeout, c.checkpoint(None)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => warn!("final checkpoint: {e} (the journal has everything; restore replays it)"),
+        Err(_) => warn!("final checkpoint did not finish in time (the journal has everything)"),
+    }
+    if let Err(e) = c.release().await {
+        warn!("releasing the workspace lease: {e} (it expires on its own)");
+    }
+    Ok(())
 }
 
 /// Makes sure `config.mountpoint` is a directory we may mount on, creating it if missing,
@@ -543,9 +640,44 @@ struct Served {
     socket: PathBuf,
     started: Instant,
     started_at_unix: u64,
+    committer: Option<Arc<Committer>>,
+    rt: tokio::runtime::Handle,
 }
 
 impl ControlHandler for Served {
+    fn sync(&self, message: Option<String>, timeout: Duration) -> Result<SyncReport, String> {
+        let Some(c) = &self.committer else {
+            return Err(if self.config.store.is_none() {
+                "this mount has no store (mount with --store FILE): there is nothing to sync to".into()
+            } else {
+                "this mount is read-only: it takes no snapshots".into()
+            });
+        };
+        let start = Instant::now();
+        let before = self.vfs.stats().cold.map_or(0, |s| s.uploaded_bytes);
+        self.vfs.flush_to_store(timeout).map_err(|dirty| {
+            format!("{dirty} bytes could not be uploaded within {} s; nothing was committed", timeout.as_secs())
+        })?;
+        let after = self.vfs.stats().cold.map_or(0, |s| s.uploaded_bytes);
+        let (manifest, report) = self
+            .rt
+            .block_on(async {
+                c.confirm_lease().await?;
+                c.checkpoint(Some(message)).await
+            })
+            .map_err(|e| format!("committing the snapshot: {e}"))?;
+        Ok(SyncReport {
+            snapshot: manifest.id.unwrap_or_default(),
+            seq: manifest.seq,
+            entries: report.entries,
+            parts: report.parts,
+            parts_uploaded: report.parts_uploaded,
+            metadata_bytes: report.bytes_uploaded,
+            data_bytes: after.saturating_sub(before),
+            millis: start.elapsed().as_millis() as u64,
+        })
+    }
+
     fn pong(&self) -> Pong {
         Pong {
             pid: std::process::id(),
@@ -571,6 +703,7 @@ impl ControlHandler for Served {
             cache_size: stats.cache_size,
             store: self.config.store.clone(),
             cold: stats.cold,
+            remote: self.committer.as_ref().map(|c| c.stats()),
             allow_other: self.config.allow_other,
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,

@@ -137,6 +137,14 @@ pub fn open_store(handle: &Handle, path: &Path) -> Result<(Store, StoreConfig)> 
     Ok((store, config))
 }
 
+/// The snapshots of `workspace` (`tierfs snapshots`).
+pub fn list_snapshots(store_file: &Path, workspace: &str) -> Result<Vec<tierfs::remote::SnapshotInfo>> {
+    let rt = crate::serve::build_runtime()?;
+    let (store, _) = open_store(rt.handle(), store_file)?;
+    let ws = tierfs::remote::Workspace::new(Arc::new(store), workspace);
+    rt.block_on(ws.snapshots()).context("listing snapshots")
+}
+
 /// The cold tier's view of a store: blocking calls into the async store.
 pub struct StoreBlocks {
     pub store: Arc<Store>,

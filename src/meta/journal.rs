@@ -1,0 +1,401 @@
+//! The metadata journal: the changes every committed batch made to the workspace's shared
+//! state, numbered, queued for the remote committer (`crate::remote`).
+//!
+//! Invariants:
+//! - batches get consecutive sequence numbers in the order RocksDB applied them (the number is
+//!   assigned and the batch written under one mutex), and the number is written into the
+//!   batch itself (`Cjournal_seq`), so the local store always knows the last batch it holds;
+//! - only shared state is journaled: inodes, entries, xattrs, symlinks, counters, orphans,
+//!   chunk records and block locations. Local cache state (dirty markers, whether a chunk is
+//!   resident) never is, and chunk records are journaled as not resident: a node restoring
+//!   them fetches on demand;
+//! - nothing is dropped from the queue until the committer says it is durable; waiters for a
+//!   sequence number are woken when it is (or when the committer fails for good).
+
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::MetaError;
+
+/// One change to a key of the shared tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalOp {
+    Put {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+    /// Deletes `[from, to)`.
+    DeleteRange {
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
+}
+
+const OP_PUT: u8 = 1;
+const OP_DELETE: u8 = 2;
+const OP_DELETE_RANGE: u8 = 3;
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+impl JournalOp {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            JournalOp::Put { key, value } => {
+                out.push(OP_PUT);
+                put_bytes(out, key);
+                put_bytes(out, value);
+            }
+            JournalOp::Delete { key } => {
+                out.push(OP_DELETE);
+                put_bytes(out, key);
+            }
+            JournalOp::DeleteRange { from, to } => {
+                out.push(OP_DELETE_RANGE);
+                put_bytes(out, from);
+                put_bytes(out, to);
+            }
+        }
+    }
+
+    /// Bytes this op takes encoded.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            JournalOp::Put { key: a, value: b } | JournalOp::DeleteRange { from: a, to: b } => 9 + a.len() + b.len(),
+            JournalOp::Delete { key } => 5 + key.len(),
+        }
+    }
+}
+
+/// A reader over an encoded sequence of ops and numbers.
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(buf: &'a [u8]) -> Decoder<'a> {
+        Decoder { buf }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], MetaError> {
+        if self.buf.len() < n {
+            return Err(MetaError::Corrupt(format!("journal record cut short ({} of {n} bytes)", self.buf.len())));
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Ok(a)
+    }
+
+    pub fn u64(&mut self) -> Result<u64, MetaError> {
+        let b = self.take(8)?;
+        Ok(u64::from_le_bytes(b.try_into().map_err(|_| MetaError::Corrupt("u64".into()))?))
+    }
+
+    pub fn u32(&mut self) -> Result<u32, MetaError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes(b.try_into().map_err(|_| MetaError::Corrupt("u32".into()))?))
+    }
+
+    pub fn bytes(&mut self) -> Result<&'a [u8], MetaError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+
+    pub fn op(&mut self) -> Result<JournalOp, MetaError> {
+        let tag = self.take(1)?[0];
+        Ok(match tag {
+            OP_PUT => JournalOp::Put { key: self.bytes()?.to_vec(), value: self.bytes()?.to_vec() },
+            OP_DELETE => JournalOp::Delete { key: self.bytes()?.to_vec() },
+            OP_DELETE_RANGE => JournalOp::DeleteRange { from: self.bytes()?.to_vec(), to: self.bytes()?.to_vec() },
+            t => return Err(MetaError::Corrupt(format!("journal op tag {t}"))),
+        })
+    }
+}
+
+/// The journaled changes of one committed batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalBatch {
+    pub seq: u64,
+    pub ops: Vec<JournalOp>,
+}
+
+impl JournalBatch {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
+        for op in &self.ops {
+            op.encode(out);
+        }
+    }
+
+    pub fn decode(d: &mut Decoder<'_>) -> Result<JournalBatch, MetaError> {
+        let seq = d.u64()?;
+        let n = d.u32()? as usize;
+        let mut ops = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            ops.push(d.op()?);
+        }
+        Ok(JournalBatch { seq, ops })
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        12 + self.ops.iter().map(JournalOp::encoded_len).sum::<usize>()
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    enabled: bool,
+    /// The sequence number of the last committed batch.
+    last_seq: u64,
+    pending: Vec<JournalBatch>,
+    pending_bytes: usize,
+    /// When the oldest pending batch was committed.
+    oldest: Option<Instant>,
+    /// Everything up to here is durable remotely.
+    durable_seq: u64,
+    /// Set when the committer gave up for good (another writer took over, …).
+    failed: Option<String>,
+    /// The next segment number handed out by [`Journal::take`].
+    next_segment: u64,
+}
+
+/// A snapshot of the queue for `tierfs status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    pub last_seq: u64,
+    pub durable_seq: u64,
+    pub pending_batches: u64,
+    pub pending_bytes: u64,
+    pub oldest_pending: Option<Duration>,
+}
+
+/// What the committer takes to write one segment.
+pub struct Taken {
+    pub segment: u64,
+    pub batches: Vec<JournalBatch>,
+}
+
+/// The queue of journaled batches between the metadata store and the remote committer.
+#[derive(Default)]
+pub struct Journal {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+impl Journal {
+    /// Starts journaling: batches committed from now on are numbered after `last_seq` and
+    /// queued; segments are numbered from `next_segment`.
+    pub(super) fn enable(&self, last_seq: u64, next_segment: u64) {
+        let mut q = self.queue.lock();
+        q.enabled = true;
+        q.last_seq = last_seq;
+        q.durable_seq = last_seq;
+        q.next_segment = next_segment;
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.queue.lock().enabled
+    }
+
+    /// Runs `write(seq)` for the next batch under the queue lock and queues its ops after it
+    /// succeeded. `None` when journaling is off.
+    pub(super) fn append<T>(
+        &self,
+        ops: Vec<JournalOp>,
+        write: impl FnOnce(Option<u64>) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
+        let mut q = self.queue.lock();
+        if !q.enabled {
+            drop(q);
+            return write(None);
+        }
+        let seq = q.last_seq + 1;
+        let out = write(Some(seq))?;
+        q.last_seq = seq;
+        if !ops.is_empty() {
+            let batch = JournalBatch { seq, ops };
+            q.pending_bytes += batch.encoded_len();
+            q.pending.push(batch);
+            q.oldest.get_or_insert_with(Instant::now);
+            drop(q);
+            self.changed.notify_all();
+        } else if q.pending.is_empty() {
+            // Nothing shared changed: this number is as durable as the one before it.
+            q.durable_seq = seq;
+        }
+        Ok(out)
+    }
+
+    /// The number of the last committed batch.
+    pub fn last_seq(&self) -> u64 {
+        self.queue.lock().last_seq
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        let q = self.queue.lock();
+        JournalStats {
+            last_seq: q.last_seq,
+            durable_seq: q.durable_seq,
+            pending_batches: q.pending.len() as u64,
+            pending_bytes: q.pending_bytes as u64,
+            oldest_pending: q.oldest.map(|t| t.elapsed()),
+        }
+    }
+
+    /// Waits up to `timeout` for pending batches (or for `wake` to be called), then takes up
+    /// to `max_bytes` of them as the next segment. `None` if nothing is pending.
+    pub fn take(&self, timeout: Duration, max_bytes: usize) -> Option<Taken> {
+        let mut q = self.queue.lock();
+        if q.pending.is_empty() {
+            self.changed.wait_for(&mut q, timeout);
+        }
+        if q.pending.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let mut n = 0;
+        for b in &q.pending {
+            if n > 0 && bytes + b.encoded_len() > max_bytes {
+                break;
+            }
+            bytes += b.encoded_len();
+            n += 1;
+        }
+        let batches: Vec<JournalBatch> = q.pending.drain(..n).collect();
+        q.pending_bytes -= bytes;
+        let segment = q.next_segment;
+        q.next_segment += 1;
+        Some(Taken { segment, batches })
+    }
+
+    /// The committer stored everything up to `seq`.
+    pub fn mark_durable(&self, seq: u64) {
+        let mut q = self.queue.lock();
+        if seq > q.durable_seq {
+            q.durable_seq = seq;
+        }
+        if q.pending.is_empty() {
+            q.oldest = None;
+            // Batches without shared changes after `seq` are durable too.
+            q.durable_seq = q.last_seq;
+        }
+        drop(q);
+        self.changed.notify_all();
+    }
+
+    /// The committer cannot go on (another writer took over, …): every waiter gets `reason`.
+    pub fn fail(&self, reason: String) {
+        self.queue.lock().failed = Some(reason);
+        self.changed.notify_all();
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        self.queue.lock().failed.clone()
+    }
+
+    /// Wakes a committer waiting in [`Journal::take`].
+    pub fn wake(&self) {
+        self.changed.notify_all();
+    }
+
+    /// Waits until every batch up to `seq` is durable remotely. `Err` with a reason when the
+    /// committer failed or `timeout` passed first.
+    pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let mut q = self.queue.lock();
+        loop {
+            if q.durable_seq >= seq {
+                return Ok(());
+            }
+            if let Some(f) = &q.failed {
+                return Err(f.clone());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the store did not confirm the metadata within {} s (durable up to batch {}, need {seq})",
+                    timeout.as_secs(),
+                    q.durable_seq
+                ));
+            }
+            self.changed.wait_until(&mut q, deadline.min(Instant::now() + Duration::from_millis(200)));
+        }
+    }
+
+    /// Runs `f(last_seq, next_segment)` with commits held off: what `f` reads from the store
+    /// is exactly the state after batch `last_seq`, and batches after it go to segments from
+    /// `next_segment` on.
+    pub fn at_cut<T>(&self, f: impl FnOnce(u64, u64) -> T) -> T {
+        let q = self.queue.lock();
+        f(q.last_seq, q.next_segment)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_op() -> impl Strategy<Value = JournalOp> {
+        let bytes = || proptest::collection::vec(any::<u8>(), 0..40);
+        prop_oneof![
+            (bytes(), bytes()).prop_map(|(key, value)| JournalOp::Put { key, value }),
+            bytes().prop_map(|key| JournalOp::Delete { key }),
+            (bytes(), bytes()).prop_map(|(from, to)| JournalOp::DeleteRange { from, to }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn batches_round_trip(seq: u64, ops in proptest::collection::vec(arb_op(), 0..10)) {
+            let b = JournalBatch { seq, ops };
+            let mut buf = Vec::new();
+            b.encode(&mut buf);
+            prop_assert_eq!(buf.len(), b.encoded_len());
+            let mut d = Decoder::new(&buf);
+            prop_assert_eq!(JournalBatch::decode(&mut d).expect("decodes"), b);
+            prop_assert!(d.is_empty());
+        }
+
+        #[test]
+        fn truncated_batches_are_errors(ops in proptest::collection::vec(arb_op(), 1..5), cut in 0usize..1000) {
+            let b = JournalBatch { seq: 7, ops };
+            let mut buf = Vec::new();
+            b.encode(&mut buf);
+            let cut = cut % buf.len();
+            prop_assert!(JournalBatch::decode(&mut Decoder::new(&buf[..cut])).is_err());
+        }
+    }
+
+    #[test]
+    fn waiters_see_durability_and_failure() {
+        let j = Journal::default();
+        j.enable(10, 1);
+        j.append(vec![JournalOp::Delete { key: b"a".to_vec() }], |seq| {
+            assert_eq!(seq, Some(11));
+            Ok(())
+        })
+        .expect("append");
+        assert!(j.wait_durable(11, Duration::from_millis(10)).is_err());
+        let t = j.take(Duration::ZERO, 1 << 20).expect("pending");
+        assert_eq!((t.segment, t.batches.len()), (1, 1));
+        j.mark_durable(11);
+        j.wait_durable(11, Duration::ZERO).expect("durable");
+        // A batch without shared changes is durable once everything before it is.
+        j.append(Vec::new(), |_| Ok(())).expect("append");
+        j.wait_durable(12, Duration::ZERO).expect("durable");
+        j.append(vec![JournalOp::Delete { key: b"b".to_vec() }], |_| Ok(())).expect("append");
+        j.fail("taken over".into());
+        assert_eq!(j.wait_durable(13, Duration::from_secs(5)).expect_err("failed"), "taken over");
+    }
+}

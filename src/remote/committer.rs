@@ -1,0 +1,262 @@
+//! The committer: moves the metadata journal into the store, continuously, and keeps the
+//! writer lease alive.
+//!
+//! Invariants:
+//! - segments are appended in number order, each only after the previous one is stored; a
+//!   segment that failed is retried with the same number and contents, never dropped;
+//! - a batch is reported durable only after the segment holding it (or a checkpoint after it)
+//!   is stored at quorum;
+//! - group commit: whatever queued while one segment was in flight goes out as the next one,
+//!   so concurrent fsyncs share a commit;
+//! - when the chain or the lease shows another writer, the committer stops for good and every
+//!   waiter gets the reason (fsync fails instead of claiming durability).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use super::{ChainState, CheckpointReport, Lease, Manifest, RemoteError, Result, Workspace, unix_now};
+use crate::meta::MetaStore;
+
+/// A checkpoint is written after this many segments (bounds the replay of a restore).
+const SEGMENTS_PER_CHECKPOINT: u64 = 1024;
+
+/// Numbers for `tierfs status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteStats {
+    pub workspace: String,
+    pub last_seq: u64,
+    pub durable_seq: u64,
+    pub pending_batches: u64,
+    pub pending_bytes: u64,
+    pub oldest_pending_ms: u64,
+    pub segments_written: u64,
+    pub last_commit_unix: u64,
+    pub last_checkpoint_seq: u64,
+    pub last_snapshot: Option<String>,
+    pub lease_holder: String,
+    pub lease_expires_unix: u64,
+    pub last_error: Option<String>,
+    pub stopped: Option<String>,
+}
+
+/// The remote side of one writable mount.
+pub struct Committer {
+    ws: Arc<Workspace>,
+    meta: Arc<MetaStore>,
+    lease: Lease,
+    segments_written: AtomicU64,
+    since_checkpoint: AtomicU64,
+    last_commit_unix: AtomicU64,
+    last_checkpoint_seq: AtomicU64,
+    lease_expires_unix: AtomicU64,
+    last_snapshot: Mutex<Option<String>>,
+    last_error: Mutex<Option<String>>,
+    /// Serializes checkpoints (sync, automatic, unmount).
+    checkpointing: tokio::sync::Mutex<()>,
+}
+
+impl Committer {
+    /// Takes the lease, brings the local metadata in line with the store (restoring it into
+    /// an empty store), fences the chain by appending this session's first segment, and
+    /// starts journaling. Returns the committer and where the chain stood.
+    pub async fn open(
+        ws: Arc<Workspace>,
+        meta: Arc<MetaStore>,
+        lease: Lease,
+        takeover: bool,
+    ) -> Result<(Arc<Committer>, ChainState)> {
+        lease.acquire(takeover).await?;
+        let empty = meta.is_empty()?;
+        let (state, need_checkpoint) = if empty {
+            (ws.restore(&meta).await?, false)
+        } else {
+            let state = ws.chain_state().await?;
+            let local = meta.local_seq()?;
+            if local < state.remote_seq {
+                return Err(RemoteError::StaleLocal {
+                    workspace: ws.name().to_string(),
+                    local,
+                    remote: state.remote_seq,
+                });
+            }
+            // Ahead: batches committed here were not uploaded before this node stopped. A
+            // local store that never journaled (hot-only before) is uploaded whole too.
+            (state, local > state.remote_seq || local == 0)
+        };
+        if !ws.append_segment(state.next_segment, lease.session(), lease.holder(), &[]).await? {
+            let holder = ws.segment_writer(state.next_segment).await?.map_or_else(|| "another node".into(), |w| w.1);
+            return Err(RemoteError::TakenOver { workspace: ws.name().to_string(), holder });
+        }
+        meta.enable_journal(state.next_segment + 1)?;
+        let committer = Arc::new(Committer {
+            ws,
+            meta,
+            lease,
+            segments_written: AtomicU64::new(0),
+            since_checkpoint: AtomicU64::new(state.segments),
+            last_commit_unix: AtomicU64::new(unix_now()),
+            last_checkpoint_seq: AtomicU64::new(0),
+            lease_expires_unix: AtomicU64::new(0),
+            last_snapshot: Mutex::new(None),
+            last_error: Mutex::new(None),
+            checkpointing: tokio::sync::Mutex::new(()),
+        });
+        if need_checkpoint {
+            committer.checkpoint(None).await?;
+        }
+        Ok((committer, state))
+    }
+
+    pub fn workspace(&self) -> &Arc<Workspace> {
+        &self.ws
+    }
+
+    /// Runs until `stop` turns true and nothing is pending (or the committer fails for good).
+    pub async fn run(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let journal_owner = self.clone();
+        let mut next_renewal = Instant::now();
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if Instant::now() >= next_renewal {
+                match self.lease.renew().await {
+                    Ok(()) => {
+                        self.lease_expires_unix
+                            .store(unix_now() + self.lease.renew_every().as_secs() * 3, Ordering::Relaxed);
+                        next_renewal = Instant::now() + self.lease.renew_every();
+                    }
+                    Err(e @ RemoteError::TakenOver { .. }) => {
+                        self.stop_for_good(e.to_string());
+                        return;
+                    }
+                    Err(e) => {
+                        self.note_error(format!("renewing the lease: {e}"));
+                        next_renewal = Instant::now() + Duration::from_secs(2);
+                    }
+                }
+            }
+            let o = journal_owner.clone();
+            let taken = tokio::task::spawn_blocking(move || {
+                o.meta.journal().take(Duration::from_millis(200), super::MAX_SEGMENT_BYTES)
+            })
+            .await
+            .ok()
+            .flatten();
+            let Some(taken) = taken else {
+                if *stop.borrow() {
+                    return;
+                }
+                continue;
+            };
+            let last = taken.batches.last().map_or(0, |b| b.seq);
+            loop {
+                match self
+                    .ws
+                    .append_segment(taken.segment, self.lease.session(), self.lease.holder(), &taken.batches)
+                    .await
+                {
+                    Ok(true) => {
+                        self.meta.journal().mark_durable(last);
+                        self.segments_written.fetch_add(1, Ordering::Relaxed);
+                        self.last_commit_unix.store(unix_now(), Ordering::Relaxed);
+                        *self.last_error.lock() = None;
+                        backoff = Duration::from_millis(100);
+                        break;
+                    }
+                    Ok(false) => {
+                        let holder = match self.ws.segment_writer(taken.segment).await {
+                            Ok(Some((_, h))) => h,
+                            _ => "another node".into(),
+                        };
+                        let e = RemoteError::TakenOver { workspace: self.ws.name().to_string(), holder };
+                        self.stop_for_good(e.to_string());
+                        return;
+                    }
+                    Err(e) => {
+                        self.note_error(format!("writing journal segment {}: {e}", taken.segment));
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = stop.changed() => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+            if self.since_checkpoint.fetch_add(1, Ordering::Relaxed) + 1 >= SEGMENTS_PER_CHECKPOINT {
+                if let Err(e) = self.checkpoint(None).await {
+                    self.note_error(format!("automatic checkpoint: {e}"));
+                }
+            }
+        }
+    }
+
+    fn note_error(&self, msg: String) {
+        tracing::warn!("{msg}");
+        *self.last_error.lock() = Some(msg);
+    }
+
+    fn stop_for_good(&self, msg: String) {
+        tracing::error!("{msg}");
+        self.meta.journal().fail(msg.clone());
+        *self.last_error.lock() = Some(msg);
+    }
+
+    /// Writes a checkpoint (a snapshot with `snapshot = Some(message)`) of everything committed
+    /// so far; every batch up to it is durable once it returns.
+    pub async fn checkpoint(&self, snapshot: Option<Option<String>>) -> Result<(Manifest, CheckpointReport)> {
+        if let Some(reason) = self.meta.journal().failure() {
+            return Err(RemoteError::TakenOver { workspace: self.ws.name().to_string(), holder: reason });
+        }
+        let _one = self.checkpointing.lock().await;
+        let meta = self.meta.clone();
+        let ws = self.ws.clone();
+        let (manifest, report) = ws.checkpoint(&meta, snapshot).await?;
+        self.meta.journal().mark_durable(manifest.seq);
+        self.since_checkpoint.store(0, Ordering::Relaxed);
+        self.last_checkpoint_seq.store(manifest.seq, Ordering::Relaxed);
+        self.last_commit_unix.store(unix_now(), Ordering::Relaxed);
+        if let Some(id) = &manifest.id {
+            *self.last_snapshot.lock() = Some(id.clone());
+        }
+        Ok((manifest, report))
+    }
+
+    /// Checks the lease is still this session's (before a barrier reports success).
+    pub async fn confirm_lease(&self) -> Result<()> {
+        match self.lease.renew().await {
+            Err(e @ RemoteError::TakenOver { .. }) => {
+                self.stop_for_good(e.to_string());
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    /// Gives up the lease (clean unmount, after everything is durable).
+    pub async fn release(&self) -> Result<()> {
+        self.lease.release().await
+    }
+
+    pub fn stats(&self) -> RemoteStats {
+        let j = self.meta.journal().stats();
+        RemoteStats {
+            workspace: self.ws.name().to_string(),
+            last_seq: j.last_seq,
+            durable_seq: j.durable_seq,
+            pending_batches: j.pending_batches,
+            pending_bytes: j.pending_bytes,
+            oldest_pending_ms: j.oldest_pending.map_or(0, |d| d.as_millis() as u64),
+            segments_written: self.segments_written.load(Ordering::Relaxed),
+            last_commit_unix: self.last_commit_unix.load(Ordering::Relaxed),
+            last_checkpoint_seq: self.last_checkpoint_seq.load(Ordering::Relaxed),
+            last_snapshot: self.last_snapshot.lock().clone(),
+            lease_holder: self.lease.holder().to_string(),
+            lease_expires_unix: self.lease_expires_unix.load(Ordering::Relaxed),
+            last_error: self.last_error.lock().clone(),
+            stopped: self.meta.journal().failure(),
+        }
+    }
+}

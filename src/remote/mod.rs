@@ -1,0 +1,586 @@
+//! Remote metadata: a workspace's metadata in the store, so a new node can restore it.
+//!
+//! A workspace lives under `ws/<name hash>/` of its store (docs/FORMAT.md, "Workspaces"):
+//!
+//! ```text
+//! j/<segment>     journal segments: numbered batches of metadata changes, created with
+//!                 If-None-Match so a segment number can be taken once only (the fence)
+//! cp/<seq>        checkpoints: the whole metadata after batch <seq>, as a list of parts
+//! part/<hash>     checkpoint parts, content addressed (unchanged parts are not re-uploaded)
+//! snap/<id>       snapshots: a checkpoint with a name, a message and a time
+//! lease           who writes the workspace, until when
+//! ```
+//!
+//! Invariants:
+//! - the journal is one chain of consecutive segment numbers; a writer appends segment `n`
+//!   only with a conditional create, so two writers can never both extend the chain, and a
+//!   writer that finds its next number taken stops (another writer took over);
+//! - a segment only names blocks that are already in the store (chunk records are committed
+//!   after their pack), so restoring any prefix of the chain never names a missing block;
+//! - a checkpoint at batch `s` with next segment `g` holds every batch `≤ s`; batches after
+//!   `s` are in segments `≥ g`. Restore = newest checkpoint, then segments from `g` on, in
+//!   order, until the first missing number, skipping batches `≤ s`;
+//! - every object is sealed (AES-256-GCM, kind and name bound), names reveal nothing.
+
+mod committer;
+mod lease;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{BackendError, CreateOutcome};
+use crate::crypto::{CryptoError, ObjectKind};
+use crate::meta::journal::Decoder;
+use crate::meta::{JournalBatch, JournalOp, MetaError, MetaStore};
+use crate::store::{Store, StoreError};
+pub use committer::{Committer, RemoteStats};
+pub use lease::{Lease, LeaseRecord};
+
+/// Format version of segments, checkpoints and snapshots.
+pub const REMOTE_FORMAT: u32 = 1;
+
+/// Largest journal segment (bytes of encoded batches).
+pub const MAX_SEGMENT_BYTES: usize = 8 << 20;
+/// A checkpoint part ends after about this many entries (content-defined, see `cut_here`).
+const PART_MASK: u16 = 0x0fff;
+/// ...or at this size.
+const MAX_PART_BYTES: usize = 4 << 20;
+
+/// Why a remote metadata operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("{what} in the store is damaged or not a tierfs object: {reason}")]
+    Corrupt { what: String, reason: String },
+    #[error(
+        "{what} was written by a newer tierfs (format {found}, this one reads up to {REMOTE_FORMAT}): upgrade tierfs"
+    )]
+    TooNew { what: String, found: u32 },
+    #[error(
+        "workspace {workspace:?} is in use by {holder} until {expires} (lease renewed while it runs); \
+         if that node is gone, mount with --takeover"
+    )]
+    Held { workspace: String, holder: String, expires: String },
+    #[error(
+        "another writer ({holder}) took over workspace {workspace:?}: this node stopped writing to the store; \
+         changes made here after the takeover are only on this node"
+    )]
+    TakenOver { workspace: String, holder: String },
+    #[error(
+        "this node's copy of workspace {workspace:?} is older than the store's (batch {local} here, {remote} in \
+         the store): another node wrote it since. Mount with an empty --data-dir to restore the store's state"
+    )]
+    StaleLocal { workspace: String, local: u64, remote: u64 },
+    #[error("no snapshot {0:?} in this workspace (see `tierfs snapshots`)")]
+    NoSnapshot(String),
+}
+
+impl From<CryptoError> for RemoteError {
+    fn from(e: CryptoError) -> RemoteError {
+        RemoteError::Store(StoreError::Crypto(e))
+    }
+}
+
+type Result<T> = std::result::Result<T, RemoteError>;
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The header of a journal segment (JSON, inside the sealed object).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SegmentHeader {
+    format: u32,
+    segment: u64,
+    /// The writer session that appended it.
+    session: String,
+    holder: String,
+    created_unix: u64,
+    batches: u32,
+}
+
+/// A checkpoint or snapshot: the parts that hold the metadata after batch `seq`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    /// The last batch the parts contain.
+    pub seq: u64,
+    /// Batches after `seq` are in journal segments from this number on.
+    pub next_segment: u64,
+    pub parts: Vec<String>,
+    pub entries: u64,
+    pub created_unix: u64,
+    /// Snapshots only.
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// One snapshot, for listings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub id: String,
+    pub seq: u64,
+    pub created_unix: u64,
+    pub message: Option<String>,
+    pub entries: u64,
+}
+
+/// What a checkpoint cost.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointReport {
+    pub seq: u64,
+    pub entries: u64,
+    pub parts: u64,
+    pub parts_uploaded: u64,
+    pub bytes_uploaded: u64,
+}
+
+/// Where a restore or an open left the chain.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChainState {
+    /// The last batch the store has.
+    pub remote_seq: u64,
+    /// The next free segment number.
+    pub next_segment: u64,
+    /// Segments read (replayed or scanned).
+    pub segments: u64,
+    /// Entries imported from a checkpoint (restore only).
+    pub entries: u64,
+}
+
+/// A workspace of a store.
+pub struct Workspace {
+    store: Arc<Store>,
+    name: String,
+    prefix: String,
+    /// Parts known to be in the store (so checkpoints upload only new ones).
+    known_parts: Mutex<Option<HashSet<String>>>,
+}
+
+impl Workspace {
+    pub fn new(store: Arc<Store>, name: &str) -> Workspace {
+        let h = store.keys().name_hash("workspace", name.as_bytes());
+        let prefix = format!("ws/{}/", hex::encode(&h[..16]));
+        Workspace { store, name: name.to_string(), prefix, known_parts: Mutex::new(None) }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn segment_key(&self, n: u64) -> String {
+        format!("{}j/{n:016x}", self.prefix)
+    }
+
+    fn checkpoint_key(&self, seq: u64) -> String {
+        format!("{}cp/{seq:016x}", self.prefix)
+    }
+
+    fn part_key(&self, id: &str) -> String {
+        format!("{}part/{id}", self.prefix)
+    }
+
+    fn snapshot_key(&self, id: &str) -> String {
+        format!("{}snap/{id}", self.prefix)
+    }
+
+    fn lease_key(&self) -> String {
+        format!("{}lease", self.prefix)
+    }
+
+    /// Numbers after `dir` in the keys under it (hex), sorted.
+    async fn list_numbers(&self, dir: &str) -> Result<Vec<u64>> {
+        let prefix = format!("{}{dir}", self.prefix);
+        let mut out: Vec<u64> = self
+            .store
+            .backend()
+            .list(&prefix)
+            .await?
+            .iter()
+            .filter_map(|o| o.key.strip_prefix(&prefix).and_then(|n| u64::from_str_radix(n, 16).ok()))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Reads and opens a sealed object; `None` if it does not exist.
+    async fn get_sealed(&self, kind: ObjectKind, key: &str) -> Result<Option<Vec<u8>>> {
+        let keys = self.store.keys();
+        let verify = |b: &[u8]| keys.open(kind, key.as_bytes(), b).is_ok();
+        match self.store.backend().get_object(key, &verify).await {
+            Ok(bytes) => Ok(Some(keys.open(kind, key.as_bytes(), &bytes)?)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn put_sealed(&self, kind: ObjectKind, key: &str, plain: &[u8]) -> Result<()> {
+        let sealed = self.store.keys().seal(kind, key.as_bytes(), plain);
+        self.store.backend().put_object(key, Bytes::from(sealed)).await?;
+        Ok(())
+    }
+
+    // ---- journal segments -------------------------------------------------------------
+
+    /// Appends segment `n` with `batches`; `false` if the number was already taken by
+    /// another writer (the chain has moved on without this writer).
+    pub async fn append_segment(&self, n: u64, session: &str, holder: &str, batches: &[JournalBatch]) -> Result<bool> {
+        let header = SegmentHeader {
+            format: REMOTE_FORMAT,
+            segment: n,
+            session: session.to_string(),
+            holder: holder.to_string(),
+            created_unix: unix_now(),
+            batches: batches.len() as u32,
+        };
+        let header = serde_json::to_vec(&header)
+            .map_err(|e| RemoteError::Corrupt { what: "segment header".into(), reason: e.to_string() })?;
+        let mut plain = Vec::with_capacity(4 + header.len() + batches.iter().map(|b| b.encoded_len()).sum::<usize>());
+        plain.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        plain.extend_from_slice(&header);
+        for b in batches {
+            b.encode(&mut plain);
+        }
+        let key = self.segment_key(n);
+        let sealed = self.store.keys().seal(ObjectKind::Journal, key.as_bytes(), &plain);
+        match self.store.backend().create_object(&key, Bytes::from(sealed)).await? {
+            CreateOutcome::Created => Ok(true),
+            CreateOutcome::Exists => Ok(false),
+        }
+    }
+
+    async fn read_segment(&self, n: u64) -> Result<Option<(SegmentHeader, Vec<JournalBatch>)>> {
+        let key = self.segment_key(n);
+        let Some(plain) = self.get_sealed(ObjectKind::Journal, &key).await? else { return Ok(None) };
+        let corrupt = |reason: String| RemoteError::Corrupt { what: format!("journal segment {n}"), reason };
+        let mut d = Decoder::new(&plain);
+        let hlen = d.u32().map_err(|e| corrupt(e.to_string()))? as usize;
+        let rest = plain.get(4..4 + hlen).ok_or_else(|| corrupt("header cut short".into()))?;
+        let header: SegmentHeader = serde_json::from_slice(rest).map_err(|e| corrupt(e.to_string()))?;
+        if header.format > REMOTE_FORMAT {
+            return Err(RemoteError::TooNew { what: format!("journal segment {n}"), found: header.format });
+        }
+        let mut d = Decoder::new(&plain[4 + hlen..]);
+        let mut batches = Vec::with_capacity(header.batches as usize);
+        for _ in 0..header.batches {
+            batches.push(JournalBatch::decode(&mut d).map_err(|e| corrupt(e.to_string()))?);
+        }
+        Ok(Some((header, batches)))
+    }
+
+    /// Who appended segment `n`, if it exists.
+    pub async fn segment_writer(&self, n: u64) -> Result<Option<(String, String)>> {
+        Ok(self.read_segment(n).await?.map(|(h, _)| (h.session, h.holder)))
+    }
+
+    // ---- checkpoints ----------------------------------------------------------------
+
+    /// Writes the metadata of `meta` as a checkpoint (and, with `snapshot`, as a named
+    /// snapshot with that message). Only parts the store does not have are uploaded.
+    pub async fn checkpoint(
+        &self,
+        meta: &MetaStore,
+        snapshot: Option<Option<String>>,
+    ) -> Result<(Manifest, CheckpointReport)> {
+        let keys = self.store.keys();
+        // Cut the export into parts at content-defined boundaries: a change moves only the
+        // boundaries next to it, so an unchanged region gives byte-identical parts.
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        let mut cur = Vec::new();
+        let mut entries = 0u64;
+        let (seq, next_segment) = meta.export(|k, v| {
+            JournalOp::Put { key: k.to_vec(), value: v.to_vec() }.encode(&mut cur);
+            entries += 1;
+            let h = keys.name_hash("cut", k);
+            if u16::from_le_bytes([h[0], h[1]]) & PART_MASK == 0 || cur.len() >= MAX_PART_BYTES {
+                parts.push(std::mem::take(&mut cur));
+            }
+            Ok(())
+        })?;
+        if !cur.is_empty() {
+            parts.push(cur);
+        }
+        let known = self.known_parts().await?;
+        let ids: Vec<String> = parts.iter().map(|p| hex::encode(keys.name_hash("part", p))).collect();
+        let todo: Vec<(String, Vec<u8>)> =
+            ids.iter().zip(parts).filter(|(id, _)| !known.contains(*id)).map(|(id, p)| (id.clone(), p)).collect();
+        let mut report = CheckpointReport {
+            seq,
+            entries,
+            parts: ids.len() as u64,
+            parts_uploaded: todo.len() as u64,
+            bytes_uploaded: 0,
+        };
+        let uploaded: Vec<(String, usize)> = stream::iter(todo)
+            .map(|(id, p)| async move {
+                let key = self.part_key(&id);
+                self.put_sealed(ObjectKind::Metadata, &key, &p).await?;
+                Ok::<_, RemoteError>((id, p.len()))
+            })
+            .buffer_unordered(8)
+            .try_collect()
+            .await?;
+        {
+            let mut guard = self.known_parts.lock();
+            let set = guard.get_or_insert_with(HashSet::new);
+            for (id, len) in uploaded {
+                report.bytes_uploaded += len as u64;
+                set.insert(id);
+            }
+        }
+        let mut manifest = Manifest {
+            format: REMOTE_FORMAT,
+            seq,
+            next_segment,
+            parts: ids,
+            entries,
+            created_unix: unix_now(),
+            id: None,
+            message: None,
+        };
+        let body = |m: &Manifest| serde_json::to_vec(m).expect("a manifest serializes");
+        let cp = self.checkpoint_key(seq);
+        let cp_body = body(&manifest);
+        report.bytes_uploaded += cp_body.len() as u64;
+        self.put_sealed(ObjectKind::Head, &cp, &cp_body).await?;
+        if let Some(message) = snapshot {
+            let id = snapshot_id(seq);
+            manifest.id = Some(id.clone());
+            manifest.message = message;
+            let snap_body = body(&manifest);
+            report.bytes_uploaded += snap_body.len() as u64;
+            self.put_sealed(ObjectKind::Snapshot, &self.snapshot_key(&id), &snap_body).await?;
+        }
+        Ok((manifest, report))
+    }
+
+    async fn known_parts(&self) -> Result<HashSet<String>> {
+        if let Some(k) = self.known_parts.lock().clone() {
+            return Ok(k);
+        }
+        let prefix = format!("{}part/", self.prefix);
+        let set: HashSet<String> = self
+            .store
+            .backend()
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|o| o.key.strip_prefix(&prefix).map(str::to_string))
+            .collect();
+        *self.known_parts.lock() = Some(set.clone());
+        Ok(set)
+    }
+
+    async fn read_manifest(&self, kind: ObjectKind, key: &str, what: &str) -> Result<Option<Manifest>> {
+        let Some(plain) = self.get_sealed(kind, key).await? else { return Ok(None) };
+        #[derive(Deserialize)]
+        struct Version {
+            format: u32,
+        }
+        let corrupt = |e: serde_json::Error| RemoteError::Corrupt { what: what.to_string(), reason: e.to_string() };
+        let v: Version = serde_json::from_slice(&plain).map_err(corrupt)?;
+        if v.format > REMOTE_FORMAT {
+            return Err(RemoteError::TooNew { what: what.to_string(), found: v.format });
+        }
+        Ok(Some(serde_json::from_slice(&plain).map_err(corrupt)?))
+    }
+
+    /// The newest checkpoint, if any.
+    async fn latest_checkpoint(&self) -> Result<Option<Manifest>> {
+        for seq in self.list_numbers("cp/").await?.into_iter().rev() {
+            let key = self.checkpoint_key(seq);
+            if let Some(m) = self.read_manifest(ObjectKind::Head, &key, &format!("checkpoint {seq}")).await? {
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Imports the parts of `manifest` into `meta` (which must be empty).
+    async fn import_manifest(&self, meta: &MetaStore, manifest: &Manifest) -> Result<u64> {
+        let keys = self.store.keys();
+        let mut parts = stream::iter(manifest.parts.iter().cloned())
+            .map(|id| async move {
+                let key = self.part_key(&id);
+                let plain = self.get_sealed(ObjectKind::Metadata, &key).await?.ok_or_else(|| RemoteError::Corrupt {
+                    what: format!("checkpoint {}", manifest.seq),
+                    reason: format!("part {id} is missing"),
+                })?;
+                if hex::encode(keys.name_hash("part", &plain)) != id {
+                    return Err(RemoteError::Corrupt {
+                        what: format!("part {id}"),
+                        reason: "content hash mismatch".into(),
+                    });
+                }
+                Ok::<_, RemoteError>(plain)
+            })
+            .buffered(8);
+        let mut entries = 0u64;
+        while let Some(plain) = parts.next().await {
+            let plain = plain?;
+            let mut d = Decoder::new(&plain);
+            let mut ops = Vec::new();
+            while !d.is_empty() {
+                ops.push(d.op().map_err(|e| RemoteError::Corrupt {
+                    what: format!("checkpoint {}", manifest.seq),
+                    reason: e.to_string(),
+                })?);
+            }
+            entries += ops.len() as u64;
+            meta.import(&ops, manifest.seq)?;
+        }
+        Ok(entries)
+    }
+
+    /// Replays segments from `from` on into `meta` (batches after `after` only), until the
+    /// first missing segment number. With `apply == false` only reads where the chain ends.
+    async fn replay(&self, meta: Option<&MetaStore>, from: u64, after: u64) -> Result<ChainState> {
+        let listed: Vec<u64> = self.list_numbers("j/").await?.into_iter().filter(|&n| n >= from).collect();
+        // Consecutive numbers from `from`: a gap ends the chain (an abandoned number).
+        let chain: Vec<u64> =
+            listed.iter().enumerate().take_while(|(i, n)| **n == from + *i as u64).map(|(_, n)| *n).collect();
+        let mut state = ChainState { remote_seq: after, next_segment: from, segments: 0, entries: 0 };
+        let mut segs = stream::iter(chain.clone()).map(|n| async move { (n, self.read_segment(n).await) }).buffered(16);
+        while let Some((n, seg)) = segs.next().await {
+            let Some((_, batches)) = seg? else { break };
+            for b in batches {
+                if b.seq <= state.remote_seq {
+                    continue;
+                }
+                if let Some(meta) = meta {
+                    meta.import(&b.ops, b.seq)?;
+                }
+                state.remote_seq = b.seq;
+            }
+            state.next_segment = n + 1;
+            state.segments += 1;
+        }
+        Ok(state)
+    }
+
+    /// Restores the workspace's latest state into the empty `meta`. An empty workspace (never
+    /// written) restores to nothing and starts the chain at segment 1.
+    pub async fn restore(&self, meta: &MetaStore) -> Result<ChainState> {
+        let (mut entries, after, from) = match self.latest_checkpoint().await? {
+            Some(m) => (self.import_manifest(meta, &m).await?, m.seq, m.next_segment),
+            None => (0, 0, 1),
+        };
+        let mut state = self.replay(Some(meta), from, after).await?;
+        entries += state.entries;
+        state.entries = entries;
+        if state.remote_seq > 0 && state.remote_seq != after {
+            meta.import(&[], state.remote_seq)?;
+        }
+        Ok(state)
+    }
+
+    /// Where the store's chain ends, without changing anything locally.
+    pub async fn chain_state(&self) -> Result<ChainState> {
+        let (after, from) = match self.latest_checkpoint().await? {
+            Some(m) => (m.seq, m.next_segment),
+            None => (0, 1),
+        };
+        self.replay(None, from, after).await
+    }
+
+    /// Restores snapshot `id` into the empty `meta`.
+    pub async fn restore_snapshot(&self, meta: &MetaStore, id: &str) -> Result<Manifest> {
+        let m = self
+            .read_manifest(ObjectKind::Snapshot, &self.snapshot_key(id), &format!("snapshot {id}"))
+            .await?
+            .ok_or_else(|| RemoteError::NoSnapshot(id.to_string()))?;
+        self.import_manifest(meta, &m).await?;
+        Ok(m)
+    }
+
+    /// Every snapshot, oldest first.
+    pub async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        let prefix = format!("{}snap/", self.prefix);
+        let ids: Vec<String> = self
+            .store
+            .backend()
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|o| o.key.strip_prefix(&prefix).map(str::to_string))
+            .collect();
+        let mut out: Vec<SnapshotInfo> = stream::iter(ids)
+            .map(|id| async move {
+                let m = self
+                    .read_manifest(ObjectKind::Snapshot, &self.snapshot_key(&id), &format!("snapshot {id}"))
+                    .await?;
+                Ok::<_, RemoteError>(m.map(|m| SnapshotInfo {
+                    id: id.clone(),
+                    seq: m.seq,
+                    created_unix: m.created_unix,
+                    message: m.message,
+                    entries: m.entries,
+                }))
+            })
+            .buffer_unordered(16)
+            .try_filter_map(|x| async move { Ok(x) })
+            .try_collect()
+            .await?;
+        out.sort_by(|a, b| (a.seq, a.created_unix, &a.id).cmp(&(b.seq, b.created_unix, &b.id)));
+        Ok(out)
+    }
+
+    /// The lease of this workspace, for the holder named `holder`.
+    pub fn lease(self: &Arc<Self>, holder: &str, ttl: Duration) -> Lease {
+        Lease::new(self.clone(), holder, ttl)
+    }
+}
+
+/// A snapshot id: sortable by time, unique enough for one workspace.
+fn snapshot_id(seq: u64) -> String {
+    let t = chrono_like(unix_now());
+    let r: u16 = rand::random();
+    format!("{t}-{seq:x}-{r:04x}")
+}
+
+/// `YYYYMMDDTHHMMSSZ` for a unix time (UTC), without a date crate.
+pub fn chrono_like(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_format_like_iso() {
+        assert_eq!(chrono_like(0), "19700101T000000Z");
+        assert_eq!(chrono_like(1_796_000_000), "20261130T005320Z");
+    }
+}

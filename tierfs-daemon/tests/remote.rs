@@ -1,0 +1,330 @@
+//! Surviving runtime resets, through real mounts and a real S3 server (moto on loopback): a
+//! tree synced with `tierfs sync` comes back identical on a node with no local state; an
+//! fsynced file survives `kill -9` plus the loss of the node's disk; a second writer is
+//! refused, `--takeover` works, and the writer that lost the workspace stops claiming
+//! durability.
+
+mod common;
+#[path = "../../tests/support/moto.rs"]
+mod moto;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Fixture, Output, Rng, run};
+use moto::MotoServer;
+
+const BUCKET: &str = "tierfs-rt";
+const PASSPHRASE: &str = "reset-proof passphrase";
+
+fn env(mut cmd: Command) -> Command {
+    for (k, v) in MotoServer::env() {
+        cmd.env(k, v);
+    }
+    cmd.env("TIERFS_PASSPHRASE", PASSPHRASE).env("TIERFS_TEST_FAST_KDF", "test");
+    cmd
+}
+
+/// A node: its own data dir, mountpoint and runtime dir, on a shared store file.
+struct Node {
+    fx: Fixture,
+    store_file: PathBuf,
+}
+
+impl Node {
+    fn new(store_file: &Path) -> Node {
+        Node { fx: Fixture::new(), store_file: store_file.to_path_buf() }
+    }
+
+    fn init(servers: &[MotoServer]) -> Node {
+        let fx = Fixture::new();
+        let store_file = fx.tmp.path().join("store.toml");
+        let mut cmd = env(fx.tierfs());
+        cmd.args(["init", "--store"]).arg(&store_file);
+        for s in servers {
+            cmd.args(["--backend", &s.url(BUCKET, "rt")]);
+        }
+        run(&mut cmd, Duration::from_secs(60)).assert_success("tierfs init");
+        Node { fx, store_file }
+    }
+
+    fn try_mount(&self, extra: &[&str]) -> Output {
+        let mut cmd = env(self.fx.tierfs());
+        cmd.args(["--json", "mount", "--store"])
+            .arg(&self.store_file)
+            .args(["--cache-size", "1G", "--data-dir"])
+            .arg(&self.fx.data_dir)
+            .args(extra)
+            .arg(&self.fx.mountpoint);
+        run(&mut cmd, common::MOUNT_TIMEOUT)
+    }
+
+    fn mount(&mut self, extra: &[&str]) {
+        let out = self.try_mount(extra);
+        out.assert_success("tierfs mount --store");
+        let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("mount --json");
+        self.fx.daemon_pid = json["pid"].as_u64().map(|p| p as u32);
+    }
+
+    fn sync(&self, message: &str) -> Output {
+        let mut cmd = env(self.fx.tierfs());
+        cmd.args(["sync", "-m", message]).arg(&self.fx.mountpoint);
+        run(&mut cmd, Duration::from_secs(120))
+    }
+
+    fn snapshots(&self) -> serde_json::Value {
+        let mut cmd = env(self.fx.tierfs());
+        cmd.args(["--json", "snapshots", "--store"]).arg(&self.store_file);
+        let out = run(&mut cmd, Duration::from_secs(60));
+        out.assert_success("tierfs snapshots");
+        serde_json::from_str(out.stdout.trim()).expect("snapshots --json")
+    }
+
+    /// `kill -9` of the background daemon, then the dead mount is detached.
+    fn kill9(&mut self) {
+        let pid = self.fx.daemon_pid.take().expect("a daemon");
+        // SAFETY: kill(2) with a pid we started.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
+        for _ in 0..200 {
+            if !common::process_alive(pid) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        if common::is_mounted(&self.fx.mountpoint) {
+            common::fusermount_lazy(&self.fx.mountpoint).assert_success("fusermount3 -u -z");
+        }
+    }
+
+    /// The runtime reset: every local file of tierfs is gone.
+    fn wipe_local_state(&self) {
+        fs::remove_dir_all(&self.fx.data_dir).expect("removing the data dir");
+    }
+}
+
+/// Everything `ls -lR` + `getfattr` would show, keyed by path (atime left out).
+#[derive(Debug, PartialEq, Eq)]
+struct Entry {
+    kind: String,
+    mode: u32,
+    nlink: u64,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    /// File contents (hashed), or a symlink's target.
+    body: String,
+    xattrs: BTreeMap<String, Vec<u8>>,
+}
+
+fn xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    let c = common::cpath(path);
+    let mut names = vec![0u8; 4096];
+    // SAFETY: the buffer is valid for its length; the path is NUL-terminated.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n >= 0, "listxattr {}: {}", path.display(), std::io::Error::last_os_error());
+    let mut out = BTreeMap::new();
+    for name in names[..n as usize].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cname = std::ffi::CString::new(name).expect("xattr name");
+        let mut value = vec![0u8; 65536];
+        // SAFETY: as above.
+        let len = unsafe { libc::lgetxattr(c.as_ptr(), cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+        assert!(len >= 0, "getxattr {}: {}", path.display(), std::io::Error::last_os_error());
+        value.truncate(len as usize);
+        out.insert(String::from_utf8_lossy(name).into_owned(), value);
+    }
+    out
+}
+
+fn walk(root: &Path) -> BTreeMap<String, Entry> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap_or_else(|e| panic!("readdir {}: {e}", dir.display())) {
+            let path = e.expect("dirent").path();
+            let m = fs::symlink_metadata(&path).expect("lstat");
+            let ft = m.file_type();
+            let (kind, body) = if ft.is_dir() {
+                stack.push(path.clone());
+                ("dir", String::new())
+            } else if ft.is_symlink() {
+                ("symlink", fs::read_link(&path).expect("readlink").display().to_string())
+            } else if ft.is_file() {
+                ("file", blake3::hash(&fs::read(&path).expect("read")).to_hex().to_string())
+            } else if ft.is_fifo() {
+                ("fifo", String::new())
+            } else {
+                ("other", String::new())
+            };
+            let rel = path.strip_prefix(root).expect("inside").display().to_string();
+            out.insert(
+                rel,
+                Entry {
+                    kind: kind.into(),
+                    mode: m.mode(),
+                    nlink: m.nlink(),
+                    uid: m.uid(),
+                    gid: m.gid(),
+                    size: m.size(),
+                    mtime: (m.mtime(), m.mtime_nsec()),
+                    ctime: (m.ctime(), m.ctime_nsec()),
+                    body,
+                    xattrs: xattrs(&path),
+                },
+            );
+        }
+    }
+    out
+}
+
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        v.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    let c = common::cpath(path);
+    let n = std::ffi::CString::new(name).expect("name");
+    // SAFETY: valid NUL-terminated strings and a valid buffer.
+    let rc = unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
+/// Files, directories, symlinks, hard links, xattrs, modes, sparse and empty files, a fifo.
+fn build_tree(root: &Path) {
+    fs::create_dir_all(root.join("src/deep/er")).expect("mkdir");
+    fs::create_dir(root.join("private")).expect("mkdir");
+    fs::set_permissions(root.join("private"), fs::Permissions::from_mode(0o700)).expect("chmod");
+    fs::write(root.join("src/main.py"), b"print('hello')\n").expect("write");
+    fs::write(root.join("src/deep/er/model.bin"), random_bytes(1, (9 << 20) + 12345)).expect("write");
+    fs::write(root.join("empty"), b"").expect("write");
+    for i in 0..50 {
+        fs::write(root.join(format!("src/deep/n{i}.txt")), format!("note {i}\n").repeat(i + 1)).expect("write");
+    }
+    let sparse = fs::File::create(root.join("sparse.img")).expect("create");
+    sparse.set_len(64 << 20).expect("truncate");
+    std::os::unix::fs::FileExt::write_at(&sparse, b"middle", 20 << 20).expect("pwrite");
+    drop(sparse);
+    fs::set_permissions(root.join("src/main.py"), fs::Permissions::from_mode(0o751)).expect("chmod");
+    std::os::unix::fs::symlink("src/main.py", root.join("link-to-main")).expect("symlink");
+    std::os::unix::fs::symlink("/nowhere/dangling", root.join("dangling")).expect("symlink");
+    fs::hard_link(root.join("src/main.py"), root.join("private/hard")).expect("link");
+    set_xattr(&root.join("src/main.py"), "user.tag", b"v1");
+    set_xattr(&root.join("private"), "user.empty", b"");
+    let fifo = common::cpath(&root.join("pipe"));
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0, "mkfifo");
+}
+
+#[test]
+fn a_synced_tree_comes_back_identical_on_a_node_with_no_local_state() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut a = Node::init(&servers);
+    a.mount(&[]);
+    build_tree(&a.fx.mountpoint);
+    let out = a.sync("first");
+    out.assert_success("tierfs sync");
+    let id = out.stdout.lines().last().unwrap_or_default().trim().to_string();
+    assert!(!id.is_empty(), "sync printed no snapshot id: {}", out.stdout);
+    let before = walk(&a.fx.mountpoint);
+    assert!(before.len() > 55, "tree too small: {}", before.len());
+    let listed = a.snapshots();
+    assert!(
+        listed.as_array().is_some_and(|l| l.iter().any(|s| s["id"] == id.as_str() && s["message"] == "first")),
+        "snapshot {id} not listed: {listed}"
+    );
+    a.fx.umount();
+
+    // The reset: a new node (new data dir) with nothing but the store file.
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    let after = walk(&b.fx.mountpoint);
+    for (path, e) in &before {
+        assert_eq!(after.get(path), Some(e), "{path} differs after the reset");
+    }
+    assert_eq!(after.len(), before.len(), "extra entries after the reset");
+    // And the restored node writes on: its changes reach the next node too.
+    fs::write(b.fx.p("after-reset.txt"), b"second life").expect("write");
+    b.fx.umount();
+    let mut c = Node::new(&a.store_file);
+    c.mount(&[]);
+    assert_eq!(fs::read(c.fx.p("after-reset.txt")).expect("read"), b"second life");
+    assert_eq!(fs::read(c.fx.p("src/main.py")).expect("read"), b"print('hello')\n");
+    c.fx.umount();
+}
+
+#[test]
+fn an_fsynced_file_survives_kill_9_and_the_loss_of_the_local_disk() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut a = Node::init(&servers);
+    a.mount(&[]);
+    fs::create_dir(a.fx.p("ckpt")).expect("mkdir");
+    let data = random_bytes(7, (5 << 20) + 77);
+    let mut f = fs::File::create(a.fx.p("ckpt/step-100.pt")).expect("create");
+    f.write_all(&data).expect("write");
+    f.sync_all().expect("fsync (remote by default)");
+    drop(f);
+    let status = a.fx.status();
+    let remote = &status["remote"];
+    assert_eq!(remote["pending_batches"], 0, "fsync returned with metadata pending: {status}");
+    a.kill9();
+    a.wipe_local_state();
+
+    // The dead node still holds the lease (30 s): a new node is told who, and takes over.
+    let mut b = Node::new(&a.store_file);
+    let refused = b.try_mount(&[]);
+    assert!(!refused.success(), "mounted while the lease was held");
+    assert!(refused.stderr.contains("in use by") && refused.stderr.contains("--takeover"), "{}", refused.stderr);
+    b.mount(&["--takeover"]);
+    assert!(fs::read(b.fx.p("ckpt/step-100.pt")).expect("read") == data, "fsynced file differs after the reset");
+    b.fx.umount();
+}
+
+#[test]
+fn a_second_writer_is_refused_and_a_takeover_fences_the_first() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut a = Node::init(&servers);
+    a.mount(&[]);
+    let mut f = fs::File::create(a.fx.p("before")).expect("create");
+    f.write_all(b"from a").expect("write");
+    f.sync_all().expect("fsync");
+    drop(f);
+
+    let mut b = Node::new(&a.store_file);
+    let refused = b.try_mount(&[]);
+    assert!(!refused.success(), "a second writer was allowed");
+    assert!(refused.stderr.contains("in use by"), "unclear refusal: {}", refused.stderr);
+    assert!(!common::is_mounted(&b.fx.mountpoint), "the refused mount left a mount behind");
+
+    b.mount(&["--takeover"]);
+    assert_eq!(fs::read(b.fx.p("before")).expect("read"), b"from a");
+
+    // A no longer owns the workspace: its next durable write fails instead of lying.
+    let mut f = fs::File::create(a.fx.p("after-takeover")).expect("create");
+    f.write_all(b"lost").expect("write");
+    let err = f.sync_all().expect_err("fsync on the fenced node must fail");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    drop(f);
+    let status = a.fx.status();
+    assert!(status["remote"]["stopped"].is_string(), "fenced node does not say it stopped: {status}");
+    let _ = a.fx.try_umount();
+
+    fs::write(b.fx.p("from-b"), b"b wins").expect("write");
+    b.fx.umount();
+    let mut c = Node::new(&a.store_file);
+    c.mount(&[]);
+    assert_eq!(fs::read(c.fx.p("from-b")).expect("read"), b"b wins");
+    assert!(!c.fx.p("after-takeover").exists(), "the fenced node's write reached the store");
+    c.fx.umount();
+}
