@@ -273,6 +273,7 @@ impl Store {
         let objects: Vec<String> = std::iter::once(CONFIG_KEY.to_string())
             .chain(self.backend.list("keys/").await?.into_iter().map(|o| o.key))
             .chain(self.backend.list("index/").await?.into_iter().map(|o| o.key))
+            .chain(self.backend.list("ws/").await?.into_iter().map(|o| o.key))
             .collect();
         let mut packs = std::collections::BTreeMap::new();
         let mut unreadable_index = Vec::new();
@@ -295,6 +296,17 @@ impl Store {
                 Box::new(json_ok::<StoreInfo>)
             } else if key.starts_with("keys/") {
                 Box::new(json_ok::<WrappedKey>)
+            } else if key.starts_with("ws/") {
+                // Workspace metadata (crate::remote): sealed under one of its kinds, bound to
+                // its name.
+                let keys = self.keys.clone();
+                let name = key.clone();
+                Box::new(move |b: &[u8]| {
+                    use crypto::ObjectKind as K;
+                    [K::Journal, K::Head, K::Metadata, K::Snapshot, K::Lease]
+                        .iter()
+                        .any(|&kind| keys.open(kind, name.as_bytes(), b).is_ok())
+                })
             } else {
                 let seg = segment_id(key);
                 let keys = self.keys.clone();

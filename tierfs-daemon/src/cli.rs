@@ -123,6 +123,29 @@ pub enum Command {
     /// List the snapshots of a workspace (oldest first).
     #[command(after_help = EXIT_STATUS_HELP)]
     Snapshots(SnapshotsCommand),
+
+    /// Write a plain copy of a workspace (latest state, or --snapshot ID) into DIR.
+    ///
+    /// Needs no mount and takes no lease (a live writer may go on). File data is fetched from
+    /// the store, with progress; sparse regions stay holes; modes, times, xattrs, symlinks
+    /// and hard links are kept (ownership too when run as root). DIR must be empty or new.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Restore(RestoreCommand),
+}
+
+/// `tierfs restore`.
+#[derive(Debug, Args)]
+pub struct RestoreCommand {
+    #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
+    pub store: PathBuf,
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub workspace: String,
+    /// A snapshot id from `tierfs snapshots` [default: the latest state].
+    #[arg(long, value_name = "ID")]
+    pub snapshot: Option<String>,
+    /// Where to write the copy (created if missing; must be empty).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 /// `tierfs sync`.
@@ -379,6 +402,12 @@ pub struct MountArgs {
     #[arg(long, value_name = "WHERE", default_value = "remote", value_parser = ["remote", "local"])]
     pub fsync: String,
 
+    /// Mount snapshot ID of the workspace read-only (beside a live writer; no lease). Its
+    /// local state lives in --data-dir [default: a directory per snapshot next to the
+    /// default data dir], which is rebuilt from the store at every such mount.
+    #[arg(long, value_name = "ID", requires = "store")]
+    pub snapshot: Option<String>,
+
     /// Take the workspace over even though another node's lease on it has not expired
     /// (after a runtime reset, when that node is gone). The other node, if it still runs,
     /// stops writing to the store.
@@ -398,9 +427,13 @@ pub struct MountArgs {
 impl MountArgs {
     /// Fills in every default and makes paths absolute.
     pub fn resolve(&self, runtime_dir: Option<&std::path::Path>) -> Result<MountConfig> {
-        let data_dir = match &self.data_dir {
-            Some(dir) => paths::absolute(dir)?,
-            None => paths::default_data_dir()?,
+        let data_dir = match (&self.data_dir, &self.snapshot) {
+            (Some(dir), _) => paths::absolute(dir)?,
+            (None, None) => paths::default_data_dir()?,
+            (None, Some(id)) => {
+                let default = paths::default_data_dir()?;
+                default.with_file_name(format!("snapshot-{id}"))
+            }
         };
         let allow_other = if self.no_allow_other { false } else { self.allow_other.unwrap_or_else(mounts::is_root) };
         Ok(MountConfig {
@@ -415,9 +448,10 @@ impl MountArgs {
             writeback_cache: !self.no_writeback_cache,
             attr_ttl: self.attr_ttl,
             entry_ttl: self.entry_ttl,
-            read_only: self.read_only,
+            read_only: self.read_only || self.snapshot.is_some(),
             nonempty: self.nonempty,
             flush_timeout: self.flush_timeout,
+            snapshot: self.snapshot.clone(),
             fsync_remote: self.fsync == "remote",
             takeover: self.takeover,
         })
@@ -464,6 +498,9 @@ impl MountConfig {
         args.extend(["--fsync".into(), if self.fsync_remote { "remote" } else { "local" }.into()]);
         if self.takeover {
             args.push("--takeover".into());
+        }
+        if let Some(id) = &self.snapshot {
+            args.extend(["--snapshot".into(), id.clone().into()]);
         }
         args.push("--".into());
         args.push(self.mountpoint.clone().into());

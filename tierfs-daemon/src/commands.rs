@@ -18,8 +18,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
 use crate::cli::{
-    Cli, Command, InitCommand, KeyAction, KeyCommand, MountCommand, ScrubCommand, SnapshotsCommand, StatusCommand,
-    SyncCommand, UmountCommand, WarmupCommand,
+    Cli, Command, InitCommand, KeyAction, KeyCommand, MountCommand, RestoreCommand, ScrubCommand, SnapshotsCommand,
+    StatusCommand, SyncCommand, UmountCommand, WarmupCommand,
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::launch::{self, Readiness, ReadyInfo};
@@ -49,7 +49,27 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Warmup(cmd) => warmup(cli, cmd),
         Command::Sync(cmd) => sync(cli, cmd),
         Command::Snapshots(cmd) => snapshots(cli, cmd),
+        Command::Restore(cmd) => restore(cli, cmd),
     }
+}
+
+fn restore(cli: &Cli, cmd: &RestoreCommand) -> Result<()> {
+    let dir = paths::absolute(&cmd.dir)?;
+    let report = crate::restore::restore(&cmd.store, &cmd.workspace, cmd.snapshot.as_deref(), &dir, cli.json)?;
+    if cli.json {
+        return print_json(&report);
+    }
+    println!(
+        "restored {} files ({}), {} directories, {} symlinks, {} hard links into {} in {} ms",
+        report.files,
+        format_bytes(report.bytes),
+        report.dirs,
+        report.symlinks,
+        report.hard_links,
+        dir.display(),
+        report.millis
+    );
+    Ok(())
 }
 
 fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {

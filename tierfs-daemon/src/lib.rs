@@ -25,5 +25,6 @@ pub mod launch;
 pub mod logging;
 pub mod mounts;
 pub mod paths;
+pub mod restore;
 pub mod serve;
 pub mod store_link;

@@ -85,6 +85,8 @@ pub struct MountConfig {
     pub fsync_remote: bool,
     /// Take the workspace over from a live lease.
     pub takeover: bool,
+    /// Mount this snapshot read-only (its data dir is rebuilt from the store).
+    pub snapshot: Option<String>,
 }
 
 impl MountConfig {
@@ -132,7 +134,17 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         AttachedStore { store: Arc::new(blocks), config: ColdConfig::new(config.cache_size) }
     });
     let data_dir_context = || format!("opening data directory {}", config.data_dir.display());
+    if config.snapshot.is_some() {
+        reset_snapshot_dir(&config.data_dir)?;
+    }
     let prepared = Vfs::prepare(&config.data_dir).with_context(data_dir_context)?;
+    if let (Some(id), Some(store)) = (&config.snapshot, &opened) {
+        let ws = Workspace::new(store.clone(), &config.workspace);
+        let m = rt
+            .block_on(ws.restore_snapshot(prepared.meta(), id))
+            .with_context(|| format!("restoring snapshot {id}"))?;
+        info!(snapshot = %id, entries = m.entries, "snapshot restored for a read-only mount");
+    }
     // The workspace's metadata in the store: restored into an empty data dir, checked against
     // a used one, and journaled from here on. Read-only mounts take no lease and write nothing.
     let committer = match &opened {
@@ -301,6 +313,35 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     } else {
         Err(anyhow!("{}", report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())))
     }
+}
+
+/// A snapshot mount's data dir holds nothing but a cache of the snapshot: it is emptied
+/// before each such mount. A directory that is not one (no marker) is refused, never wiped.
+fn reset_snapshot_dir(dir: &Path) -> Result<()> {
+    const MARKER: &str = ".tierfs-snapshot-cache";
+    // The daemon's own log may already be there (it is open): kept.
+    const LOG: &str = "daemon.log";
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let entries: Vec<fs::DirEntry> = fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .collect::<io::Result<_>>()
+        .with_context(|| format!("reading {}", dir.display()))?;
+    let foreign = entries.iter().any(|e| e.file_name() != LOG && e.file_name() != MARKER);
+    if foreign && !dir.join(MARKER).exists() {
+        bail!(
+            "data dir {} is not empty and is not a snapshot cache; give a snapshot mount its own --data-dir",
+            dir.display()
+        );
+    }
+    for e in entries.iter().filter(|e| e.file_name() != LOG) {
+        let path = e.path();
+        let removed =
+            if e.file_type().is_ok_and(|t| t.is_dir()) { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        removed.with_context(|| format!("clearing snapshot cache {}", path.display()))?;
+    }
+    fs::write(dir.join(MARKER), b"tierfs: a read-only snapshot's cache, rebuilt at every mount\n")
+        .with_context(|| format!("marking {}", dir.display()))?;
+    Ok(())
 }
 
 /// This node's name in leases: `host:pid`.

@@ -328,3 +328,67 @@ fn a_second_writer_is_refused_and_a_takeover_fences_the_first() {
     assert!(!c.fx.p("after-takeover").exists(), "the fenced node's write reached the store");
     c.fx.umount();
 }
+
+#[test]
+fn snapshots_mount_read_only_beside_the_writer_and_restore_to_a_plain_copy() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut a = Node::init(&servers);
+    a.mount(&[]);
+    build_tree(&a.fx.mountpoint);
+    fs::write(a.fx.p("notes.txt"), b"version one").expect("write");
+    let out = a.sync("v1");
+    out.assert_success("tierfs sync");
+    let v1 = out.stdout.lines().last().unwrap_or_default().trim().to_string();
+    let tree_v1 = walk(&a.fx.mountpoint);
+    fs::write(a.fx.p("notes.txt"), b"version two, longer").expect("write");
+    fs::remove_file(a.fx.p("empty")).expect("unlink");
+
+    // A read-only mount of v1 while the writer goes on.
+    let mut s = Node::new(&a.store_file);
+    s.mount(&["--snapshot", &v1]);
+    assert_eq!(fs::read(s.fx.p("notes.txt")).expect("read"), b"version one");
+    assert!(s.fx.p("empty").exists(), "the snapshot lost a file deleted later");
+    let err = fs::write(s.fx.p("new"), b"x").expect_err("a snapshot mount is read-only");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    assert_eq!(walk(&s.fx.mountpoint), tree_v1, "the snapshot mount differs from the tree at sync");
+    s.fx.umount();
+    assert_eq!(fs::read(a.fx.p("notes.txt")).expect("read"), b"version two, longer");
+
+    // A plain copy of v1, with no mount.
+    let dir = s.fx.tmp.path().join("copy");
+    let mut cmd = env(s.fx.tierfs());
+    cmd.args(["--json", "restore", "--store"]).arg(&a.store_file).args(["--snapshot", &v1]).arg(&dir);
+    let out = run(&mut cmd, Duration::from_secs(120));
+    out.assert_success("tierfs restore");
+    let copy = walk(&dir);
+    assert_eq!(copy.len(), tree_v1.len(), "entries differ: {:?}", copy.keys().collect::<Vec<_>>());
+    for (path, want) in &tree_v1 {
+        let got = copy.get(path).unwrap_or_else(|| panic!("{path} missing from the copy"));
+        // A copy has its own ctime, and the local filesystem's directory sizes; everything
+        // else is the snapshot's.
+        let size = if want.kind == "dir" { want.size } else { got.size };
+        assert_eq!(
+            Entry { ctime: want.ctime, size, ..clone_entry(got) },
+            clone_entry(want),
+            "{path} differs in the copy"
+        );
+    }
+    let sparse = fs::metadata(dir.join("sparse.img")).expect("stat");
+    assert!(sparse.blocks() * 512 < 1 << 20, "the sparse file was written out in full");
+    a.fx.umount();
+}
+
+fn clone_entry(e: &Entry) -> Entry {
+    Entry {
+        kind: e.kind.clone(),
+        mode: e.mode,
+        nlink: e.nlink,
+        uid: e.uid,
+        gid: e.gid,
+        size: e.size,
+        mtime: e.mtime,
+        ctime: e.ctime,
+        body: e.body.clone(),
+        xattrs: e.xattrs.clone(),
+    }
+}
