@@ -8,6 +8,8 @@
     remote_help.py checktree DIR NFILES SAMPLES
     remote_help.py change DIR
     remote_help.py table OUTDIR
+    remote_help.py show FILE KEY...     (one log line: key=value for KEYs of a JSON file, a/b for nested)
+    remote_help.py json                 (stdin: a JSON document, maybe pretty-printed; stdout: one line)
 
 writer: appends WRITE_MIB=1 MiB writes at RATE_MIB MiB/s, round-robin over FILES files under
 DIR; a file that reached FILE_MIB is replaced by a new one. MODE `close`: every write is
@@ -83,6 +85,7 @@ def writer(d, rate_mib, seconds, logpath, mode, nfiles, file_mib):
                 next_file += 1
                 i = 0
             data = block(fno, i)
+            ts = time.time()
             path = os.path.join(d, "w%05d" % fno)
             if mode == "open":
                 fd = handles.get(fno)
@@ -96,7 +99,8 @@ def writer(d, rate_mib, seconds, logpath, mode, nfiles, file_mib):
                         os.fsync(fd.fileno())
             t = time.time()
             counts[fno] = i + 1
-            log.write(json.dumps({"t": round(t, 6), "f": "w%05d" % fno, "off": i * WRITE, "len": WRITE, "i": n}) + "\n")
+            log.write(json.dumps({"t": round(t, 6), "f": "w%05d" % fno, "off": i * WRITE, "len": WRITE, "i": n,
+                                  "dur": round(t - ts, 6)}) + "\n")
             n += 1
     except OSError as e:
         err = f"{type(e).__name__}: {e}"
@@ -194,6 +198,18 @@ def load(tierfs, run, mnt, pid, rate_mib, seconds, poll, wlog, samples_path, mod
     print(json.dumps(res))
 
 
+def describe(w, data, kill_t):
+    """What a write that is inside the restored file but has the wrong bytes looks like."""
+    got = data[w["off"]:w["off"] + w["len"]]
+    want = block(int(w["f"][1:]), w["off"] // WRITE)
+    same = next((k for k in range(len(got)) if got[k] != want[k]), len(got))
+    # the same bytes as another write of this file (e.g. an older block at the wrong offset)?
+    other = next((j for j in range(len(data) // WRITE + 1) if got == block(int(w["f"][1:]), j)), None)
+    return {"f": w["f"], "off": w["off"], "age_at_kill_s": round(kill_t - w["t"], 3), "file_size": len(data),
+            "zero_bytes": got.count(0), "matching_leading_bytes": same,
+            "first_bad_offset_in_file": w["off"] + same, "equals_write_no": other}
+
+
 def verify(wlog, load_json, mnt):
     kill_t = json.load(open(load_json))["kill_unix"]
     writes = [json.loads(line) for line in open(wlog) if line.strip()]
@@ -203,7 +219,7 @@ def verify(wlog, load_json, mnt):
         files.setdefault(w["f"], []).append(w)
     for name in files:
         try:
-            with open(os.path.join(mnt, "rpo", name), "rb") as f:
+            with open(os.path.join(mnt, "rpo", name), "rb", buffering=0) as f:
                 contents[name] = f.read()
         except FileNotFoundError:
             contents[name] = None
@@ -234,7 +250,7 @@ def verify(wlog, load_json, mnt):
         "files_before_kill": len(files), "files_present": sum(1 for d in contents.values() if d is not None),
         "writes_survived": len(ok), "bytes_survived": sum(w["len"] for w in ok),
         "writes_missing": len(missing), "writes_corrupt": len(corrupt),
-        "corrupt_examples": [{"f": w["f"], "off": w["off"], "age_at_kill_s": round(kill_t - w["t"], 3)} for w in corrupt[:5]],
+        "corrupt_examples": [describe(w, contents[w["f"]], kill_t) for w in corrupt[:5]],
         "survived_after_a_lost_write": len(survivors_after_loss),
         "bytes_beyond_logged_writes": sum(max(0, v) for v in extra.values()),
         "newest_write_age_at_kill_s": None if newest_write is None else round(kill_t - newest_write, 3),
@@ -281,7 +297,8 @@ def checktree(root, n, samples):
     for d, f in rng.sample(paths, min(samples, n)):
         rel = f"{d}/{f}"
         try:
-            ok = open(os.path.join(root, rel), "rb").read() in (content(rel), content(rel, 1))
+            with open(os.path.join(root, rel), "rb", buffering=0) as fh:  # no isatty() ioctl
+                ok = fh.read() in (content(rel), content(rel, 1))
         except OSError as e:
             ok = False
             rel += f" ({e.strerror})"
@@ -293,7 +310,7 @@ def checktree(root, n, samples):
 
 def change(root):
     rel = "t00/d00/f00"
-    with open(os.path.join(root, rel), "wb") as f:
+    with open(os.path.join(root, rel), "wb", buffering=0) as f:
         f.write(content(rel, 1))
     print(json.dumps({"changed": rel, "bytes": len(content(rel, 1))}))
 
@@ -347,7 +364,7 @@ def table(out):
         p("")
         p(f"Writer: {wr.get('writes', '?')} writes, {wr.get('mib_s', '?')} MiB/s achieved, at most "
           f"{wr.get('max_behind_s', '?')} s behind schedule; {ld['samples']} status samples "
-          f"(call p50 {ld.get('sample_call_ms_p50')} ms, {ld['status_errors']} failed); cold tier uploaded "
+          f"(call p50 {f1(ld.get('sample_call_ms_p50'))} ms, {ld['status_errors']} failed); cold tier uploaded "
           f"{ld.get('uploaded_bytes_during_load', 0) / MIB:.0f} MiB during the load "
           f"({ld.get('uploaded_bytes_during_load', 0) / max(1, wr.get('bytes') or 1):.2f}x the bytes written).\n")
     p("Real RPO: `kill -9` of the daemon at the end of the load (writer still writing), "
@@ -390,9 +407,13 @@ def table(out):
     p("")
     # 3
     it, ir = res["incr_tierfs"], res["incr_restic"]
-    p(f"### 3. Incremental: one 100-byte file changed in the {params.get('incr_files', '?')}-file tree\n")
+    p(f"### 3. Incremental: one 100-byte file changed in the {(it or {}).get('files', max(counts))}-file tree\n")
     p("| | first (s) | after one change (s) | added, as the tool reports | added to the bucket (moto) | notes |")
     p("|---|---:|---:|---:|---:|---|")
+    if it is not None and not err(it) and not isinstance(it.get("sync"), dict):
+        it = {"error": "no sync report in incr_tierfs.json"}
+    if ir is not None and not err(ir) and not all(isinstance(ir.get(k), dict) for k in ("first", "second")):
+        ir = {"error": "no restic summary in incr_restic.json (see restic.log)"}
     if it is None or err(it):
         p(f"| `tierfs sync` | ERR | ERR | | | {(it or {}).get('error', 'not measured')[:200]} |")
     else:
@@ -416,8 +437,11 @@ def table(out):
         if logname.startswith("tierfs-daemon") and logname.endswith(".log"):
             bad = [ln.rstrip() for ln in open(os.path.join(out, logname), errors="replace")
                    if " WARN " in ln or " ERROR " in ln]
-            if bad:
-                notes.append(f"{logname}: {len(bad)} WARN/ERROR lines, first: `{bad[0][:220]}`")
+            ioctl = [ln for ln in bad if "[Not Implemented] ioctl" in ln]
+            bad = [ln for ln in bad if ln not in ioctl]
+            if bad or ioctl:
+                notes.append(f"{logname}: {len(bad)} WARN/ERROR lines" + (f", first: `{bad[0][:220]}`" if bad else "")
+                             + (f" (and {len(ioctl)} `[Not Implemented] ioctl` WARNs)" if ioctl else ""))
     if params.get("installed"):
         notes.append(f"installed by this run with apt-get: {params['installed']}.")
     env = open(os.path.join(out, "env.txt")).read().splitlines() if os.path.exists(os.path.join(out, "env.txt")) else []
@@ -446,5 +470,16 @@ if __name__ == "__main__":
         change(a[0])
     elif cmd == "table":
         table(a[0])
+    elif cmd == "show":
+        d = json.load(open(a[0]))
+
+        def get(k):
+            v = d
+            for part in k.split("/"):
+                v = v.get(part) if isinstance(v, dict) else None
+            return v
+        print(", ".join(f"{k}={get(k)}" for k in a[1:]))
+    elif cmd == "json":
+        print(json.dumps(json.loads(sys.stdin.read())))
     else:
         raise SystemExit(f"remote_help.py: unknown command {cmd}")

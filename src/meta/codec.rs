@@ -16,6 +16,8 @@ pub const NEXT_INO_KEY: &[u8] = b"Cnext_ino";
 /// `R` + name → local bookkeeping that is never journaled. The number of the last journaled
 /// batch this store holds (u64 LE).
 pub const JOURNAL_SEQ_KEY: &[u8] = b"Rjournal_seq";
+/// The last journaled batch this node knows is in the store (u64 LE).
+pub const DURABLE_SEQ_KEY: &[u8] = b"Rdurable_seq";
 
 /// Whether a key belongs to the workspace's shared state (journaled and checkpointed), as
 /// opposed to this node's bookkeeping (schema, dirty markers, journal position).

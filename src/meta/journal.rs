@@ -209,31 +209,27 @@ impl Journal {
     }
 
     /// Runs `write(seq)` for the next batch under the queue lock and queues its ops after it
-    /// succeeded. `None` when journaling is off.
+    /// succeeded. `None` (no number) when journaling is off or `ops` is empty.
     pub(super) fn append<T>(
         &self,
         ops: Vec<JournalOp>,
         write: impl FnOnce(Option<u64>) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
         let mut q = self.queue.lock();
-        if !q.enabled {
+        if !q.enabled || ops.is_empty() {
+            // Nothing shared changed (or nobody listens): no number, nothing queued.
             drop(q);
             return write(None);
         }
         let seq = q.last_seq + 1;
         let out = write(Some(seq))?;
         q.last_seq = seq;
-        if !ops.is_empty() {
-            let batch = JournalBatch { seq, ops };
-            q.pending_bytes += batch.encoded_len();
-            q.pending.push(batch);
-            q.oldest.get_or_insert_with(Instant::now);
-            drop(q);
-            self.changed.notify_all();
-        } else if q.pending.is_empty() {
-            // Nothing shared changed: this number is as durable as the one before it.
-            q.durable_seq = seq;
-        }
+        let batch = JournalBatch { seq, ops };
+        q.pending_bytes += batch.encoded_len();
+        q.pending.push(batch);
+        q.oldest.get_or_insert_with(Instant::now);
+        drop(q);
+        self.changed.notify_all();
         Ok(out)
     }
 
@@ -391,11 +387,15 @@ mod tests {
         assert_eq!((t.segment, t.batches.len()), (1, 1));
         j.mark_durable(11);
         j.wait_durable(11, Duration::ZERO).expect("durable");
-        // A batch without shared changes is durable once everything before it is.
-        j.append(Vec::new(), |_| Ok(())).expect("append");
-        j.wait_durable(12, Duration::ZERO).expect("durable");
+        // A batch without shared changes gets no number.
+        j.append(Vec::new(), |seq| {
+            assert_eq!(seq, None);
+            Ok(())
+        })
+        .expect("append");
+        assert_eq!(j.last_seq(), 11);
         j.append(vec![JournalOp::Delete { key: b"b".to_vec() }], |_| Ok(())).expect("append");
         j.fail("taken over".into());
-        assert_eq!(j.wait_durable(13, Duration::from_secs(5)).expect_err("failed"), "taken over");
+        assert_eq!(j.wait_durable(12, Duration::from_secs(5)).expect_err("failed"), "taken over");
     }
 }

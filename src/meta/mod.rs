@@ -221,6 +221,19 @@ impl MetaStore {
         Ok(out)
     }
 
+    /// Every block location this workspace knows.
+    pub fn blocks(&self) -> Result<Vec<([u8; 32], crate::block::BlockLoc)>> {
+        let mut out = Vec::new();
+        self.scan(b"B", |rest, v| {
+            let id: [u8; 32] = rest.try_into().map_err(|_| MetaError::Corrupt(format!("block key {rest:?}")))?;
+            let loc = crate::block::BlockLoc::decode(v)
+                .ok_or_else(|| MetaError::Corrupt(format!("block index entry of {} bytes", v.len())))?;
+            out.push((id, loc));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     /// Where a stored block lives, if this node knows it.
     pub fn block(&self, id: &[u8; 32]) -> Result<Option<crate::block::BlockLoc>> {
         match self.db.get_pinned(codec::block_key(id))? {
@@ -251,6 +264,17 @@ impl MetaStore {
     /// The number of the last journaled batch this store holds (0 if it never journaled).
     pub fn local_seq(&self) -> Result<u64> {
         self.db.get_pinned(codec::JOURNAL_SEQ_KEY)?.map_or(Ok(0), |v| codec::decode_u64(&v))
+    }
+
+    /// The last journaled batch this node knows reached the store (0 if none).
+    pub fn durable_seq(&self) -> Result<u64> {
+        self.db.get_pinned(codec::DURABLE_SEQ_KEY)?.map_or(Ok(0), |v| codec::decode_u64(&v))
+    }
+
+    /// Records that every batch up to `seq` is in the store (local bookkeeping only).
+    pub fn set_durable_seq(&self, seq: u64) -> Result<()> {
+        self.db.put_opt(codec::DURABLE_SEQ_KEY, seq.to_le_bytes(), &self.write_opts)?;
+        Ok(())
     }
 
     /// Starts numbering and queueing batches after [`MetaStore::local_seq`]; segments of the
@@ -396,6 +420,9 @@ impl MetaBatch {
     }
     pub fn delete_dirty(&mut self, ino: Ino) {
         self.0.delete(codec::dirty_key(ino));
+    }
+    pub fn delete_block(&mut self, id: &[u8; 32]) {
+        self.delete(codec::block_key(id));
     }
     pub fn put_block(&mut self, id: &[u8; 32], loc: &crate::block::BlockLoc) {
         let mut v = Vec::with_capacity(crate::block::BlockLoc::ENCODED_LEN);

@@ -47,7 +47,7 @@ pub struct RemoteStats {
 pub struct Committer {
     ws: Arc<Workspace>,
     meta: Arc<MetaStore>,
-    lease: Lease,
+    lease: Arc<Lease>,
     segments_written: AtomicU64,
     since_checkpoint: AtomicU64,
     last_commit_unix: AtomicU64,
@@ -70,18 +70,37 @@ impl Committer {
         takeover: bool,
     ) -> Result<(Arc<Committer>, ChainState)> {
         lease.acquire(takeover).await?;
+        let lease = Arc::new(lease);
+        match Committer::open_leased(ws, meta, lease.clone()).await {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                // Nothing was mounted: let the next attempt (or node) have the workspace.
+                if !matches!(e, RemoteError::TakenOver { .. }) {
+                    let _ = lease.release().await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn open_leased(
+        ws: Arc<Workspace>,
+        meta: Arc<MetaStore>,
+        lease: Arc<Lease>,
+    ) -> Result<(Arc<Committer>, ChainState)> {
         let empty = meta.is_empty()?;
         let (state, need_checkpoint) = if empty {
             (ws.restore(&meta).await?, false)
         } else {
             let state = ws.chain_state().await?;
             let local = meta.local_seq()?;
+            let durable = meta.durable_seq()?;
+            let workspace = ws.name().to_string();
+            if state.remote_seq > durable && local > durable {
+                return Err(RemoteError::Diverged { workspace, durable, local, remote: state.remote_seq });
+            }
             if local < state.remote_seq {
-                return Err(RemoteError::StaleLocal {
-                    workspace: ws.name().to_string(),
-                    local,
-                    remote: state.remote_seq,
-                });
+                return Err(RemoteError::StaleLocal { workspace, local, remote: state.remote_seq });
             }
             // Ahead: batches committed here were not uploaded before this node stopped. A
             // local store that never journaled (hot-only before) is uploaded whole too.
@@ -92,6 +111,9 @@ impl Committer {
             return Err(RemoteError::TakenOver { workspace: ws.name().to_string(), holder });
         }
         meta.enable_journal(state.next_segment + 1)?;
+        if !need_checkpoint {
+            meta.set_durable_seq(state.remote_seq)?;
+        }
         let committer = Arc::new(Committer {
             ws,
             meta,
@@ -160,6 +182,9 @@ impl Committer {
                 {
                     Ok(true) => {
                         self.meta.journal().mark_durable(last);
+                        if let Err(e) = self.meta.set_durable_seq(last) {
+                            self.note_error(format!("recording the durable batch: {e}"));
+                        }
                         self.segments_written.fetch_add(1, Ordering::Relaxed);
                         self.last_commit_unix.store(unix_now(), Ordering::Relaxed);
                         *self.last_error.lock() = None;
@@ -215,6 +240,7 @@ impl Committer {
         let ws = self.ws.clone();
         let (manifest, report) = ws.checkpoint(&meta, snapshot).await?;
         self.meta.journal().mark_durable(manifest.seq);
+        self.meta.set_durable_seq(manifest.seq)?;
         self.since_checkpoint.store(0, Ordering::Relaxed);
         self.last_checkpoint_seq.store(manifest.seq, Ordering::Relaxed);
         self.last_commit_unix.store(unix_now(), Ordering::Relaxed);

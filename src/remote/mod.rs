@@ -23,6 +23,7 @@
 //! - every object is sealed (AES-256-GCM, kind and name bound), names reveal nothing.
 
 mod committer;
+mod gc;
 mod lease;
 
 use std::collections::HashSet;
@@ -40,6 +41,7 @@ use crate::meta::journal::Decoder;
 use crate::meta::{JournalBatch, JournalOp, MetaError, MetaStore};
 use crate::store::{Store, StoreError};
 pub use committer::{Committer, RemoteStats};
+pub use gc::{ForgetReport, GcReport, KeepPolicy, gc};
 pub use lease::{Lease, LeaseRecord};
 
 /// Format version of segments, checkpoints and snapshots.
@@ -77,11 +79,19 @@ pub enum RemoteError {
          changes made here after the takeover are only on this node"
     )]
     TakenOver { workspace: String, holder: String },
+    /// Another node wrote the workspace since this node last did, and everything this node
+    /// wrote is in the store: its local state can be dropped and restored.
     #[error(
         "this node's copy of workspace {workspace:?} is older than the store's (batch {local} here, {remote} in \
-         the store): another node wrote it since. Mount with an empty --data-dir to restore the store's state"
+         the store): another node wrote it since"
     )]
     StaleLocal { workspace: String, local: u64, remote: u64 },
+    #[error(
+        "workspace {workspace:?} diverged: this node has changes that never reached the store (batches {durable}..{local}), \
+         and another node wrote the store since (up to batch {remote}). tierfs will not merge them: mount with an \
+         empty --data-dir to take the store's state (this node's unsynced changes are then lost)"
+    )]
+    Diverged { workspace: String, durable: u64, local: u64, remote: u64 },
     #[error("no snapshot {0:?} in this workspace (see `tierfs snapshots`)")]
     NoSnapshot(String),
 }
@@ -175,6 +185,26 @@ impl Workspace {
         let h = store.keys().name_hash("workspace", name.as_bytes());
         let prefix = format!("ws/{}/", hex::encode(&h[..16]));
         Workspace { store, name: name.to_string(), prefix, known_parts: Mutex::new(None) }
+    }
+
+    /// A workspace known only by its store prefix (`ws/<hash>/`), e.g. for `tierfs gc`,
+    /// which sees every workspace of a store but not their names.
+    pub fn at_prefix(store: Arc<Store>, hash: &str) -> Workspace {
+        Workspace { store, name: format!("ws/{hash}"), prefix: format!("ws/{hash}/"), known_parts: Mutex::new(None) }
+    }
+
+    /// The hashes of every workspace that has objects in `store`.
+    pub async fn list_all(store: &Store) -> Result<Vec<String>> {
+        let mut out: Vec<String> = store
+            .backend()
+            .list("ws/")
+            .await?
+            .iter()
+            .filter_map(|o| o.key.strip_prefix("ws/").and_then(|r| r.split('/').next()).map(str::to_string))
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
     pub fn name(&self) -> &str {
@@ -414,8 +444,8 @@ impl Workspace {
         Ok(None)
     }
 
-    /// Imports the parts of `manifest` into `meta` (which must be empty).
-    async fn import_manifest(&self, meta: &MetaStore, manifest: &Manifest) -> Result<u64> {
+    /// Reads every part of `manifest` and calls `f` with each part's entries, in order.
+    async fn for_each_part(&self, manifest: &Manifest, mut f: impl FnMut(Vec<JournalOp>) -> Result<()>) -> Result<u64> {
         let keys = self.store.keys();
         let mut parts = stream::iter(manifest.parts.iter().cloned())
             .map(|id| async move {
@@ -445,9 +475,14 @@ impl Workspace {
                 })?);
             }
             entries += ops.len() as u64;
-            meta.import(&ops, manifest.seq)?;
+            f(ops)?;
         }
         Ok(entries)
+    }
+
+    /// Imports the parts of `manifest` into `meta` (which must be empty).
+    async fn import_manifest(&self, meta: &MetaStore, manifest: &Manifest) -> Result<u64> {
+        self.for_each_part(manifest, |ops| Ok(meta.import(&ops, manifest.seq)?)).await
     }
 
     /// Replays segments from `from` on into `meta` (batches after `after` only), until the

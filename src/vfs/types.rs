@@ -146,6 +146,26 @@ pub struct Attr {
 }
 
 impl Attr {
+    /// The attributes reported for a file that no longer exists (no links, no data).
+    pub fn gone(ino: Ino) -> Attr {
+        let t = Timestamp::now();
+        Attr {
+            ino,
+            kind: FileKind::File,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+        }
+    }
+
     /// The full `st_mode` (type and permission bits).
     pub fn mode(&self) -> u32 {
         self.kind.mode_bits() | u32::from(self.perm)

@@ -124,6 +124,19 @@ pub enum Command {
     #[command(after_help = EXIT_STATUS_HELP)]
     Snapshots(SnapshotsCommand),
 
+    /// Remove snapshots that a retention policy does not keep (the data they alone held is
+    /// freed by `tierfs gc`). The latest state of the workspace is never affected.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Forget(ForgetCommand),
+
+    /// Delete what nothing references any more: packs, index segments, old checkpoints,
+    /// journal segments and metadata parts of every workspace of the store.
+    ///
+    /// Needs every workspace of the store unmounted (it takes each one's lease, as a mount
+    /// would): no upload may be in flight while packs are deleted.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Gc(GcCommand),
+
     /// Write a plain copy of a workspace (latest state, or --snapshot ID) into DIR.
     ///
     /// Needs no mount and takes no lease (a live writer may go on). File data is fetched from
@@ -131,6 +144,40 @@ pub enum Command {
     /// and hard links are kept (ownership too when run as root). DIR must be empty or new.
     #[command(after_help = EXIT_STATUS_HELP)]
     Restore(RestoreCommand),
+}
+
+/// `tierfs forget`.
+#[derive(Debug, Args)]
+pub struct ForgetCommand {
+    #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
+    pub store: PathBuf,
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub workspace: String,
+    /// Keep the N newest snapshots.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep_last: usize,
+    /// Keep the newest snapshot of each of the last N days that have one.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep_daily: usize,
+    /// Keep the newest snapshot of each of the last N weeks that have one.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep_weekly: usize,
+    /// Keep the newest snapshot of each of the last N months that have one.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep_monthly: usize,
+    /// Only say what would be removed.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `tierfs gc`.
+#[derive(Debug, Args)]
+pub struct GcCommand {
+    #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
+    pub store: PathBuf,
+    /// Only say what would be deleted.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `tierfs restore`.

@@ -18,8 +18,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
 use crate::cli::{
-    Cli, Command, InitCommand, KeyAction, KeyCommand, MountCommand, RestoreCommand, ScrubCommand, SnapshotsCommand,
-    StatusCommand, SyncCommand, UmountCommand, WarmupCommand,
+    Cli, Command, ForgetCommand, GcCommand, InitCommand, KeyAction, KeyCommand, MountCommand, RestoreCommand,
+    ScrubCommand, SnapshotsCommand, StatusCommand, SyncCommand, UmountCommand, WarmupCommand,
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::launch::{self, Readiness, ReadyInfo};
@@ -50,7 +50,58 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Sync(cmd) => sync(cli, cmd),
         Command::Snapshots(cmd) => snapshots(cli, cmd),
         Command::Restore(cmd) => restore(cli, cmd),
+        Command::Forget(cmd) => forget(cli, cmd),
+        Command::Gc(cmd) => gc(cli, cmd),
     }
+}
+
+fn forget(cli: &Cli, cmd: &ForgetCommand) -> Result<()> {
+    let policy = tierfs::remote::KeepPolicy {
+        last: cmd.keep_last,
+        daily: cmd.keep_daily,
+        weekly: cmd.keep_weekly,
+        monthly: cmd.keep_monthly,
+    };
+    if policy.is_empty() {
+        bail!(
+            "say what to keep (--keep-last, --keep-daily, --keep-weekly, --keep-monthly); forget never removes every snapshot"
+        );
+    }
+    let report = store_link::forget(&cmd.store, &cmd.workspace, &policy, cmd.dry_run)?;
+    if cli.json {
+        return print_json(&report);
+    }
+    let verb = if cmd.dry_run { "would remove" } else { "removed" };
+    for id in &report.removed {
+        println!("{verb} {id}");
+    }
+    println!("kept {} snapshots, {verb} {}", report.kept.len(), report.removed.len());
+    Ok(())
+}
+
+fn gc(cli: &Cli, cmd: &GcCommand) -> Result<()> {
+    let report = store_link::gc(&cmd.store, cmd.dry_run, cli.json)?;
+    if cli.json {
+        return print_json(&report);
+    }
+    let verb = if cmd.dry_run { "would delete" } else { "deleted" };
+    println!(
+        "{} workspaces, {} snapshots, {} referenced blocks in {} packs",
+        report.workspaces,
+        report.snapshots,
+        report.referenced_blocks,
+        report.packs - report.packs_deleted
+    );
+    println!(
+        "{verb} {} packs ({}), {} index segments, {} old checkpoints, {} journal segments, {} metadata parts",
+        report.packs_deleted,
+        format_bytes(report.bytes_deleted),
+        report.index_segments_deleted,
+        report.checkpoints_deleted,
+        report.journal_segments_deleted,
+        report.parts_deleted
+    );
+    Ok(())
 }
 
 fn restore(cli: &Cli, cmd: &RestoreCommand) -> Result<()> {

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
-use tierfs::remote::{Committer, Workspace};
+use tierfs::remote::{Committer, RemoteError, Workspace};
 use tierfs::store::Store;
 use tierfs::tier::ColdConfig;
 use tierfs::vfs::{AttachedStore, Vfs, VfsConfig};
@@ -137,7 +137,7 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     if config.snapshot.is_some() {
         reset_snapshot_dir(&config.data_dir)?;
     }
-    let prepared = Vfs::prepare(&config.data_dir).with_context(data_dir_context)?;
+    let mut prepared = Vfs::prepare(&config.data_dir).with_context(data_dir_context)?;
     if let (Some(id), Some(store)) = (&config.snapshot, &opened) {
         let ws = Workspace::new(store.clone(), &config.workspace);
         let m = rt
@@ -148,7 +148,19 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     // The workspace's metadata in the store: restored into an empty data dir, checked against
     // a used one, and journaled from here on. Read-only mounts take no lease and write nothing.
     let committer = match &opened {
-        Some(store) if !config.read_only => Some(open_remote(rt, store, config, prepared.meta())?),
+        Some(store) if !config.read_only => match open_remote(rt, store, config, prepared.meta()) {
+            Ok(c) => Some(c),
+            Err(e) if is_stale_local(&e) => {
+                // Another node wrote the workspace since, and everything this node wrote is in
+                // the store: its copy is only an outdated cache. Drop it and restore.
+                warn!("{e:#}; dropping this node's outdated copy and restoring the store's state");
+                drop(prepared);
+                clear_data_dir(&config.data_dir)?;
+                prepared = Vfs::prepare(&config.data_dir).with_context(data_dir_context)?;
+                Some(open_remote(rt, store, config, prepared.meta())?)
+            }
+            Err(e) => return Err(e),
+        },
         _ => None,
     };
     let vfs = Vfs::from_prepared(
@@ -341,6 +353,25 @@ fn reset_snapshot_dir(dir: &Path) -> Result<()> {
     }
     fs::write(dir.join(MARKER), b"tierfs: a read-only snapshot's cache, rebuilt at every mount\n")
         .with_context(|| format!("marking {}", dir.display()))?;
+    Ok(())
+}
+
+fn is_stale_local(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| matches!(c.downcast_ref::<RemoteError>(), Some(RemoteError::StaleLocal { .. })))
+}
+
+/// Removes this node's copy of a workspace (metadata and cached data), keeping the log.
+fn clear_data_dir(dir: &Path) -> Result<()> {
+    for e in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e.with_context(|| format!("reading {}", dir.display()))?;
+        if e.file_name() == "daemon.log" {
+            continue;
+        }
+        let path = e.path();
+        let removed =
+            if e.file_type().is_ok_and(|t| t.is_dir()) { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        removed.with_context(|| format!("removing {}", path.display()))?;
+    }
     Ok(())
 }
 

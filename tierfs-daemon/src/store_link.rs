@@ -145,6 +145,34 @@ pub fn list_snapshots(store_file: &Path, workspace: &str) -> Result<Vec<tierfs::
     rt.block_on(ws.snapshots()).context("listing snapshots")
 }
 
+/// `tierfs forget`.
+pub fn forget(
+    store_file: &Path,
+    workspace: &str,
+    policy: &tierfs::remote::KeepPolicy,
+    dry_run: bool,
+) -> Result<tierfs::remote::ForgetReport> {
+    let rt = crate::serve::build_runtime()?;
+    let (store, _) = open_store(rt.handle(), store_file)?;
+    let ws = tierfs::remote::Workspace::new(Arc::new(store), workspace);
+    rt.block_on(ws.forget(policy, dry_run)).context("forgetting snapshots")
+}
+
+/// `tierfs gc`, with progress lines on stderr (unless `json`).
+pub fn gc(store_file: &Path, dry_run: bool, json: bool) -> Result<tierfs::remote::GcReport> {
+    let rt = crate::serve::build_runtime()?;
+    let (store, _) = open_store(rt.handle(), store_file)?;
+    let scratch = tempfile::Builder::new().prefix("tierfs-gc-").tempdir().context("creating a scratch directory")?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let holder = format!("tierfs gc on {}:{}", host.trim(), std::process::id());
+    let progress = |line: &str| {
+        if !json {
+            eprintln!("gc: {line}");
+        }
+    };
+    rt.block_on(tierfs::remote::gc(Arc::new(store), scratch.path(), &holder, dry_run, &progress)).context("gc")
+}
+
 /// The cold tier's view of a store: blocking calls into the async store.
 pub struct StoreBlocks {
     pub store: Arc<Store>,

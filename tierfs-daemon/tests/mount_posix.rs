@@ -1823,3 +1823,19 @@ fn second_mount_of_a_data_dir_in_use_is_refused() {
     write(&fx.p("still-works"), b"yes");
     assert_eq!(read(&fx.p("still-works")), b"yes");
 }
+
+/// With the writeback cache the kernel flushes the times of a file it still caches after the
+/// file was unlinked and reclaimed; that must not surface as an error of `syncfs`.
+#[test]
+fn syncfs_after_unlinking_a_written_file_succeeds() {
+    let fx = Fixture::mounted();
+    for i in 0..3 {
+        let p = fx.p(&format!("gone-{i}"));
+        write(&p, b"short-lived");
+        fs::remove_file(&p).expect("unlink");
+        let dir = File::open(&fx.mountpoint).expect("open the mount root");
+        // SAFETY: a valid open descriptor.
+        let rc = unsafe { libc::syncfs(dir.as_raw_fd()) };
+        assert_eq!(rc, 0, "syncfs after unlink: {}", io::Error::last_os_error());
+    }
+}

@@ -392,3 +392,66 @@ fn clone_entry(e: &Entry) -> Entry {
         xattrs: e.xattrs.clone(),
     }
 }
+
+fn tierfs_json(node: &Node, args: &[&str]) -> (Output, serde_json::Value) {
+    let mut cmd = env(node.fx.tierfs());
+    cmd.arg("--json").args(args);
+    let out = run(&mut cmd, Duration::from_secs(180));
+    let json = serde_json::from_str(out.stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (out, json)
+}
+
+#[test]
+fn gc_after_forget_frees_what_only_old_snapshots_held_and_keeps_every_referenced_byte() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut a = Node::init(&servers);
+    let store = a.store_file.display().to_string();
+    a.mount(&[]);
+    let keep = random_bytes(11, 3 << 20);
+    let big = random_bytes(12, 12 << 20);
+    fs::write(a.fx.p("keep.bin"), &keep).expect("write");
+    fs::write(a.fx.p("big.bin"), &big).expect("write");
+    let s1 = a.sync("with big").stdout.lines().last().unwrap_or_default().trim().to_string();
+    fs::remove_file(a.fx.p("big.bin")).expect("unlink");
+    let new = random_bytes(13, 2 << 20);
+    fs::write(a.fx.p("new.bin"), &new).expect("write");
+    let out = a.sync("without big");
+    out.assert_success("tierfs sync");
+
+    // Never while a workspace is mounted.
+    let (refused, _) = tierfs_json(&a, &["gc", "--store", &store]);
+    assert!(!refused.success() && refused.stderr.contains("in use by"), "gc ran beside a writer: {}", refused.stderr);
+    a.fx.umount();
+
+    // s1 still references big.bin: gc must keep it.
+    let (out, report) = tierfs_json(&a, &["gc", "--store", &store]);
+    out.assert_success("tierfs gc");
+    assert!(report["referenced_blocks"].as_u64().unwrap_or(0) >= 4, "{report}");
+    let copy = a.fx.tmp.path().join("s1-copy");
+    let (out, _) = tierfs_json(&a, &["restore", "--store", &store, "--snapshot", &s1, copy.to_str().expect("utf-8")]);
+    out.assert_success("tierfs restore --snapshot s1 after gc");
+    assert!(fs::read(copy.join("big.bin")).expect("read") == big, "gc lost a block a snapshot references");
+
+    let (out, forgot) = tierfs_json(&a, &["forget", "--store", &store, "--keep-last", "1"]);
+    out.assert_success("tierfs forget");
+    assert_eq!(forgot["removed"], serde_json::json!([s1]), "{forgot}");
+    let (out, report) = tierfs_json(&a, &["gc", "--store", &store]);
+    out.assert_success("tierfs gc after forget");
+    assert!(report["packs_deleted"].as_u64().unwrap_or(0) >= 1, "nothing freed: {report}");
+    assert!(report["bytes_deleted"].as_u64().unwrap_or(0) >= 12 << 20, "big.bin not freed: {report}");
+
+    // Everything still referenced is intact: a fresh node, and the old node's data dir
+    // (outdated by gc's commit: dropped and restored), and a clean scrub.
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    assert!(fs::read(b.fx.p("keep.bin")).expect("read") == keep, "keep.bin damaged by gc");
+    assert!(fs::read(b.fx.p("new.bin")).expect("read") == new, "new.bin damaged by gc");
+    assert!(!b.fx.p("big.bin").exists());
+    b.fx.umount();
+    a.mount(&[]);
+    assert!(fs::read(a.fx.p("keep.bin")).expect("read") == keep, "the old node reads a damaged keep.bin");
+    a.fx.umount();
+    let (out, scrub) = tierfs_json(&a, &["scrub", "--store", &store]);
+    out.assert_success("tierfs scrub after gc");
+    assert_eq!(scrub["copies_missing"], 0, "{scrub}");
+}

@@ -78,7 +78,7 @@ d[k] = json.loads(v)
 json.dump(d, open(p, "w"))' "$1" "$2" "$3"
 }
 # since T0: seconds since $EPOCHREALTIME value T0, 3 decimals
-since() { python3 -c 'import sys,time; print(f"{time.time() - float(sys.argv[1]):.3f}")' "$1"; }
+since() { local now=$EPOCHREALTIME; awk -v a="$1" -v b="$now" 'BEGIN { printf "%.3f\n", b - a }'; }
 
 [[ $RATE_MIB =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "RATE_MIB=$RATE_MIB is not a number"
 [[ $DURATION_S =~ ^[0-9]+$ && $DURATION_S -gt 0 ]] || die "DURATION_S=$DURATION_S is not a positive number"
@@ -161,7 +161,6 @@ cleanup() {
   trap - EXIT INT TERM
   set +e
   for m in "${!NODE_PID[@]}"; do node_umount "$m"; done
-  [[ -n $RESTIC_MNT_DUMMY ]] && :
   if [[ -n $MOTO_PID ]]; then
     kill "$MOTO_PID" 2>/dev/null
     wait_gone "$MOTO_PID" 5 || kill -9 "$MOTO_PID" 2>/dev/null
@@ -171,7 +170,6 @@ cleanup() {
   fi
   mount | grep -F "${WORK:-/nonexistent}" >&2 && echo "remote.sh: WARNING: mounts left under $WORK" >&2
 }
-RESTIC_MNT_DUMMY=''
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
@@ -246,14 +244,14 @@ done
 RAW=("$BENCH_PY" "$HERE/s3_raw.py")
 "${RAW[@]}" mkbucket 2>>"$LOG" || die "creating bucket $BUCKET failed (see $LOG)"
 
-# store_init NAME: a store file $WORK/store-NAME.toml on s3://BUCKET/NAME
+# store_init FILE PREFIX: a store file FILE on s3://BUCKET/PREFIX
 store_init() {
   # shellcheck disable=SC2086  # TIERFS_INIT_OPTS is a word list
-  t init --store "$WORK/store-$1.toml" --backend "s3://$BUCKET/$1?endpoint=$S3_ENDPOINT&region=us-east-1" \
+  t init --store "$1" --backend "s3://$BUCKET/$2?endpoint=$S3_ENDPOINT&region=us-east-1" \
     ${TIERFS_INIT_OPTS:-} >>"$LOG" 2>&1
 }
-# du PREFIX: {"objects", "bytes"} under PREFIX of the bucket
-du() { "${RAW[@]}" du --prefix "$1" 2>>"$LOG"; }
+# s3du PREFIX: {"objects", "bytes"} under PREFIX of the bucket
+s3du() { "${RAW[@]}" du --prefix "$1" 2>>"$LOG"; }
 # bucket_delta BEFORE_JSON AFTER_JSON: {"objects": delta, "bytes": delta}
 bucket_delta() {
   python3 -c 'import json,sys; a,b=(json.loads(x) for x in sys.argv[1:]); print(json.dumps({"objects": b["objects"]-a["objects"], "bytes": b["bytes"]-a["bytes"]}))' "$1" "$2"
@@ -263,7 +261,7 @@ bucket_delta() {
 rpo_phase() {
   local mnt=$WORK/mnt-rpo store=$WORK/store-rpo.toml pid t0 out
   log "phase 1 (rpo): store tierfs-rpo, writer $RATE_MIB MiB/s for $DURATION_S s (mode $WRITE_MODE)"
-  store_init tierfs-rpo || { phase_error rpo_load "tierfs init failed (see remote.log)"; phase_error rpo_verify "no store"; return 1; }
+  store_init "$store" tierfs-rpo || { phase_error rpo_load "tierfs init failed (see remote.log)"; phase_error rpo_verify "no store"; return 1; }
   node_mount rpo-killed "$store" "$WORK/data-rpo-a" "$mnt" ||
     { phase_error rpo_load "tierfs mount failed (see remote.log)"; phase_error rpo_verify "no mount"; return 1; }
   pid=${NODE_PID[$mnt]}
@@ -277,7 +275,7 @@ rpo_phase() {
     return 1
   fi
   printf '%s\n' "$out" | tail -1 >"$OUTDIR/rpo_load.json"
-  log "rpo: load done, daemon $pid killed (-9); $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); w=d["writer"]; print(f"writer {w.get(\"writes\")} writes at {w.get(\"mib_s\")} MiB/s, stopped by {w.get(\"stopped_by\")}; max oldest_pending_ms {d[\"remote.oldest_pending_ms\"][\"max\"]}, max oldest_dirty_ms {d[\"cold.oldest_dirty_ms\"][\"max\"]}")' "$OUTDIR/rpo_load.json")"
+  log "rpo: load done, daemon $pid killed (-9): $(python3 "$HELP" show "$OUTDIR/rpo_load.json" writer/writes writer/mib_s writer/stopped_by remote.oldest_pending_ms/max cold.oldest_dirty_ms/max)"
   if kill -0 "$pid" 2>/dev/null && ! wait_gone "$pid" 10; then log "WARNING: daemon $pid alive 10 s after SIGKILL"; fi
   fusermount3 -u -z "$mnt" 2>>"$LOG" || umount -l "$mnt" 2>>"$LOG" || log "WARNING: lazy unmount of $mnt failed"
   node_forget "$mnt"
@@ -295,7 +293,7 @@ rpo_phase() {
   out=$(python3 "$HELP" verify "$OUTDIR/rpo-writes.jsonl" "$OUTDIR/rpo_load.json" "$mnt" 2>>"$LOG")
   if [[ -n $out ]]; then
     printf '%s\n' "$out" | tail -1 >"$OUTDIR/rpo_verify.json"
-    log "rpo: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(", ".join(f"{k}={d[k]}" for k in ("writes_before_kill","writes_survived","writes_missing","writes_corrupt","lost_window_s","rpo_prefix_s")))' "$OUTDIR/rpo_verify.json")"
+    log "rpo: $(python3 "$HELP" show "$OUTDIR/rpo_verify.json" writes_before_kill writes_survived writes_missing writes_corrupt lost_window_s rpo_prefix_s)"
   else
     phase_error rpo_verify "verify failed: $(tail -2 "$LOG" | tr '\n' ' ')"
   fi
@@ -304,25 +302,25 @@ rpo_phase() {
 }
 
 # --- 2. fresh node: restore + first ls -R --------------------------------------------------
-INCR_N='' INCR_MNT='' INCR_STORE=''
+INCR_N='' INCR_MNT=''
 tree_phase() {
   local n=$1 keep=$2 name=tree-$1 mnt=$WORK/mnt-tree-$1 store=$WORK/store-tree-$1.toml j=$OUTDIR/tree_$1.json t0 out
   rm -f "$j"
   log "phase 2 (tree, $n files): create through the mount, tierfs sync, umount"
-  store_init "tierfs-$name" || { phase_error "tree_$n" "tierfs init failed (see remote.log)"; return 1; }
+  store_init "$store" "tierfs-$name" || { phase_error "tree_$n" "tierfs init failed (see remote.log)"; return 1; }
   node_mount "$name-writer" "$store" "$WORK/data-$name-a" "$mnt" ||
     { phase_error "tree_$n" "tierfs mount failed (see remote.log)"; return 1; }
   out=$(python3 "$HELP" mktree "$mnt/tree" "$n" 2>>"$LOG") ||
     { phase_error "tree_$n" "creating the tree failed: $(tail -2 "$LOG" | tr '\n' ' ')"; node_umount "$mnt"; return 1; }
   jset "$j" create "$out"
   jset "$j" create_s "$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["seconds"])')"
-  log "tree $n: created in $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["create_s"])' "$j") s"
+  log "tree $n: $(python3 "$HELP" show "$j" create_s create/files_s)"
   t --json status "$mnt" >"$OUTDIR/tierfs-status-$name-created.json" 2>&1
   t0=$EPOCHREALTIME
   if out=$(t --json sync -m "bench tree $n" "$mnt" 2>>"$LOG"); then
     jset "$j" sync_s "$(since "$t0")"
-    jset "$j" sync "$(printf '%s' "$out" | tail -1)"
-    log "tree $n: tierfs sync $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sync_s"])' "$j") s: $(printf '%s' "$out" | tail -1)"
+    jset "$j" sync "$(printf '%s' "$out" | python3 "$HELP" json)"
+    log "tree $n: tierfs sync: $(python3 "$HELP" show "$j" sync_s sync/millis sync/entries sync/parts sync/metadata_bytes sync/data_bytes)"
   else
     jset "$j" sync_s '"ERR"'
     log "ERROR: tree $n: tierfs sync failed: $(tail -2 "$LOG" | tr '\n' ' ')"
@@ -330,7 +328,7 @@ tree_phase() {
   t0=$EPOCHREALTIME
   node_umount "$mnt"
   jset "$j" umount_s "$(since "$t0")"
-  du "tierfs-$name/" >"$WORK/du.json" && jset "$j" bucket "$(cat "$WORK/du.json")"
+  s3du "tierfs-$name/" >"$WORK/du.json" && jset "$j" bucket "$(cat "$WORK/du.json")"
   rm -rf "$WORK/data-$name-a"
 
   log "tree $n: fresh node: tierfs mount on an empty data dir (restore), then ls -R"
@@ -351,10 +349,10 @@ tree_phase() {
   t0=$EPOCHREALTIME
   ls -R "$mnt" >/dev/null 2>&1 && jset "$j" ls2_s "$(since "$t0")"
   out=$(python3 "$HELP" checktree "$mnt/tree" "$n" 200 2>>"$LOG") && jset "$j" check "$out"
-  log "tree $n: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(", ".join(f"{k}={d.get(k)}" for k in ("restore_s","ls_s","ls2_s")), d.get("check"))' "$j")"
+  log "tree $n: $(python3 "$HELP" show "$j" restore_s ls_s ls2_s check/files_found check/sample_bad)"
   t --json status "$mnt" >"$OUTDIR/tierfs-status-$name-restored.json" 2>&1
   if [[ $keep == 1 ]]; then
-    INCR_N=$n INCR_MNT=$mnt INCR_STORE=$store
+    INCR_N=$n INCR_MNT=$mnt
   else
     node_umount "$mnt"
     rm -rf "$WORK/data-$name-b"
@@ -369,7 +367,7 @@ incr_tierfs() {
   log "phase 3 (incr): tierfs: change one file of the $INCR_N-file tree, tierfs sync"
   jset "$j" files "$INCR_N"
   jset "$j" first_sync_s "$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("sync_s")))' "$OUTDIR/tree_$INCR_N.json")"
-  du "tierfs-tree-$INCR_N/" >"$WORK/du0.json"
+  s3du "tierfs-tree-$INCR_N/" >"$WORK/du0.json"
   out=$(python3 "$HELP" change "$mnt/tree" 2>>"$LOG") || { phase_error incr_tierfs "changing the file failed"; return 1; }
   t0=$EPOCHREALTIME
   if ! out=$(t --json sync -m "bench one change" "$mnt" 2>>"$LOG"); then
@@ -377,9 +375,9 @@ incr_tierfs() {
     return 1
   fi
   jset "$j" wall_s "$(since "$t0")"
-  jset "$j" sync "$(printf '%s' "$out" | tail -1)"
-  du "tierfs-tree-$INCR_N/" >"$WORK/du1.json" && jset "$j" bucket_delta "$(bucket_delta "$(cat "$WORK/du0.json")" "$(cat "$WORK/du1.json")")"
-  log "incr: tierfs sync after one change: $(printf '%s' "$out" | tail -1); bucket delta $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("bucket_delta"))' "$j")"
+  jset "$j" sync "$(printf '%s' "$out" | python3 "$HELP" json)"
+  s3du "tierfs-tree-$INCR_N/" >"$WORK/du1.json" && jset "$j" bucket_delta "$(bucket_delta "$(cat "$WORK/du0.json")" "$(cat "$WORK/du1.json")")"
+  log "incr: tierfs sync after one change: $(python3 "$HELP" show "$j" wall_s sync/millis sync/data_bytes sync/metadata_bytes sync/parts_uploaded sync/parts bucket_delta/objects bucket_delta/bytes)"
 }
 
 incr_restic() {
@@ -399,15 +397,15 @@ incr_restic() {
     { phase_error incr_restic "restic backup failed (see restic.log)"; return 1; }
   jset "$j" first_s "$(since "$t0")"
   jset "$j" first "$(printf '%s\n' "$out" | grep '"message_type":"summary"' | tail -1)"
-  du restic/ >"$WORK/du0.json"
+  s3du restic/ >"$WORK/du0.json"
   python3 "$HELP" change "$src/tree" >>"$LOG" 2>&1
   t0=$EPOCHREALTIME
   out=$(cd "$src" && r backup --json tree 2>>"$OUTDIR/restic.log") ||
     { phase_error incr_restic "second restic backup failed (see restic.log)"; return 1; }
   jset "$j" second_s "$(since "$t0")"
   jset "$j" second "$(printf '%s\n' "$out" | grep '"message_type":"summary"' | tail -1)"
-  du restic/ >"$WORK/du1.json" && jset "$j" bucket_delta "$(bucket_delta "$(cat "$WORK/du0.json")" "$(cat "$WORK/du1.json")")"
-  log "incr: restic first $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["first_s"], "s; second", d["second_s"], "s, data_added", d["second"].get("data_added"), "bucket delta", d.get("bucket_delta"))' "$j")"
+  s3du restic/ >"$WORK/du1.json" && jset "$j" bucket_delta "$(bucket_delta "$(cat "$WORK/du0.json")" "$(cat "$WORK/du1.json")")"
+  log "incr: restic: $(python3 "$HELP" show "$j" first_s first/data_added second_s second/data_added bucket_delta/objects bucket_delta/bytes)"
   rm -rf "$src"
 }
 

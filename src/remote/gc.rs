@@ -1,0 +1,358 @@
+//! Retention and garbage collection: `tierfs forget` drops snapshots by a keep policy,
+//! `tierfs gc` deletes what nothing references any more.
+//!
+//! Invariants:
+//! - gc runs only while it holds the writer lease of *every* workspace of the store, taken
+//!   the way a mount takes it (refused while another node holds one, fenced by a journal
+//!   segment), so no upload can be in flight and no block can be reused by dedup while packs
+//!   are deleted;
+//! - a pack is deleted only if no block of the latest state or of any snapshot, of any
+//!   workspace, lies in it; the latest state's block index is pruned to the referenced blocks
+//!   (committed as a normal journaled change plus a checkpoint *before* any pack is deleted,
+//!   so a crash in between leaves only unreferenced packs behind, never a dangling reference);
+//! - checkpoints other than the newest, journal segments before it, and checkpoint parts that
+//!   neither it nor a snapshot lists are deleted last.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Committer, Manifest, RemoteError, Result, SnapshotInfo, Workspace};
+use crate::block::{self, BlockLoc, ZERO_BLOCK};
+use crate::crypto::Hash;
+use crate::meta::{ChunkRecord, JournalOp, MetaBatch, MetaStore, codec};
+use crate::store::Store;
+
+/// How long gc's leases live (renewed by nobody: gc finishes well within it or the next
+/// writer waits it out).
+const GC_LEASE_TTL: Duration = Duration::from_secs(600);
+
+/// A retention policy for `tierfs forget` (restic's meaning: the union of what each rule keeps).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeepPolicy {
+    pub last: usize,
+    pub daily: usize,
+    pub weekly: usize,
+    pub monthly: usize,
+}
+
+impl KeepPolicy {
+    pub fn is_empty(&self) -> bool {
+        self.last + self.daily + self.weekly + self.monthly == 0
+    }
+
+    /// The ids to keep out of `snapshots` (any order).
+    pub fn keep(&self, snapshots: &[SnapshotInfo]) -> HashSet<String> {
+        let mut newest_first: Vec<&SnapshotInfo> = snapshots.iter().collect();
+        newest_first.sort_by_key(|s| std::cmp::Reverse((s.created_unix, s.seq)));
+        let mut keep: HashSet<String> = newest_first.iter().take(self.last).map(|s| s.id.clone()).collect();
+        let mut by_period = |n: usize, period: &dyn Fn(u64) -> u64| {
+            let mut seen = HashSet::new();
+            for s in &newest_first {
+                if seen.len() == n {
+                    break;
+                }
+                if seen.insert(period(s.created_unix)) {
+                    keep.insert(s.id.clone());
+                }
+            }
+        };
+        by_period(self.daily, &|t| t / 86_400);
+        // Weeks from Monday (1970-01-01 was a Thursday).
+        by_period(self.weekly, &|t| (t / 86_400 + 3) / 7);
+        by_period(self.monthly, &|t| {
+            let d = super::chrono_like(t);
+            d[..6].parse().unwrap_or(0)
+        });
+        keep
+    }
+}
+
+/// What `forget` removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForgetReport {
+    pub kept: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+impl Workspace {
+    /// Removes the snapshots `policy` does not keep (only the snapshot records: `gc` frees the
+    /// data). With `dry_run`, only reports.
+    pub async fn forget(&self, policy: &KeepPolicy, dry_run: bool) -> Result<ForgetReport> {
+        let all = self.snapshots().await?;
+        let keep = policy.keep(&all);
+        let mut report = ForgetReport::default();
+        for s in all {
+            if keep.contains(&s.id) {
+                report.kept.push(s.id);
+            } else {
+                if !dry_run {
+                    self.store.backend().delete_object(&self.snapshot_key(&s.id)).await?;
+                }
+                report.removed.push(s.id);
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// What `gc` found and deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    pub workspaces: u64,
+    pub snapshots: u64,
+    pub referenced_blocks: u64,
+    pub packs: u64,
+    pub packs_deleted: u64,
+    /// Stored bytes of the deleted packs (one copy).
+    pub bytes_deleted: u64,
+    pub index_segments_deleted: u64,
+    pub block_index_entries_dropped: u64,
+    pub checkpoints_deleted: u64,
+    pub journal_segments_deleted: u64,
+    pub parts_deleted: u64,
+    pub dry_run: bool,
+}
+
+/// Blocks (and where they are) one manifest or metadata store references.
+#[derive(Default)]
+struct Refs {
+    blocks: HashSet<Hash>,
+    locs: HashMap<Hash, BlockLoc>,
+}
+
+impl Refs {
+    fn add_entry(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        if codec::is_chunk_key(key) {
+            let rec: ChunkRecord = codec::decode_chunk(value)?;
+            if rec.block != ZERO_BLOCK {
+                self.blocks.insert(rec.block);
+            }
+        } else if key.first() == Some(&b'B') && key.len() == 33 {
+            let id: Hash = key[1..].try_into().map_err(|_| corrupt("block key"))?;
+            let loc = BlockLoc::decode(value).ok_or_else(|| corrupt("block location"))?;
+            self.locs.insert(id, loc);
+        }
+        Ok(())
+    }
+
+    /// Packs holding referenced blocks; a referenced block without a location is an error
+    /// (deleting anything then could lose it).
+    fn packs(&self, what: &str) -> Result<HashSet<Hash>> {
+        let mut out = HashSet::new();
+        for b in &self.blocks {
+            match self.locs.get(b) {
+                Some(loc) => {
+                    out.insert(loc.pack);
+                }
+                None => {
+                    return Err(RemoteError::Corrupt {
+                        what: what.to_string(),
+                        reason: format!("block {} is referenced but has no location; gc stopped", hex::encode(b)),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn corrupt(what: &str) -> RemoteError {
+    RemoteError::Corrupt { what: "workspace metadata".into(), reason: format!("bad {what}") }
+}
+
+/// One workspace under gc: its committer (lease held, latest state restored into `meta`).
+struct Held {
+    ws: Arc<Workspace>,
+    meta: Arc<MetaStore>,
+    committer: Arc<Committer>,
+    /// Snapshots' manifests.
+    snapshots: Vec<Manifest>,
+}
+
+/// Collects the garbage of every workspace of `store`. `scratch` is an empty directory for
+/// the restored metadata; `progress` gets one line per step.
+pub async fn gc(
+    store: Arc<Store>,
+    scratch: &Path,
+    holder: &str,
+    dry_run: bool,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<GcReport> {
+    let mut report = GcReport { dry_run, ..GcReport::default() };
+    let mut held: Vec<Held> = Vec::new();
+    let result = gc_held(&store, scratch, holder, &mut held, &mut report, progress).await;
+    for h in &held {
+        if let Err(e) = h.committer.release().await {
+            tracing::warn!("releasing the gc lease of {}: {e}", h.ws.name());
+        }
+    }
+    result.map(|()| report)
+}
+
+async fn gc_held(
+    store: &Arc<Store>,
+    scratch: &Path,
+    holder: &str,
+    held: &mut Vec<Held>,
+    report: &mut GcReport,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<()> {
+    let dry_run = report.dry_run;
+    // 1. Every workspace: lease, latest state, snapshots.
+    for (i, hash) in Workspace::list_all(store).await?.into_iter().enumerate() {
+        let ws = Arc::new(Workspace::at_prefix(store.clone(), &hash));
+        let meta = Arc::new(MetaStore::open(&scratch.join(format!("ws{i}")))?);
+        let lease = ws.lease(holder, GC_LEASE_TTL);
+        let (committer, _) = Committer::open(ws.clone(), meta.clone(), lease, false).await?;
+        let mut snapshots = Vec::new();
+        for s in ws.snapshots().await? {
+            if let Some(m) = ws
+                .read_manifest(
+                    crate::crypto::ObjectKind::Snapshot,
+                    &ws.snapshot_key(&s.id),
+                    &format!("snapshot {}", s.id),
+                )
+                .await?
+            {
+                snapshots.push(m);
+            }
+        }
+        report.snapshots += snapshots.len() as u64;
+        held.push(Held { ws, meta, committer, snapshots });
+    }
+    report.workspaces = held.len() as u64;
+    progress(&format!("{} workspaces, {} snapshots: reading what they reference", report.workspaces, report.snapshots));
+
+    // 2. What is referenced: the latest state and every snapshot of every workspace.
+    let mut live_packs: HashSet<Hash> = HashSet::new();
+    let mut referenced = 0u64;
+    for h in held.iter() {
+        let mut head = Refs::default();
+        h.meta.export(|k, v| head.add_entry(k, v).map_err(|e| crate::meta::MetaError::Corrupt(e.to_string())))?;
+        for m in &h.snapshots {
+            let mut snap = Refs::default();
+            h.ws.for_each_part(m, |ops| {
+                for op in ops {
+                    if let JournalOp::Put { key, value } = op {
+                        snap.add_entry(&key, &value)?;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+            live_packs.extend(snap.packs(&format!("snapshot {}", m.id.as_deref().unwrap_or("?")))?);
+            head.blocks.extend(snap.blocks.iter().copied());
+            for (b, loc) in snap.locs {
+                head.locs.entry(b).or_insert(loc);
+            }
+        }
+        live_packs.extend(head.packs(&format!("workspace {}", h.ws.name()))?);
+        referenced += head.blocks.len() as u64;
+        // Prune the latest state's block index to what is referenced, durably, first.
+        let stale: Vec<Hash> =
+            h.meta.blocks()?.into_iter().map(|(id, _)| id).filter(|id| !head.blocks.contains(id)).collect();
+        report.block_index_entries_dropped += stale.len() as u64;
+        if !dry_run && !stale.is_empty() {
+            let mut batch = MetaBatch::new();
+            for id in &stale {
+                batch.delete_block(id);
+            }
+            h.meta.commit(batch)?;
+        }
+        if !dry_run {
+            h.committer.checkpoint(None).await?;
+        }
+    }
+    report.referenced_blocks = referenced;
+
+    // Still ours (renewed for another GC_LEASE_TTL) before anything is deleted.
+    for h in held.iter() {
+        h.committer.confirm_lease().await?;
+    }
+
+    // 3. Packs nothing references, and their index segments.
+    let backend = store.backend();
+    let mut dead: HashMap<Hash, u64> = HashMap::new();
+    for o in backend.list("packs/").await? {
+        let Some(id) = o.key.rsplit('/').next().and_then(|h| hex::decode(h).ok()).and_then(|v| Hash::try_from(v).ok())
+        else {
+            continue;
+        };
+        report.packs += 1;
+        if !live_packs.contains(&id) {
+            dead.insert(id, o.size);
+        }
+    }
+    progress(&format!("{} of {} packs are unreferenced", dead.len(), report.packs));
+    let segments = backend.list("index/").await?;
+    let mut dead_segments = Vec::new();
+    for o in &segments {
+        let Some(seg) =
+            o.key.strip_prefix("index/").and_then(|h| hex::decode(h).ok()).and_then(|v| Hash::try_from(v).ok())
+        else {
+            continue;
+        };
+        let keys = store.keys();
+        let verify = |b: &[u8]| block::open_index(keys, &seg, b).is_ok();
+        let bytes = backend.get_object(&o.key, &verify).await?;
+        let entries = block::open_index(keys, &seg, &bytes)
+            .map_err(|e| RemoteError::Corrupt { what: o.key.clone(), reason: e.to_string() })?;
+        if !entries.is_empty() && entries.iter().all(|(_, loc)| dead.contains_key(&loc.pack)) {
+            dead_segments.push(o.key.clone());
+        }
+    }
+    if !dry_run {
+        for (id, _) in dead.iter() {
+            backend.delete_pack(&block::pack_key(id)).await?;
+        }
+        for key in &dead_segments {
+            backend.delete_object(key).await?;
+        }
+    }
+    report.packs_deleted = dead.len() as u64;
+    report.bytes_deleted = dead.values().sum();
+    report.index_segments_deleted = dead_segments.len() as u64;
+
+    // 4. Old checkpoints, the journal before the newest, unlisted parts.
+    for h in held.iter() {
+        let Some(newest) = h.ws.latest_checkpoint().await? else { continue };
+        let mut keep_parts: HashSet<&str> = newest.parts.iter().map(String::as_str).collect();
+        for m in &h.snapshots {
+            keep_parts.extend(m.parts.iter().map(String::as_str));
+        }
+        let mut doomed = Vec::new();
+        for seq in h.ws.list_numbers("cp/").await? {
+            if seq != newest.seq {
+                doomed.push(h.ws.checkpoint_key(seq));
+                report.checkpoints_deleted += 1;
+            }
+        }
+        for n in h.ws.list_numbers("j/").await? {
+            // The segment just before the checkpoint stays: it names the last writer.
+            if n + 1 < newest.next_segment {
+                doomed.push(h.ws.segment_key(n));
+                report.journal_segments_deleted += 1;
+            }
+        }
+        let prefix = format!("{}part/", h.ws.prefix);
+        for o in backend.list(&prefix).await? {
+            if let Some(id) = o.key.strip_prefix(&prefix) {
+                if !keep_parts.contains(id) {
+                    doomed.push(o.key.clone());
+                    report.parts_deleted += 1;
+                }
+            }
+        }
+        if !dry_run {
+            for key in doomed {
+                backend.delete_object(&key).await?;
+            }
+        }
+    }
+    progress("done");
+    Ok(())
+}
