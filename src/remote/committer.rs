@@ -22,7 +22,51 @@ use super::{ChainState, CheckpointReport, Lease, Manifest, RemoteError, Result, 
 use crate::meta::MetaStore;
 
 /// A checkpoint is written after this many segments (bounds the replay of a restore).
-const SEGMENTS_PER_CHECKPOINT: u64 = 1024;
+const SEGMENTS_PER_CHECKPOINT: u64 = 256;
+
+/// After a restore: a file whose size reaches past the data that made it to the store (the
+/// last writer stopped between committing a write's new size and uploading its bytes) is cut
+/// back to the end of its stored data, so it shows an earlier state of the file — the appends
+/// that were lost are gone — rather than zeros where they were. Committed (and journaled) as
+/// one batch; returns how many files were cut.
+fn clamp_to_stored_data(meta: &MetaStore) -> Result<u64> {
+    use std::collections::HashMap;
+    let chunk = crate::block::CHUNK_SIZE;
+    let mut records: HashMap<u64, HashMap<u64, u32>> = HashMap::new();
+    for (ino, idx, rec) in meta.chunks()? {
+        records.entry(ino).or_default().insert(idx, rec.len);
+    }
+    let mut batch = crate::meta::MetaBatch::new();
+    let mut cut = 0;
+    for (ino, size) in meta.file_sizes()? {
+        let chunks = records.get(&ino);
+        let mut stored_end = size;
+        for idx in 0..size.div_ceil(chunk) {
+            let want = (size - idx * chunk).min(chunk);
+            match chunks.and_then(|c| c.get(&idx)) {
+                Some(&len) if u64::from(len) >= want => continue,
+                Some(&len) => stored_end = idx * chunk + u64::from(len),
+                None => stored_end = idx * chunk,
+            }
+            break;
+        }
+        if stored_end < size {
+            let Some(mut rec) = meta.inode(ino)? else { continue };
+            rec.attr.size = stored_end;
+            batch.put_inode(&rec);
+            if let Some(chunks) = chunks {
+                for &idx in chunks.keys().filter(|&&i| i * chunk >= stored_end.next_multiple_of(chunk)) {
+                    batch.delete_chunk(ino, idx);
+                }
+            }
+            cut += 1;
+        }
+    }
+    if cut > 0 {
+        meta.commit(batch)?;
+    }
+    Ok(cut)
+}
 
 /// Numbers for `tierfs status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +155,15 @@ impl Committer {
             return Err(RemoteError::TakenOver { workspace: ws.name().to_string(), holder });
         }
         meta.enable_journal(state.next_segment + 1)?;
+        if empty {
+            let clamped = clamp_to_stored_data(&meta)?;
+            if clamped > 0 {
+                tracing::info!(
+                    files = clamped,
+                    "restored files cut back to the data that reached the store before the last writer stopped"
+                );
+            }
+        }
         if !need_checkpoint {
             meta.set_durable_seq(state.remote_seq)?;
         }
@@ -284,5 +337,59 @@ impl Committer {
             last_error: self.last_error.lock().clone(),
             stopped: self.meta.journal().failure(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::CHUNK_SIZE;
+    use crate::meta::{ChunkRecord, InodeRecord, MetaBatch};
+    use crate::vfs::{Attr, FileKind, Timestamp};
+
+    fn file(meta: &MetaStore, ino: u64, size: u64, chunks: &[(u64, u32)]) {
+        let t = Timestamp::now();
+        let attr = Attr {
+            ino,
+            kind: FileKind::File,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+        };
+        let mut b = MetaBatch::new();
+        b.put_inode(&InodeRecord { attr, parent: 1 });
+        for &(idx, len) in chunks {
+            b.put_chunk(ino, idx, &ChunkRecord { block: [7; 32], len, resident: false });
+        }
+        meta.commit(b).expect("commit");
+    }
+
+    #[test]
+    fn restored_files_are_cut_back_to_their_stored_data() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = MetaStore::open(dir.path()).expect("open");
+        let c = CHUNK_SIZE;
+        let full = c as u32;
+        file(&meta, 10, 2 * c + 100, &[(0, full), (1, full), (2, 100)]); // all stored
+        file(&meta, 11, 2 * c + 100, &[(0, full), (1, 5)]); // chunk 1 stored when shorter
+        file(&meta, 12, 3 * c, &[(0, full), (2, full)]); // chunk 1 never stored
+        file(&meta, 13, 50, &[]); // nothing stored
+        assert_eq!(clamp_to_stored_data(&meta).expect("clamp"), 3);
+        let size = |ino| meta.inode(ino).expect("read").expect("exists").attr.size;
+        assert_eq!(size(10), 2 * c + 100);
+        assert_eq!(size(11), c + 5);
+        assert_eq!(size(12), c);
+        assert_eq!(size(13), 0);
+        let left: Vec<(u64, u64)> = meta.chunks().expect("chunks").into_iter().map(|(i, x, _)| (i, x)).collect();
+        assert!(!left.contains(&(12, 2)), "a record past the cut survived: {left:?}");
+        assert!(left.contains(&(11, 1)), "the partly stored chunk lost its record: {left:?}");
     }
 }

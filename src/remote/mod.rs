@@ -49,8 +49,8 @@ pub const REMOTE_FORMAT: u32 = 1;
 
 /// Largest journal segment (bytes of encoded batches).
 pub const MAX_SEGMENT_BYTES: usize = 8 << 20;
-/// A checkpoint part ends after about this many entries (content-defined, see `cut_here`).
-const PART_MASK: u16 = 0x0fff;
+/// A checkpoint part ends after about 1024 entries (content-defined: where a key hash has ten zero bits)
+const PART_MASK: u16 = 0x03ff;
 /// ...or at this size.
 const MAX_PART_BYTES: usize = 4 << 20;
 

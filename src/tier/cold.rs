@@ -41,6 +41,9 @@ use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
 use crate::vfs::Ino;
 
+/// How long a small upload waits for more small files to share its pack.
+const GATHER: Duration = Duration::from_millis(200);
+
 /// The store as the tier sees it. Calls block; they are made from worker threads and from
 /// FUSE worker threads, never from inside an async runtime.
 pub trait BlockStore: Send + Sync {
@@ -914,6 +917,30 @@ impl ColdTier {
         let mut out = self.claim_pass(st, flushing);
         if out.is_empty() && pressure && !flushing {
             out = self.claim_pass(st, true);
+        }
+        // Small files closed one after another: wait a moment for more, so they share a pack
+        // (one PUT for many files) — unless someone waits for them or memory is short.
+        if !out.is_empty() && !pressure && st.urgent.is_empty() {
+            let mut bytes = 0;
+            let mut oldest: Option<Instant> = None;
+            for cl in &out {
+                if let Some(f) = st.files.get(&cl.ino) {
+                    bytes += f.chunks.get(&cl.index).map_or(0, |c| c.dirty_len);
+                    oldest = match (oldest, f.dirty_since) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+            }
+            let young = oldest.is_none_or(|t| t.elapsed() < GATHER);
+            if young && bytes < self.store.pack_size() as u64 / 2 {
+                for cl in &out {
+                    if let Some(c) = st.files.get_mut(&cl.ino).and_then(|f| f.chunks.get_mut(&cl.index)) {
+                        c.claimed = false;
+                    }
+                }
+                return Vec::new();
+            }
         }
         out
     }

@@ -3,7 +3,8 @@
 //!
 //! Serving processes default to `info`, so the daemon log tells when a mount started, how
 //! it stopped and whether the final flush completed; one-shot commands default to `warn`
-//! to keep their output to the answer. Colours only when stderr is a terminal, so the
+//! to keep their output to the answer; fuser's own records are shown from `error` up (it
+//! warns about every request it leaves unimplemented). Colours only when stderr is a terminal, so the
 //! daemon log file stays plain text.
 
 use std::io::IsTerminal;

@@ -17,7 +17,7 @@ use tracing::error;
 
 fn main() -> ExitCode {
     let cli = DaemonCli::parse();
-    logging::init("info");
+    logging::init("info,fuser=error");
     let mut readiness = match cli.ready_fd {
         Some(fd) => match Readiness::from_fd(fd) {
             Ok(readiness) => readiness,

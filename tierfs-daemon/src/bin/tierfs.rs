@@ -11,7 +11,9 @@ use tierfs_daemon::{commands, logging};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(&cli.command, Command::Mount(m) if m.foreground);
-    logging::init(if serving { "info" } else { "warn" });
+    // fuser warns about every request it does not implement (e.g. the TCGETS ioctl of each
+    // isatty()) and about its own redundant unmount: noise in a daemon log.
+    logging::init(if serving { "info,fuser=error" } else { "warn,fuser=error" });
     match commands::run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
