@@ -23,6 +23,7 @@
 //! - every object is sealed (AES-256-GCM, kind and name bound), names reveal nothing.
 
 mod committer;
+mod diff;
 mod gc;
 mod lease;
 
@@ -41,6 +42,7 @@ use crate::meta::journal::Decoder;
 use crate::meta::{JournalBatch, JournalOp, MetaError, MetaStore};
 use crate::store::{Store, StoreError};
 pub use committer::{Committer, RemoteStats};
+pub use diff::{Change, diff};
 pub use gc::{ForgetReport, GcReport, KeepPolicy, gc};
 pub use lease::{Lease, LeaseRecord};
 

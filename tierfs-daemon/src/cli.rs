@@ -137,6 +137,13 @@ pub enum Command {
     #[command(after_help = EXIT_STATUS_HELP)]
     Gc(GcCommand),
 
+    /// List the paths that differ between two snapshots (or a snapshot and `latest`).
+    ///
+    /// Compares metadata only (contents by their block ids): nothing but metadata is
+    /// downloaded. Lines are `+ PATH` (added), `- PATH` (removed), `M PATH (what)`.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Diff(DiffCommand),
+
     /// Write a plain copy of a workspace (latest state, or --snapshot ID) into DIR.
     ///
     /// Needs no mount and takes no lease (a live writer may go on). File data is fetched from
@@ -144,6 +151,21 @@ pub enum Command {
     /// and hard links are kept (ownership too when run as root). DIR must be empty or new.
     #[command(after_help = EXIT_STATUS_HELP)]
     Restore(RestoreCommand),
+}
+
+/// `tierfs diff`.
+#[derive(Debug, Args)]
+pub struct DiffCommand {
+    #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
+    pub store: PathBuf,
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub workspace: String,
+    /// The older state: a snapshot id, or `latest`.
+    #[arg(value_name = "A")]
+    pub a: String,
+    /// The newer state: a snapshot id, or `latest`.
+    #[arg(value_name = "B")]
+    pub b: String,
 }
 
 /// `tierfs forget`.
@@ -443,6 +465,16 @@ pub struct MountArgs {
     #[arg(long)]
     pub nonempty: bool,
 
+    /// With --store: how many bytes may be written but not yet uploaded; writers wait (never
+    /// fail) beyond it [default: half of --cache-size, at most 1G].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub dirty_limit: Option<u64>,
+
+    /// With --store: data still being written is uploaded once it is this old, even if its
+    /// file stays open (closed files and full 4 MiB chunks go at once).
+    #[arg(long, value_name = "SECS", default_value = "0.5", value_parser = parse_secs)]
+    pub dirty_age: Duration,
+
     /// When fsync returns (with --store): `remote` once the file's data and the metadata
     /// to find it are in the store under its redundancy policy; `local` once they are on
     /// this node's disk (the store catches up within about a second).
@@ -500,6 +532,8 @@ impl MountArgs {
             flush_timeout: self.flush_timeout,
             snapshot: self.snapshot.clone(),
             fsync_remote: self.fsync == "remote",
+            dirty_limit: self.dirty_limit,
+            dirty_age: self.dirty_age,
             takeover: self.takeover,
         })
     }
@@ -543,6 +577,10 @@ impl MountConfig {
             args.push("--nonempty".into());
         }
         args.extend(["--fsync".into(), if self.fsync_remote { "remote" } else { "local" }.into()]);
+        if let Some(limit) = self.dirty_limit {
+            args.extend(["--dirty-limit".into(), limit.to_string().into()]);
+        }
+        args.extend(["--dirty-age".into(), format_secs(self.dirty_age).into()]);
         if self.takeover {
             args.push("--takeover".into());
         }

@@ -18,8 +18,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
 use crate::cli::{
-    Cli, Command, ForgetCommand, GcCommand, InitCommand, KeyAction, KeyCommand, MountCommand, RestoreCommand,
-    ScrubCommand, SnapshotsCommand, StatusCommand, SyncCommand, UmountCommand, WarmupCommand,
+    Cli, Command, DiffCommand, ForgetCommand, GcCommand, InitCommand, KeyAction, KeyCommand, MountCommand,
+    RestoreCommand, ScrubCommand, SnapshotsCommand, StatusCommand, SyncCommand, UmountCommand, WarmupCommand,
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::launch::{self, Readiness, ReadyInfo};
@@ -52,7 +52,23 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Restore(cmd) => restore(cli, cmd),
         Command::Forget(cmd) => forget(cli, cmd),
         Command::Gc(cmd) => gc(cli, cmd),
+        Command::Diff(cmd) => diff(cli, cmd),
     }
+}
+
+fn diff(cli: &Cli, cmd: &DiffCommand) -> Result<()> {
+    let changes = store_link::diff(&cmd.store, &cmd.workspace, &cmd.a, &cmd.b)?;
+    if cli.json {
+        return print_json(&changes);
+    }
+    for c in &changes {
+        if c.what.is_empty() {
+            println!("{} {}", c.op, c.path);
+        } else {
+            println!("{} {} ({})", c.op, c.path, c.what.join(", "));
+        }
+    }
+    Ok(())
 }
 
 fn forget(cli: &Cli, cmd: &ForgetCommand) -> Result<()> {

@@ -83,6 +83,10 @@ pub struct MountConfig {
     pub flush_timeout: Duration,
     /// fsync waits for the store (with a store).
     pub fsync_remote: bool,
+    /// Bound on bytes written but not uploaded (`None`: the cold tier's default).
+    pub dirty_limit: Option<u64>,
+    /// Data of open files is uploaded once this old.
+    pub dirty_age: Duration,
     /// Take the workspace over from a live lease.
     pub takeover: bool,
     /// Mount this snapshot read-only (its data dir is rebuilt from the store).
@@ -131,7 +135,12 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     };
     let store = opened.as_ref().map(|store| {
         let blocks = crate::store_link::StoreBlocks { store: store.clone(), handle: rt.handle().clone() };
-        AttachedStore { store: Arc::new(blocks), config: ColdConfig::new(config.cache_size) }
+        let mut cold = ColdConfig::new(config.cache_size);
+        if let Some(limit) = config.dirty_limit {
+            cold.max_dirty = limit.max(2 * tierfs::block::CHUNK_SIZE);
+        }
+        cold.seal_after = config.dirty_age;
+        AttachedStore { store: Arc::new(blocks), config: cold }
     });
     let data_dir_context = || format!("opening data directory {}", config.data_dir.display());
     if config.snapshot.is_some() {

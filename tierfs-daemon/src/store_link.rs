@@ -158,6 +158,26 @@ pub fn forget(
     rt.block_on(ws.forget(policy, dry_run)).context("forgetting snapshots")
 }
 
+/// `tierfs diff`: restores the metadata of `a` and `b` (snapshot ids or `latest`) into
+/// scratch stores and compares them.
+pub fn diff(store_file: &Path, workspace: &str, a: &str, b: &str) -> Result<Vec<tierfs::remote::Change>> {
+    let rt = crate::serve::build_runtime()?;
+    let (store, _) = open_store(rt.handle(), store_file)?;
+    let ws = tierfs::remote::Workspace::new(Arc::new(store), workspace);
+    let scratch = tempfile::Builder::new().prefix("tierfs-diff-").tempdir().context("creating a scratch directory")?;
+    let load = |which: &str, dir: &str| -> Result<tierfs::meta::MetaStore> {
+        let meta = tierfs::meta::MetaStore::open(&scratch.path().join(dir))?;
+        if which == "latest" {
+            rt.block_on(ws.restore(&meta)).context("reading the latest state")?;
+        } else {
+            rt.block_on(ws.restore_snapshot(&meta, which)).with_context(|| format!("reading snapshot {which}"))?;
+        }
+        Ok(meta)
+    };
+    let (ma, mb) = (load(a, "a")?, load(b, "b")?);
+    Ok(tierfs::remote::diff(&ma, &mb)?)
+}
+
 /// `tierfs gc`, with progress lines on stderr (unless `json`).
 pub fn gc(store_file: &Path, dry_run: bool, json: bool) -> Result<tierfs::remote::GcReport> {
     let rt = crate::serve::build_runtime()?;

@@ -375,6 +375,25 @@ fn snapshots_mount_read_only_beside_the_writer_and_restore_to_a_plain_copy() {
     }
     let sparse = fs::metadata(dir.join("sparse.img")).expect("stat");
     assert!(sparse.blocks() * 512 < 1 << 20, "the sparse file was written out in full");
+
+    // What changed since v1, from metadata alone.
+    let out = a.sync("v2");
+    out.assert_success("tierfs sync");
+    let v2 = out.stdout.lines().last().unwrap_or_default().trim().to_string();
+    let mut cmd = env(a.fx.tierfs());
+    cmd.args(["--json", "diff", "--store"]).arg(&a.store_file).args([&v1, &v2]);
+    let out = run(&mut cmd, Duration::from_secs(60));
+    out.assert_success("tierfs diff");
+    let changes: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("diff --json");
+    let ops: Vec<(String, String)> = changes
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|c| (c["op"].as_str().unwrap_or("").to_string(), c["path"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert!(ops.contains(&("M".into(), "/notes.txt".into())), "{changes}");
+    assert!(ops.contains(&("-".into(), "/empty".into())), "{changes}");
+    assert!(!ops.iter().any(|(_, p)| p.starts_with("/src")), "unchanged paths listed: {changes}");
     a.fx.umount();
 }
 
