@@ -12,6 +12,7 @@
 //! keys/<id>            JSON: the data key wrapped by one passphrase or key file
 //! packs/<xx>/<id>      packs of encrypted blocks (erasure: one object per shard, `.s<i>`)
 //! index/<id>           encrypted index segments: block -> pack, offset, length
+//! ws/<hash>/…          workspaces' metadata (crate::remote; scrubbed here, written there)
 //! ```
 //!
 //! Invariants:
