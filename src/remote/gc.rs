@@ -338,13 +338,10 @@ async fn gc_held(
                 report.journal_segments_deleted += 1;
             }
         }
-        let prefix = format!("{}part/", h.ws.prefix);
-        for o in backend.list(&prefix).await? {
-            if let Some(id) = o.key.strip_prefix(&prefix) {
-                if !keep_parts.contains(id) {
-                    doomed.push(o.key.clone());
-                    report.parts_deleted += 1;
-                }
+        for id in h.ws.list_names("part/").await? {
+            if !keep_parts.contains(id.as_str()) {
+                doomed.push(h.ws.part_key(&id));
+                report.parts_deleted += 1;
             }
         }
         if !dry_run {

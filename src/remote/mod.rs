@@ -237,17 +237,23 @@ impl Workspace {
         format!("{}lease", self.prefix)
     }
 
-    /// Numbers after `dir` in the keys under it (hex), sorted.
-    async fn list_numbers(&self, dir: &str) -> Result<Vec<u64>> {
+    /// The names under `dir` of this workspace (keys without the prefix), sorted.
+    async fn list_names(&self, dir: &str) -> Result<Vec<String>> {
         let prefix = format!("{}{dir}", self.prefix);
-        let mut out: Vec<u64> = self
+        Ok(self
             .store
             .backend()
             .list(&prefix)
             .await?
-            .iter()
-            .filter_map(|o| o.key.strip_prefix(&prefix).and_then(|n| u64::from_str_radix(n, 16).ok()))
-            .collect();
+            .into_iter()
+            .filter_map(|o| o.key.strip_prefix(&prefix).map(str::to_string))
+            .collect())
+    }
+
+    /// Numbers after `dir` in the keys under it (hex), sorted.
+    async fn list_numbers(&self, dir: &str) -> Result<Vec<u64>> {
+        let mut out: Vec<u64> =
+            self.list_names(dir).await?.iter().filter_map(|n| u64::from_str_radix(n, 16).ok()).collect();
         out.sort_unstable();
         out.dedup();
         Ok(out)
@@ -408,15 +414,7 @@ impl Workspace {
         if let Some(k) = self.known_parts.lock().clone() {
             return Ok(k);
         }
-        let prefix = format!("{}part/", self.prefix);
-        let set: HashSet<String> = self
-            .store
-            .backend()
-            .list(&prefix)
-            .await?
-            .into_iter()
-            .filter_map(|o| o.key.strip_prefix(&prefix).map(str::to_string))
-            .collect();
+        let set: HashSet<String> = self.list_names("part/").await?.into_iter().collect();
         *self.known_parts.lock() = Some(set.clone());
         Ok(set)
     }
@@ -550,15 +548,7 @@ impl Workspace {
 
     /// Every snapshot, oldest first.
     pub async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        let prefix = format!("{}snap/", self.prefix);
-        let ids: Vec<String> = self
-            .store
-            .backend()
-            .list(&prefix)
-            .await?
-            .into_iter()
-            .filter_map(|o| o.key.strip_prefix(&prefix).map(str::to_string))
-            .collect();
+        let ids = self.list_names("snap/").await?;
         let mut out: Vec<SnapshotInfo> = stream::iter(ids)
             .map(|id| async move {
                 let m = self
