@@ -131,7 +131,7 @@ pub enum CreateOutcome {
 pub type Verify<'a> = &'a (dyn Fn(&[u8]) -> bool + Send + Sync);
 
 /// One backend's state, for status displays.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendHealth {
     pub name: String,
     pub available: bool,

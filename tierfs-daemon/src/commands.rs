@@ -488,6 +488,17 @@ pub fn format_status(report: &StatusReport) -> String {
         ("socket", report.socket.display().to_string()),
         ("version", report.version.clone()),
     ];
+    for b in &report.backends {
+        let state = if b.available { "ok".to_string() } else { "DOWN".to_string() };
+        let detail = match (&b.last_error, b.consecutive_failures) {
+            (Some(e), n) if n > 0 => format!(" ({n} failures; last: {e})"),
+            _ => String::new(),
+        };
+        rows.push(("backend", format!("{state}  {}{detail}", b.name)));
+    }
+    if report.pending_repairs > 0 {
+        rows.push(("repairs", format!("{} copies waiting for a backend", report.pending_repairs)));
+    }
     if let Some(r) = &report.remote {
         rows.push(("workspace", r.workspace.clone()));
         rows.push((
@@ -791,6 +802,8 @@ mod tests {
             store: None,
             cold: None,
             remote: None,
+            backends: Vec::new(),
+            pending_repairs: 0,
             allow_other: true,
             read_only: false,
             writeback_cache: true,

@@ -132,6 +132,12 @@ pub struct StatusReport {
     /// The remote metadata: how far the store trails, lease, last snapshot.
     #[serde(default)]
     pub remote: Option<RemoteStatus>,
+    /// Each backend of the store: reachable or not (circuit breaker), recent failures.
+    #[serde(default)]
+    pub backends: Vec<tierfs::backend::BackendHealth>,
+    /// Copies a backend missed, waiting to be written to it.
+    #[serde(default)]
+    pub pending_repairs: u64,
     pub allow_other: bool,
     pub read_only: bool,
     pub writeback_cache: bool,
@@ -396,6 +402,8 @@ mod tests {
                 store: None,
                 cold: None,
                 remote: None,
+                backends: Vec::new(),
+                pending_repairs: 0,
                 allow_other: false,
                 read_only: false,
                 writeback_cache: true,

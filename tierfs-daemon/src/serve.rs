@@ -216,6 +216,7 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         started,
         started_at_unix,
         committer: committer.clone(),
+        store: opened.clone(),
         rt: rt.handle().clone(),
     });
     let info = ReadyInfo {
@@ -722,6 +723,7 @@ struct Served {
     started: Instant,
     started_at_unix: u64,
     committer: Option<Arc<Committer>>,
+    store: Option<Arc<Store>>,
     rt: tokio::runtime::Handle,
 }
 
@@ -785,6 +787,8 @@ impl ControlHandler for Served {
             store: self.config.store.clone(),
             cold: stats.cold,
             remote: self.committer.as_ref().map(|c| c.stats()),
+            backends: self.store.as_ref().map(|s| s.backend().health()).unwrap_or_default(),
+            pending_repairs: self.store.as_ref().map_or(0, |s| s.backend().pending_repairs() as u64),
             allow_other: self.config.allow_other,
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,

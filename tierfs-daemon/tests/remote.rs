@@ -278,6 +278,8 @@ fn an_fsynced_file_survives_kill_9_and_the_loss_of_the_local_disk() {
     let status = a.fx.status();
     let remote = &status["remote"];
     assert_eq!(remote["pending_batches"], 0, "fsync returned with metadata pending: {status}");
+    assert_eq!(status["backends"][0]["available"], true, "backend health missing: {status}");
+    assert!(remote["lease_holder"].as_str().is_some_and(|h| h.contains(':')), "no lease holder: {status}");
     a.kill9();
     a.wipe_local_state();
 
