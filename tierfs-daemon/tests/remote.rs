@@ -7,105 +7,20 @@
 mod common;
 #[path = "../../tests/support/moto.rs"]
 mod moto;
+mod store_node;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
-use common::{Fixture, Output, Rng, run};
+use common::{Rng, run};
 use moto::MotoServer;
+use store_node::{Node, env};
 
 const BUCKET: &str = "tierfs-rt";
-const PASSPHRASE: &str = "reset-proof passphrase";
-
-fn env(mut cmd: Command) -> Command {
-    for (k, v) in MotoServer::env() {
-        cmd.env(k, v);
-    }
-    cmd.env("TIERFS_PASSPHRASE", PASSPHRASE).env("TIERFS_TEST_FAST_KDF", "test");
-    cmd
-}
-
-/// A node: its own data dir, mountpoint and runtime dir, on a shared store file.
-struct Node {
-    fx: Fixture,
-    store_file: PathBuf,
-}
-
-impl Node {
-    fn new(store_file: &Path) -> Node {
-        Node { fx: Fixture::new(), store_file: store_file.to_path_buf() }
-    }
-
-    fn init(servers: &[MotoServer]) -> Node {
-        let fx = Fixture::new();
-        let store_file = fx.tmp.path().join("store.toml");
-        let mut cmd = env(fx.tierfs());
-        cmd.args(["init", "--store"]).arg(&store_file);
-        for s in servers {
-            cmd.args(["--backend", &s.url(BUCKET, "rt")]);
-        }
-        run(&mut cmd, Duration::from_secs(60)).assert_success("tierfs init");
-        Node { fx, store_file }
-    }
-
-    fn try_mount(&self, extra: &[&str]) -> Output {
-        let mut cmd = env(self.fx.tierfs());
-        cmd.args(["--json", "mount", "--store"])
-            .arg(&self.store_file)
-            .args(["--cache-size", "1G", "--data-dir"])
-            .arg(&self.fx.data_dir)
-            .args(extra)
-            .arg(&self.fx.mountpoint);
-        run(&mut cmd, common::MOUNT_TIMEOUT)
-    }
-
-    fn mount(&mut self, extra: &[&str]) {
-        let out = self.try_mount(extra);
-        out.assert_success("tierfs mount --store");
-        let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("mount --json");
-        self.fx.daemon_pid = json["pid"].as_u64().map(|p| p as u32);
-    }
-
-    fn sync(&self, message: &str) -> Output {
-        let mut cmd = env(self.fx.tierfs());
-        cmd.args(["sync", "-m", message]).arg(&self.fx.mountpoint);
-        run(&mut cmd, Duration::from_secs(120))
-    }
-
-    fn snapshots(&self) -> serde_json::Value {
-        let mut cmd = env(self.fx.tierfs());
-        cmd.args(["--json", "snapshots", "--store"]).arg(&self.store_file);
-        let out = run(&mut cmd, Duration::from_secs(60));
-        out.assert_success("tierfs snapshots");
-        serde_json::from_str(out.stdout.trim()).expect("snapshots --json")
-    }
-
-    /// `kill -9` of the background daemon, then the dead mount is detached.
-    fn kill9(&mut self) {
-        let pid = self.fx.daemon_pid.take().expect("a daemon");
-        // SAFETY: kill(2) with a pid we started.
-        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
-        for _ in 0..200 {
-            if !common::process_alive(pid) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        if common::is_mounted(&self.fx.mountpoint) {
-            common::fusermount_lazy(&self.fx.mountpoint).assert_success("fusermount3 -u -z");
-        }
-    }
-
-    /// The runtime reset: every local file of tierfs is gone.
-    fn wipe_local_state(&self) {
-        fs::remove_dir_all(&self.fx.data_dir).expect("removing the data dir");
-    }
-}
 
 /// Everything `ls -lR` + `getfattr` would show, keyed by path (atime left out).
 #[derive(Debug, PartialEq, Eq)]
@@ -230,7 +145,7 @@ fn build_tree(root: &Path) {
 #[test]
 fn a_synced_tree_comes_back_identical_on_a_node_with_no_local_state() {
     let servers = MotoServer::start_many(1, BUCKET);
-    let mut a = Node::init(&servers);
+    let mut a = Node::init(&servers, BUCKET, "rt");
     a.mount(&[]);
     build_tree(&a.fx.mountpoint);
     let out = a.sync("first");
@@ -239,7 +154,8 @@ fn a_synced_tree_comes_back_identical_on_a_node_with_no_local_state() {
     assert!(!id.is_empty(), "sync printed no snapshot id: {}", out.stdout);
     let before = walk(&a.fx.mountpoint);
     assert!(before.len() > 55, "tree too small: {}", before.len());
-    let listed = a.snapshots();
+    let (out, listed) = a.tierfs_json(&["snapshots", "--store", &a.store_file.display().to_string()]);
+    out.assert_success("tierfs snapshots");
     assert!(
         listed.as_array().is_some_and(|l| l.iter().any(|s| s["id"] == id.as_str() && s["message"] == "first")),
         "snapshot {id} not listed: {listed}"
@@ -267,7 +183,7 @@ fn a_synced_tree_comes_back_identical_on_a_node_with_no_local_state() {
 #[test]
 fn an_fsynced_file_survives_kill_9_and_the_loss_of_the_local_disk() {
     let servers = MotoServer::start_many(1, BUCKET);
-    let mut a = Node::init(&servers);
+    let mut a = Node::init(&servers, BUCKET, "rt");
     a.mount(&[]);
     fs::create_dir(a.fx.p("ckpt")).expect("mkdir");
     let data = random_bytes(7, (5 << 20) + 77);
@@ -296,7 +212,7 @@ fn an_fsynced_file_survives_kill_9_and_the_loss_of_the_local_disk() {
 #[test]
 fn a_second_writer_is_refused_and_a_takeover_fences_the_first() {
     let servers = MotoServer::start_many(1, BUCKET);
-    let mut a = Node::init(&servers);
+    let mut a = Node::init(&servers, BUCKET, "rt");
     a.mount(&[]);
     let mut f = fs::File::create(a.fx.p("before")).expect("create");
     f.write_all(b"from a").expect("write");
@@ -334,7 +250,7 @@ fn a_second_writer_is_refused_and_a_takeover_fences_the_first() {
 #[test]
 fn snapshots_mount_read_only_beside_the_writer_and_restore_to_a_plain_copy() {
     let servers = MotoServer::start_many(1, BUCKET);
-    let mut a = Node::init(&servers);
+    let mut a = Node::init(&servers, BUCKET, "rt");
     a.mount(&[]);
     build_tree(&a.fx.mountpoint);
     fs::write(a.fx.p("notes.txt"), b"version one").expect("write");
@@ -414,18 +330,10 @@ fn clone_entry(e: &Entry) -> Entry {
     }
 }
 
-fn tierfs_json(node: &Node, args: &[&str]) -> (Output, serde_json::Value) {
-    let mut cmd = env(node.fx.tierfs());
-    cmd.arg("--json").args(args);
-    let out = run(&mut cmd, Duration::from_secs(180));
-    let json = serde_json::from_str(out.stdout.trim()).unwrap_or(serde_json::Value::Null);
-    (out, json)
-}
-
 #[test]
 fn gc_after_forget_frees_what_only_old_snapshots_held_and_keeps_every_referenced_byte() {
     let servers = MotoServer::start_many(1, BUCKET);
-    let mut a = Node::init(&servers);
+    let mut a = Node::init(&servers, BUCKET, "rt");
     let store = a.store_file.display().to_string();
     a.mount(&[]);
     let keep = random_bytes(11, 3 << 20);
@@ -442,24 +350,24 @@ fn gc_after_forget_frees_what_only_old_snapshots_held_and_keeps_every_referenced
     out.assert_success("tierfs sync");
 
     // Never while a workspace is mounted.
-    let (refused, _) = tierfs_json(&a, &["gc", "--store", &store]);
+    let (refused, _) = a.tierfs_json(&["gc", "--store", &store]);
     assert!(!refused.success() && refused.stderr.contains("in use by"), "gc ran beside a writer: {}", refused.stderr);
     a.fx.umount();
 
     // s1 still references big.bin: gc must keep it.
-    let (out, report) = tierfs_json(&a, &["gc", "--store", &store]);
+    let (out, report) = a.tierfs_json(&["gc", "--store", &store]);
     out.assert_success("tierfs gc");
     assert!(report["referenced_blocks"].as_u64().unwrap_or(0) >= 4, "{report}");
     let copy = a.fx.tmp.path().join("s1-copy");
-    let (out, _) = tierfs_json(&a, &["restore", "--store", &store, "--snapshot", &s1, copy.to_str().expect("utf-8")]);
+    let (out, _) = a.tierfs_json(&["restore", "--store", &store, "--snapshot", &s1, copy.to_str().expect("utf-8")]);
     out.assert_success("tierfs restore --snapshot s1 after gc");
     assert!(fs::read(copy.join("big.bin")).expect("read") == big, "gc lost a block a snapshot references");
 
-    let (out, forgot) = tierfs_json(&a, &["forget", "--store", &store, "--keep-last", "1"]);
+    let (out, forgot) = a.tierfs_json(&["forget", "--store", &store, "--keep-last", "1"]);
     out.assert_success("tierfs forget");
     assert_eq!(forgot["removed"].as_array().map(Vec::len), Some(2), "{forgot}");
     assert!(forgot["removed"].as_array().is_some_and(|r| r.contains(&serde_json::json!(s1))), "{forgot}");
-    let (out, report) = tierfs_json(&a, &["gc", "--store", &store]);
+    let (out, report) = a.tierfs_json(&["gc", "--store", &store]);
     out.assert_success("tierfs gc after forget");
     assert!(report["packs_deleted"].as_u64().unwrap_or(0) >= 1, "nothing freed: {report}");
     assert!(report["bytes_deleted"].as_u64().unwrap_or(0) >= 12 << 20, "big.bin not freed: {report}");
@@ -475,7 +383,7 @@ fn gc_after_forget_frees_what_only_old_snapshots_held_and_keeps_every_referenced
     a.mount(&[]);
     assert!(fs::read(a.fx.p("keep.bin")).expect("read") == keep, "the old node reads a damaged keep.bin");
     a.fx.umount();
-    let (out, scrub) = tierfs_json(&a, &["scrub", "--store", &store]);
+    let (out, scrub) = a.tierfs_json(&["scrub", "--store", &store]);
     out.assert_success("tierfs scrub after gc");
     assert_eq!(scrub["copies_missing"], 0, "{scrub}");
 }
