@@ -41,6 +41,19 @@ use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
 use crate::vfs::Ino;
 
+/// Read-ahead fetches up to this many consecutive chunks of a file together.
+const FETCH_GROUP: usize = 4;
+
+/// What [`ColdTier::start_fetch`] found.
+enum Fetch {
+    /// Resident (or gone): nothing to fetch.
+    Done,
+    /// Someone else is fetching it.
+    Busy,
+    /// This caller fetches it (its record).
+    Mine(ChunkRecord),
+}
+
 /// How long a small upload waits for more small files to share its pack.
 const GATHER: Duration = Duration::from_millis(200);
 
@@ -53,6 +66,11 @@ pub trait BlockStore: Send + Sync {
     fn put_blocks(&self, blocks: &[(BlockId, &[u8])]) -> Result<Vec<(BlockId, BlockLoc)>, ColdError>;
     /// Fetches and verifies one block.
     fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Vec<u8>, ColdError>;
+    /// Fetches and verifies several blocks (in order); blocks next to each other in one pack
+    /// may come in one request.
+    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Vec<u8>>, ColdError> {
+        blocks.iter().map(|(id, loc)| self.get_block(id, loc)).collect()
+    }
     /// Target bytes per pack.
     fn pack_size(&self) -> usize;
 }
@@ -786,26 +804,46 @@ impl ColdTier {
         let rec = {
             let mut st = self.state.lock();
             loop {
-                let Some(c) = st.files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { return Ok(()) };
-                if !c.evicted() {
-                    return Ok(());
+                match self.start_fetch(&mut st, ino, idx) {
+                    Fetch::Done => return Ok(()),
+                    Fetch::Mine(rec) => break rec,
+                    Fetch::Busy => {
+                        self.changed.wait_for(&mut st, Duration::from_millis(100));
+                    }
                 }
-                if !c.fetching {
-                    c.fetching = true;
-                    break c.rec;
-                }
-                self.changed.wait_for(&mut st, Duration::from_millis(100));
             }
         };
-        let Some(rec) = rec else { return Ok(()) };
         let result = self.fetch_into(ino, file, idx, &rec);
+        self.finish_fetch(ino, idx, rec, result)
+    }
+
+    /// Claims the fetch of chunk `idx` of `ino` if it is evicted and nobody fetches it yet.
+    fn start_fetch(&self, st: &mut MutexGuard<'_, State>, ino: Ino, idx: u64) -> Fetch {
+        let Some(c) = st.files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { return Fetch::Done };
+        match c.rec {
+            Some(rec) if c.evicted() && !c.fetching => {
+                c.fetching = true;
+                Fetch::Mine(rec)
+            }
+            _ if c.evicted() => Fetch::Busy,
+            _ => Fetch::Done,
+        }
+    }
+
+    /// Ends a fetch started by [`ColdTier::start_fetch`]: on success the chunk is resident,
+    /// verified and the most recently used (it is often fetched ahead of its reader).
+    fn finish_fetch(
+        &self,
+        ino: Ino,
+        idx: u64,
+        rec: ChunkRecord,
+        result: Result<(), ColdError>,
+    ) -> Result<(), ColdError> {
         let mut st = self.state.lock();
         st.tick += 1;
         let State { files, resident_bytes, tick, .. } = &mut *st;
         if let Some(c) = files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) {
             c.fetching = false;
-            // Just fetched (often ahead of a reader): the most recently used chunk, or the
-            // evictor would drop it again before the reader gets there.
             c.last_access = *tick;
             if result.is_ok() {
                 let mut r = rec;
@@ -828,46 +866,113 @@ impl ColdTier {
         result
     }
 
-    fn fetch_into(&self, ino: Ino, file: &File, idx: u64, rec: &ChunkRecord) -> Result<(), ColdError> {
+    /// The location of a chunk's block (`None` for the zero block, which is never stored).
+    fn locate(&self, ino: Ino, idx: u64, rec: &ChunkRecord) -> Result<Option<BlockLoc>, ColdError> {
         if rec.block == ZERO_BLOCK {
-            // The punched hole already reads as zeros.
-            return Ok(());
+            return Ok(None);
         }
         let loc = self.meta.block(&rec.block)?.ok_or_else(|| ColdError::MissingLocation {
             ino,
             index: idx,
             block: hex::encode(rec.block),
         })?;
-        let data = self.store.get_block(&rec.block, &loc)?;
+        Ok(Some(loc))
+    }
+
+    /// Writes a fetched block into the chunk's hole.
+    fn store_fetched(&self, ino: Ino, file: &File, idx: u64, rec: &ChunkRecord, data: &[u8]) -> Result<(), ColdError> {
         if data.len() != rec.len as usize {
             return Err(ColdError::WrongLength { ino, index: idx, got: data.len(), want: rec.len as usize });
         }
-        DataFile { file, ino }.write_at(idx * CHUNK_SIZE, &data)?;
+        DataFile { file, ino }.write_at(idx * CHUNK_SIZE, data)?;
         self.counters.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
+    fn fetch_into(&self, ino: Ino, file: &File, idx: u64, rec: &ChunkRecord) -> Result<(), ColdError> {
+        // A zero block: the punched hole already reads as zeros.
+        let Some(loc) = self.locate(ino, idx, rec)? else { return Ok(()) };
+        let data = self.store.get_block(&rec.block, &loc)?;
+        self.store_fetched(ino, file, idx, rec, &data)
+    }
+
+    /// Fetches several chunks of one file at once (read-ahead): blocks that lie next to each
+    /// other in one pack come in one ranged GET.
+    fn hydrate_group(&self, ino: Ino, file: &File, idxs: &[u64]) {
+        let mine: Vec<(u64, ChunkRecord)> = {
+            let mut st = self.state.lock();
+            idxs.iter()
+                .filter_map(|&idx| match self.start_fetch(&mut st, ino, idx) {
+                    Fetch::Mine(rec) => Some((idx, rec)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut wanted = Vec::new();
+        let mut results: Vec<Option<Result<(), ColdError>>> = Vec::with_capacity(mine.len());
+        for (idx, rec) in &mine {
+            match self.locate(ino, *idx, rec) {
+                Ok(Some(loc)) => {
+                    wanted.push((results.len(), (rec.block, loc)));
+                    results.push(None);
+                }
+                Ok(None) => results.push(Some(Ok(()))),
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        if !wanted.is_empty() {
+            let blocks: Vec<(BlockId, BlockLoc)> = wanted.iter().map(|(_, b)| *b).collect();
+            match self.store.get_blocks(&blocks) {
+                Ok(datas) => {
+                    for ((slot, _), data) in wanted.iter().zip(datas) {
+                        let (idx, rec) = &mine[*slot];
+                        results[*slot] = Some(self.store_fetched(ino, file, *idx, rec, &data));
+                    }
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    for (slot, _) in &wanted {
+                        results[*slot] = Some(Err(ColdError::Store(msg.clone())));
+                    }
+                }
+            }
+        }
+        for ((idx, rec), result) in mine.into_iter().zip(results) {
+            let result = result.unwrap_or_else(|| Err(ColdError::Store("not fetched".into())));
+            if let Err(e) = self.finish_fetch(ino, idx, rec, result) {
+                tracing::debug!("read-ahead of inode {ino} chunk {idx}: {e}");
+            }
+        }
+    }
+
     fn prefetch_loop(self: Arc<Self>) {
         loop {
-            let job = {
+            let (ino, idxs) = {
                 let mut st = self.state.lock();
                 loop {
                     if st.stopping {
                         return;
                     }
-                    if let Some(j) = st.prefetch.pop_front() {
-                        break j;
+                    if let Some((ino, first)) = st.prefetch.pop_front() {
+                        // The chunks queued right after it, of the same file, go with it.
+                        let mut idxs = vec![first];
+                        while idxs.len() < FETCH_GROUP {
+                            let next = first + idxs.len() as u64;
+                            match st.prefetch.iter().position(|&j| j == (ino, next)) {
+                                Some(pos) => {
+                                    st.prefetch.remove(pos);
+                                    idxs.push(next);
+                                }
+                                None => break,
+                            }
+                        }
+                        break (ino, idxs);
                     }
                     self.changed.wait_for(&mut st, Duration::from_millis(500));
                 }
             };
-            let (ino, idx) = job;
             match self.hot.open_existing(ino) {
-                Ok(Some(file)) => {
-                    if let Err(e) = self.hydrate(ino, &file, idx) {
-                        tracing::debug!("read-ahead of inode {ino} chunk {idx}: {e}");
-                    }
-                }
+                Ok(Some(file)) => self.hydrate_group(ino, &file, &idxs),
                 Ok(None) => {}
                 Err(e) => tracing::debug!("read-ahead of inode {ino}: {e}"),
             }

@@ -212,6 +212,10 @@ impl BlockStore for StoreBlocks {
         self.handle.block_on(self.store.get_block(id, loc)).map_err(|e| ColdError::Store(e.to_string()))
     }
 
+    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Vec<u8>>, ColdError> {
+        self.handle.block_on(self.store.get_blocks(blocks)).map_err(|e| ColdError::Store(e.to_string()))
+    }
+
     fn pack_size(&self) -> usize {
         self.store.config().pack_size as usize
     }
