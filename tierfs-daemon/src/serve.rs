@@ -147,6 +147,19 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         reset_snapshot_dir(&config.data_dir)?;
     }
     let mut prepared = Vfs::prepare(&config.data_dir).with_context(data_dir_context)?;
+    if let (true, None, Some(store)) = (config.read_only, &config.snapshot, &opened) {
+        // A read-only mount takes no lease and writes nothing; on a node with nothing local
+        // it shows the workspace's latest state.
+        if prepared.meta().is_empty().with_context(data_dir_context)? {
+            let ws = Workspace::new(store.clone(), &config.workspace);
+            let state = rt.block_on(ws.restore(prepared.meta())).context("restoring the workspace read-only")?;
+            info!(
+                remote_seq = state.remote_seq,
+                entries = state.entries,
+                "latest state restored for a read-only mount"
+            );
+        }
+    }
     if let (Some(id), Some(store)) = (&config.snapshot, &opened) {
         let ws = Workspace::new(store.clone(), &config.workspace);
         let m = rt

@@ -298,6 +298,11 @@ fn snapshots_mount_read_only_beside_the_writer_and_restore_to_a_plain_copy() {
     let out = a.sync("v2");
     out.assert_success("tierfs sync");
     let v2 = out.stdout.lines().last().unwrap_or_default().trim().to_string();
+    // A read-only mount on a node with nothing local shows the latest state, beside the writer.
+    let mut r = Node::new(&a.store_file);
+    r.mount(&["--read-only"]);
+    assert_eq!(fs::read(r.fx.p("notes.txt")).expect("read"), b"version two, longer");
+    r.fx.umount();
     let mut cmd = env(a.fx.tierfs());
     cmd.args(["--json", "diff", "--store"]).arg(&a.store_file).args([&v1, &v2]);
     let out = run(&mut cmd, Duration::from_secs(60));
