@@ -41,6 +41,10 @@ use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
 use crate::vfs::Ino;
 
+/// Chunks used within this many of the engine's ticks (one per read, write or fetch) are not
+/// evicted to keep the disk's free-space floor.
+const RECENT_TICKS: u64 = 256;
+
 /// Read-ahead fetches up to this many consecutive chunks of a file together.
 const FETCH_GROUP: usize = 4;
 
@@ -1214,30 +1218,31 @@ impl ColdTier {
         }
     }
 
-    /// Bytes to free now: above the cache size, or below the free-space ratio of the disk.
-    fn excess(&self, resident: u64) -> u64 {
-        let mut need = 0;
+    /// Bytes to free now: `(above the cache size, below the free-space ratio of the disk)`.
+    fn excess(&self, resident: u64) -> (u64, u64) {
+        let mut cache = 0;
         if let Some(limit) = self.config.cache_size {
             if resident > limit {
                 // Evict down to 90% so eviction runs in batches, not per write.
-                need = resident - limit / 10 * 9;
+                cache = resident - limit / 10 * 9;
             }
         }
+        let mut disk = 0;
         if let Ok(s) = self.hot.disk_stats() {
             let total = s.f_blocks as f64 * s.f_frsize as f64;
             let free = s.f_bavail as f64 * s.f_frsize as f64;
             let want = total * self.config.min_free_ratio;
             if free < want {
-                need = need.max((want - free) as u64 + CHUNK_SIZE);
+                disk = (want - free) as u64 + CHUNK_SIZE;
             }
         }
-        need
+        (cache, disk)
     }
 
     fn evict_some(&self) -> Result<(), ColdError> {
         let resident = self.state.lock().resident_bytes;
-        let mut need = self.excess(resident);
-        if need == 0 {
+        let (cache_need, disk_need) = self.excess(resident);
+        if cache_need == 0 && disk_need == 0 {
             return Ok(());
         }
         let mut st = self.state.lock();
@@ -1252,15 +1257,25 @@ impl ColdTier {
             })
             .collect();
         candidates.sort_unstable();
+        // A disk filled by something else cannot be freed by evicting what is being read: the
+        // free-space floor spares the most recently used chunks (read-ahead included), or a
+        // sequential reader would fetch every chunk again and again. The cache size is a hard
+        // limit and spares nothing.
+        let recent = st.tick.saturating_sub(RECENT_TICKS);
         let mut batch = MetaBatch::new();
         let mut files = OpenFiles::default();
         let State { files: fstate, resident_bytes, .. } = &mut *st;
-        for (_, ino, idx) in candidates {
-            if need == 0 {
-                break;
+        let mut freed = 0u64;
+        for (last_access, ino, idx) in candidates {
+            let wanted = freed < cache_need || (freed < disk_need && last_access < recent);
+            if !wanted {
+                if freed >= cache_need.max(disk_need) {
+                    break;
+                }
+                continue;
             }
             let Some(c) = fstate.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { continue };
-            need = need.saturating_sub(c.local_len);
+            freed += c.local_len;
             // Punched under the state lock: no writer can be mid-write in this chunk.
             punch_out(ino, idx, c, files.get(&self.hot, ino)?, resident_bytes, &mut batch)?;
             self.counters.evictions.fetch_add(1, Ordering::Relaxed);
