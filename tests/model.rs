@@ -2460,3 +2460,45 @@ fn scenario_special_files_links_and_xattrs() {
         RemoveXattr { at: "d1", name: "trusted.t" },
     ]);
 }
+
+/// A disk below the free-space floor (filled by something else: here the floor is 100 %)
+/// must not make a sequential cold read evict what it just fetched and fetch it again.
+#[test]
+fn a_full_disk_does_not_make_a_sequential_read_fetch_chunks_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
+    let open = |cache: Option<u64>, min_free_ratio: f64| {
+        let mut cold = ColdConfig::new(cache);
+        cold.seal_after = std::time::Duration::ZERO;
+        cold.min_free_ratio = min_free_ratio;
+        let mut config = VfsConfig::new(dir.path());
+        config.store = Some(AttachedStore { store: store.clone(), config: cold });
+        Vfs::new(config).expect("open")
+    };
+    const SIZE: u64 = 40 << 20;
+    let data: Vec<u8> = (0..SIZE).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let ino = {
+        // Written and evicted at once (a 1-byte cache).
+        let fs = open(Some(1), 0.0);
+        let (attr, fh) = fs.create(&Caller::ROOT, ROOT_INO, b"big", 0o644, 0, libc::O_RDWR).expect("create");
+        for off in (0..SIZE).step_by(1 << 20) {
+            fs.write(attr.ino, fh, off, &data[off as usize..(off + (1 << 20)) as usize]).expect("write");
+        }
+        fs.release(attr.ino, fh).expect("release");
+        fs.flush_to_store(std::time::Duration::from_secs(60)).expect("flush");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while fs.stats().cold.expect("cold").evicted_bytes < SIZE {
+            assert!(std::time::Instant::now() < deadline, "not evicted: {:?}", fs.stats().cold);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        attr.ino
+    };
+    let fs = open(None, 1.0);
+    let fh = fs.open(&Caller::ROOT, ino, libc::O_RDONLY).expect("open");
+    for off in (0..SIZE).step_by(256 << 10) {
+        let got = fs.read(ino, fh, off, 256 << 10).expect("read");
+        assert!(got == data[off as usize..off as usize + got.len()], "wrong bytes at {off}");
+    }
+    let fetched = fs.stats().cold.expect("cold").fetched_bytes;
+    assert!(fetched <= SIZE * 3 / 2, "{fetched} bytes fetched for a {SIZE}-byte sequential read");
+}
