@@ -1228,11 +1228,16 @@ impl RedundantStore {
     /// `Erasure` that is a shard object's size). Fails only if more backends failed than the
     /// policy tolerates, since then an object could be missing from the union.
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, BackendError> {
+        self.list_after(prefix, None).await
+    }
+
+    /// Like [`RedundantStore::list`], only keys sorting after `after` (see `Backend::list_after`).
+    pub async fn list_after(&self, prefix: &str, after: Option<&str>) -> Result<Vec<ObjectInfo>, BackendError> {
         let trimmed = prefix.trim_end_matches('/');
         if !trimmed.is_empty() {
             validate_key(trimmed)?;
         }
-        let results = join_all(self.backends.iter().map(|b| b.list(prefix))).await;
+        let results = join_all(self.backends.iter().map(|b| b.list_after(prefix, after))).await;
         let mut union: BTreeMap<String, u64> = BTreeMap::new();
         let mut failed = Vec::new();
         for (b, result) in self.backends.iter().zip(results) {

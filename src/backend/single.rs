@@ -351,12 +351,22 @@ impl Backend {
     /// `packs/…` (path segments, not a string prefix: `"pack"` does not match `packs/…`);
     /// `""` lists the whole backend. Keys come back relative, in no particular order.
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, BackendError> {
+        self.list_after(prefix, None).await
+    }
+
+    /// Like [`Backend::list`], only keys sorting after `after` (a full key under `prefix`):
+    /// the server skips the rest (S3 `start-after`), so a long listing is not read again.
+    pub async fn list_after(&self, prefix: &str, after: Option<&str>) -> Result<Vec<ObjectInfo>, BackendError> {
         let trimmed = prefix.trim_end_matches('/');
         let dir = if trimmed.is_empty() { self.root_path() } else { Some(self.path(trimmed)?) };
-        let (store, dir, timeout) = (&self.store, &dir, self.attempt_timeout);
+        let offset = after.map(|a| self.path(a)).transpose()?;
+        let (store, dir, offset, timeout) = (&self.store, &dir, &offset, self.attempt_timeout);
         let metas = self
             .run(Op::List, prefix, move || async move {
-                let mut stream = store.list(dir.as_ref());
+                let mut stream = match offset {
+                    Some(off) => store.list_with_offset(dir.as_ref(), off),
+                    None => store.list(dir.as_ref()),
+                };
                 let mut out = Vec::new();
                 // Each page has the full timeout: a listing of a big prefix takes many pages.
                 loop {

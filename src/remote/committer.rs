@@ -21,8 +21,10 @@ use serde::{Deserialize, Serialize};
 use super::{ChainState, CheckpointReport, Lease, Manifest, RemoteError, Result, Workspace, unix_now};
 use crate::meta::MetaStore;
 
-/// A checkpoint is written after this many segments (bounds the replay of a restore).
+/// A checkpoint is written after this many segments (bounds the replay of a restore)...
 const SEGMENTS_PER_CHECKPOINT: u64 = 256;
+/// ...but not more often than this (nor than ten times the last one took).
+const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// After a restore: a file whose size reaches past the data that made it to the store (the
 /// last writer stopped between committing a write's new size and uploading its bytes) is cut
@@ -99,8 +101,19 @@ pub struct Committer {
     lease_expires_unix: AtomicU64,
     last_snapshot: Mutex<Option<String>>,
     last_error: Mutex<Option<String>>,
-    /// Serializes checkpoints (sync, automatic, unmount).
-    checkpointing: tokio::sync::Mutex<()>,
+    /// Serializes checkpoints (sync, automatic, unmount); holds the `(seq, next segment)` of
+    /// the last checkpoint this committer wrote or started from, and how long it took.
+    checkpointing: tokio::sync::Mutex<LastCheckpoint>,
+    /// When the lease was last renewed (or confirmed).
+    renewed_at: Mutex<Instant>,
+}
+
+#[derive(Clone, Copy)]
+struct LastCheckpoint {
+    /// Segments before this number are covered by the last checkpoint.
+    next_segment: u64,
+    at: Instant,
+    took: Duration,
 }
 
 impl Committer {
@@ -178,7 +191,12 @@ impl Committer {
             lease_expires_unix: AtomicU64::new(0),
             last_snapshot: Mutex::new(None),
             last_error: Mutex::new(None),
-            checkpointing: tokio::sync::Mutex::new(()),
+            checkpointing: tokio::sync::Mutex::new(LastCheckpoint {
+                next_segment: state.checkpoint_next_segment,
+                at: Instant::now(),
+                took: Duration::ZERO,
+            }),
+            renewed_at: Mutex::new(Instant::now()),
         });
         if need_checkpoint {
             committer.checkpoint(None).await?;
@@ -202,6 +220,7 @@ impl Committer {
                         self.lease_expires_unix
                             .store(unix_now() + self.lease.renew_every().as_secs() * 3, Ordering::Relaxed);
                         next_renewal = Instant::now() + self.lease.renew_every();
+                        *self.renewed_at.lock() = Instant::now();
                     }
                     Err(e @ RemoteError::TakenOver { .. }) => {
                         self.stop_for_good(e.to_string());
@@ -234,6 +253,21 @@ impl Committer {
                     .await
                 {
                     Ok(true) => {
+                        // A writer cut off from the store for longer than its lease may have
+                        // been taken over meanwhile (and its fence segment compacted away):
+                        // it confirms the lease before it calls anything durable.
+                        if self.renewed_at.lock().elapsed() > self.lease.renew_every() * 2 {
+                            match self.confirm_lease().await {
+                                Ok(()) => {}
+                                Err(RemoteError::TakenOver { .. }) => return,
+                                Err(e) => {
+                                    self.note_error(format!("confirming the lease: {e}"));
+                                    tokio::time::sleep(backoff).await;
+                                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                                    continue; // appending the same segment again is idempotent
+                                }
+                            }
+                        }
                         self.meta.journal().mark_durable(last);
                         if let Err(e) = self.meta.set_durable_seq(last) {
                             self.note_error(format!("recording the durable batch: {e}"));
@@ -264,8 +298,15 @@ impl Committer {
                 }
             }
             if self.since_checkpoint.fetch_add(1, Ordering::Relaxed) + 1 >= SEGMENTS_PER_CHECKPOINT {
-                if let Err(e) = self.checkpoint(None).await {
-                    self.note_error(format!("automatic checkpoint: {e}"));
+                // Exporting the whole metadata costs time: at most a tenth of it goes there.
+                let due = {
+                    let last = self.checkpointing.lock().await;
+                    last.at.elapsed() >= (last.took * 10).max(MIN_CHECKPOINT_INTERVAL)
+                };
+                if due {
+                    if let Err(e) = self.checkpoint(None).await {
+                        self.note_error(format!("automatic checkpoint: {e}"));
+                    }
                 }
             }
         }
@@ -288,10 +329,18 @@ impl Committer {
         if let Some(reason) = self.meta.journal().failure() {
             return Err(RemoteError::TakenOver { workspace: self.ws.name().to_string(), holder: reason });
         }
-        let _one = self.checkpointing.lock().await;
+        let mut last = self.checkpointing.lock().await;
+        let started = Instant::now();
         let meta = self.meta.clone();
         let ws = self.ws.clone();
         let (manifest, report) = ws.checkpoint(&meta, snapshot).await?;
+        // The journal before the previous checkpoint is no longer needed by any restore (the
+        // previous one stays as a fallback should the newest be unreadable).
+        if let Err(e) = ws.compact(last.next_segment, manifest.seq).await {
+            self.note_error(format!("compacting the journal: {e}"));
+        }
+        *last = LastCheckpoint { next_segment: manifest.next_segment, at: Instant::now(), took: started.elapsed() };
+        drop(last);
         self.meta.journal().mark_durable(manifest.seq);
         self.meta.set_durable_seq(manifest.seq)?;
         self.since_checkpoint.store(0, Ordering::Relaxed);
@@ -303,14 +352,18 @@ impl Committer {
         Ok((manifest, report))
     }
 
-    /// Checks the lease is still this session's (before a barrier reports success).
+    /// Checks the lease is still this session's (before a barrier reports success), renewing it.
     pub async fn confirm_lease(&self) -> Result<()> {
         match self.lease.renew().await {
+            Ok(()) => {
+                *self.renewed_at.lock() = Instant::now();
+                Ok(())
+            }
             Err(e @ RemoteError::TakenOver { .. }) => {
                 self.stop_for_good(e.to_string());
                 Err(e)
             }
-            other => other,
+            Err(e) => Err(e),
         }
     }
 

@@ -171,6 +171,9 @@ pub struct ChainState {
     pub segments: u64,
     /// Entries imported from a checkpoint (restore only).
     pub entries: u64,
+    /// The newest checkpoint's next segment (1 without a checkpoint): segments before it are
+    /// not needed by a restore.
+    pub checkpoint_next_segment: u64,
 }
 
 /// A workspace of a store.
@@ -239,11 +242,17 @@ impl Workspace {
 
     /// The names under `dir` of this workspace (keys without the prefix), sorted.
     async fn list_names(&self, dir: &str) -> Result<Vec<String>> {
+        self.list_names_after(dir, None).await
+    }
+
+    /// The names under `dir` that sort after `after` (a name under `dir`).
+    async fn list_names_after(&self, dir: &str, after: Option<&str>) -> Result<Vec<String>> {
         let prefix = format!("{}{dir}", self.prefix);
+        let after = after.map(|a| format!("{prefix}{a}"));
         Ok(self
             .store
             .backend()
-            .list(&prefix)
+            .list_after(&prefix, after.as_deref())
             .await?
             .into_iter()
             .filter_map(|o| o.key.strip_prefix(&prefix).map(str::to_string))
@@ -252,8 +261,19 @@ impl Workspace {
 
     /// Numbers after `dir` in the keys under it (hex), sorted.
     async fn list_numbers(&self, dir: &str) -> Result<Vec<u64>> {
-        let mut out: Vec<u64> =
-            self.list_names(dir).await?.iter().filter_map(|n| u64::from_str_radix(n, 16).ok()).collect();
+        self.list_numbers_from(dir, 0).await
+    }
+
+    /// The numbers `≥ from` under `dir`: the server skips the smaller ones.
+    async fn list_numbers_from(&self, dir: &str, from: u64) -> Result<Vec<u64>> {
+        let after = from.checked_sub(1).map(|n| format!("{n:016x}"));
+        let mut out: Vec<u64> = self
+            .list_names_after(dir, after.as_deref())
+            .await?
+            .iter()
+            .filter_map(|n| u64::from_str_radix(n, 16).ok())
+            .filter(|&n| n >= from)
+            .collect();
         out.sort_unstable();
         out.dedup();
         Ok(out)
@@ -488,11 +508,17 @@ impl Workspace {
     /// Replays segments from `from` on into `meta` (batches after `after` only), until the
     /// first missing segment number. With `apply == false` only reads where the chain ends.
     async fn replay(&self, meta: Option<&MetaStore>, from: u64, after: u64) -> Result<ChainState> {
-        let listed: Vec<u64> = self.list_numbers("j/").await?.into_iter().filter(|&n| n >= from).collect();
+        let listed: Vec<u64> = self.list_numbers_from("j/", from).await?;
         // Consecutive numbers from `from`: a gap ends the chain (an abandoned number).
         let chain: Vec<u64> =
             listed.iter().enumerate().take_while(|(i, n)| **n == from + *i as u64).map(|(_, n)| *n).collect();
-        let mut state = ChainState { remote_seq: after, next_segment: from, segments: 0, entries: 0 };
+        let mut state = ChainState {
+            remote_seq: after,
+            next_segment: from,
+            segments: 0,
+            entries: 0,
+            checkpoint_next_segment: from,
+        };
         let mut segs = stream::iter(chain.clone()).map(|n| async move { (n, self.read_segment(n).await) }).buffered(16);
         while let Some((n, seg)) = segs.next().await {
             let Some((_, batches)) = seg? else { break };
@@ -513,12 +539,38 @@ impl Workspace {
 
     /// Restores the workspace's latest state into the empty `meta`. An empty workspace (never
     /// written) restores to nothing and starts the chain at segment 1.
+    /// Deletes what no restore reads any more: journal segments before `before - 1` (the one
+    /// just before stays: it names the last writer) and every checkpoint but the newest two
+    /// up to `newest_seq`.
+    pub async fn compact(&self, before: u64, newest_seq: u64) -> Result<()> {
+        let backend = self.store.backend();
+        let segments: Vec<String> = self
+            .list_numbers("j/")
+            .await?
+            .into_iter()
+            .filter(|&n| n + 1 < before)
+            .map(|n| self.segment_key(n))
+            .collect();
+        let checkpoints: Vec<u64> = self.list_numbers("cp/").await?;
+        // Keep the newest and the one before it.
+        let keep: Vec<u64> = checkpoints.iter().copied().filter(|&s| s <= newest_seq).rev().take(2).collect();
+        let old_cps = checkpoints.into_iter().filter(|s| !keep.contains(s)).map(|s| self.checkpoint_key(s));
+        let doomed: Vec<String> = segments.into_iter().chain(old_cps).collect();
+        stream::iter(doomed)
+            .map(|key| async move { backend.delete_object(&key).await })
+            .buffer_unordered(16)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
     pub async fn restore(&self, meta: &MetaStore) -> Result<ChainState> {
         let (mut entries, after, from) = match self.latest_checkpoint().await? {
             Some(m) => (self.import_manifest(meta, &m).await?, m.seq, m.next_segment),
             None => (0, 0, 1),
         };
         let mut state = self.replay(Some(meta), from, after).await?;
+        state.checkpoint_next_segment = from;
         entries += state.entries;
         state.entries = entries;
         if state.remote_seq > 0 && state.remote_seq != after {
@@ -533,7 +585,9 @@ impl Workspace {
             Some(m) => (m.seq, m.next_segment),
             None => (0, 1),
         };
-        self.replay(None, from, after).await
+        let mut state = self.replay(None, from, after).await?;
+        state.checkpoint_next_segment = from;
+        Ok(state)
     }
 
     /// Restores snapshot `id` into the empty `meta`.
@@ -604,6 +658,36 @@ pub fn chrono_like(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn compaction_keeps_what_a_restore_reads() {
+        use crate::crypto::{KdfParams, Secret};
+        use crate::meta::MetaBatch;
+        use crate::store::StoreConfig;
+        let t = tempfile::tempdir().expect("tempdir");
+        let cfg = StoreConfig::new(vec![format!("file://{}", t.path().join("b").display())]);
+        let store = Store::init(&cfg, &Secret::Passphrase(b"p"), KdfParams::for_tests()).await.expect("init");
+        let ws = Workspace::new(Arc::new(store), "w");
+        let meta = MetaStore::open(&t.path().join("meta")).expect("meta");
+        meta.enable_journal(1).expect("journal");
+        for n in 1..=10 {
+            assert!(ws.append_segment(n, "s", "h", &[]).await.expect("append"));
+        }
+        let mut seqs = Vec::new();
+        for i in 0..3u8 {
+            let mut b = MetaBatch::new();
+            b.put_xattr(1, b"user.i", &[i]);
+            meta.commit(b).expect("commit");
+            seqs.push(ws.checkpoint(&meta, None).await.expect("checkpoint").0.seq);
+        }
+        ws.compact(6, seqs[2]).await.expect("compact");
+        assert_eq!(ws.list_numbers("j/").await.expect("list"), (5..=10).collect::<Vec<u64>>());
+        assert_eq!(ws.list_numbers("cp/").await.expect("list"), vec![seqs[1], seqs[2]]);
+        // And the newest state still restores.
+        let again = MetaStore::open(&t.path().join("meta2")).expect("meta");
+        ws.restore(&again).await.expect("restore");
+        assert_eq!(again.xattr(1, b"user.i").expect("read"), Some(vec![2]));
+    }
 
     #[test]
     fn dates_format_like_iso() {
