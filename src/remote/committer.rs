@@ -112,6 +112,8 @@ pub struct Committer {
 struct LastCheckpoint {
     /// Segments before this number are covered by the last checkpoint.
     next_segment: u64,
+    /// Segments below this number are deleted already.
+    compacted_below: u64,
     at: Instant,
     took: Duration,
 }
@@ -193,6 +195,7 @@ impl Committer {
             last_error: Mutex::new(None),
             checkpointing: tokio::sync::Mutex::new(LastCheckpoint {
                 next_segment: state.checkpoint_next_segment,
+                compacted_below: state.compacted_below,
                 at: Instant::now(),
                 took: Duration::ZERO,
             }),
@@ -304,9 +307,14 @@ impl Committer {
                     last.at.elapsed() >= (last.took * 10).max(MIN_CHECKPOINT_INTERVAL)
                 };
                 if due {
-                    if let Err(e) = self.checkpoint(None).await {
-                        self.note_error(format!("automatic checkpoint: {e}"));
-                    }
+                    // Beside the journal, which keeps going meanwhile (the cut is consistent).
+                    let c = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = c.checkpoint(None).await {
+                            c.note_error(format!("automatic checkpoint: {e}"));
+                        }
+                    });
+                    self.since_checkpoint.store(0, Ordering::Relaxed);
                 }
             }
         }
@@ -333,13 +341,25 @@ impl Committer {
         let started = Instant::now();
         let meta = self.meta.clone();
         let ws = self.ws.clone();
-        let (manifest, report) = ws.checkpoint(&meta, snapshot).await?;
+        let (manifest, report) = ws.checkpoint(&meta, snapshot, last.compacted_below).await?;
         // The journal before the previous checkpoint is no longer needed by any restore (the
-        // previous one stays as a fallback should the newest be unreadable).
-        if let Err(e) = ws.compact(last.next_segment, manifest.seq).await {
-            self.note_error(format!("compacting the journal: {e}"));
+        // previous one stays as a fallback should the newest be unreadable; so does the
+        // segment just before it, which names its writer). Deleted in the background.
+        let (from, below) = (last.compacted_below, last.next_segment.saturating_sub(1));
+        if below > from {
+            let (ws, seq) = (ws.clone(), manifest.seq);
+            tokio::spawn(async move {
+                if let Err(e) = ws.compact(from, below, seq).await {
+                    tracing::warn!("compacting the journal: {e}");
+                }
+            });
         }
-        *last = LastCheckpoint { next_segment: manifest.next_segment, at: Instant::now(), took: started.elapsed() };
+        *last = LastCheckpoint {
+            next_segment: manifest.next_segment,
+            compacted_below: below.max(from),
+            at: Instant::now(),
+            took: started.elapsed(),
+        };
         drop(last);
         self.meta.journal().mark_durable(manifest.seq);
         self.meta.set_durable_seq(manifest.seq)?;

@@ -138,6 +138,9 @@ pub struct Manifest {
     pub id: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// Journal segments below this number have been deleted (compaction's progress).
+    #[serde(default)]
+    pub compacted_below: u64,
 }
 
 /// One snapshot, for listings.
@@ -174,6 +177,8 @@ pub struct ChainState {
     /// The newest checkpoint's next segment (1 without a checkpoint): segments before it are
     /// not needed by a restore.
     pub checkpoint_next_segment: u64,
+    /// Journal segments below this number are deleted already.
+    pub compacted_below: u64,
 }
 
 /// A workspace of a store.
@@ -357,6 +362,7 @@ impl Workspace {
         &self,
         meta: &MetaStore,
         snapshot: Option<Option<String>>,
+        compacted_below: u64,
     ) -> Result<(Manifest, CheckpointReport)> {
         let keys = self.store.keys();
         // Cut the export into parts at content-defined boundaries: a change moves only the
@@ -413,6 +419,7 @@ impl Workspace {
             created_unix: unix_now(),
             id: None,
             message: None,
+            compacted_below,
         };
         let body = |m: &Manifest| serde_json::to_vec(m).expect("a manifest serializes");
         let cp = self.checkpoint_key(seq);
@@ -518,6 +525,7 @@ impl Workspace {
             segments: 0,
             entries: 0,
             checkpoint_next_segment: from,
+            compacted_below: 0,
         };
         let mut segs = stream::iter(chain.clone()).map(|n| async move { (n, self.read_segment(n).await) }).buffered(16);
         while let Some((n, seg)) = segs.next().await {
@@ -537,25 +545,16 @@ impl Workspace {
         Ok(state)
     }
 
-    /// Restores the workspace's latest state into the empty `meta`. An empty workspace (never
-    /// written) restores to nothing and starts the chain at segment 1.
-    /// Deletes what no restore reads any more: journal segments before `before - 1` (the one
-    /// just before stays: it names the last writer) and every checkpoint but the newest two
-    /// up to `newest_seq`.
-    pub async fn compact(&self, before: u64, newest_seq: u64) -> Result<()> {
+    /// Deletes what no restore reads any more: journal segments `from..below` (by number: no
+    /// listing) and every checkpoint but the newest two up to `newest_seq`.
+    pub async fn compact(&self, from: u64, below: u64, newest_seq: u64) -> Result<()> {
         let backend = self.store.backend();
-        let segments: Vec<String> = self
-            .list_numbers("j/")
-            .await?
-            .into_iter()
-            .filter(|&n| n + 1 < before)
-            .map(|n| self.segment_key(n))
-            .collect();
+        let segments = (from..below).map(|n| self.segment_key(n));
         let checkpoints: Vec<u64> = self.list_numbers("cp/").await?;
         // Keep the newest and the one before it.
         let keep: Vec<u64> = checkpoints.iter().copied().filter(|&s| s <= newest_seq).rev().take(2).collect();
         let old_cps = checkpoints.into_iter().filter(|s| !keep.contains(s)).map(|s| self.checkpoint_key(s));
-        let doomed: Vec<String> = segments.into_iter().chain(old_cps).collect();
+        let doomed: Vec<String> = segments.chain(old_cps).collect();
         stream::iter(doomed)
             .map(|key| async move { backend.delete_object(&key).await })
             .buffer_unordered(16)
@@ -564,13 +563,16 @@ impl Workspace {
         Ok(())
     }
 
+    /// Restores the workspace's latest state into the empty `meta`. An empty workspace (never
+    /// written) restores to nothing and starts the chain at segment 1.
     pub async fn restore(&self, meta: &MetaStore) -> Result<ChainState> {
-        let (mut entries, after, from) = match self.latest_checkpoint().await? {
-            Some(m) => (self.import_manifest(meta, &m).await?, m.seq, m.next_segment),
-            None => (0, 0, 1),
+        let (mut entries, after, from, compacted) = match self.latest_checkpoint().await? {
+            Some(m) => (self.import_manifest(meta, &m).await?, m.seq, m.next_segment, m.compacted_below),
+            None => (0, 0, 1, 0),
         };
         let mut state = self.replay(Some(meta), from, after).await?;
         state.checkpoint_next_segment = from;
+        state.compacted_below = compacted;
         entries += state.entries;
         state.entries = entries;
         if state.remote_seq > 0 && state.remote_seq != after {
@@ -581,12 +583,13 @@ impl Workspace {
 
     /// Where the store's chain ends, without changing anything locally.
     pub async fn chain_state(&self) -> Result<ChainState> {
-        let (after, from) = match self.latest_checkpoint().await? {
-            Some(m) => (m.seq, m.next_segment),
-            None => (0, 1),
+        let (after, from, compacted) = match self.latest_checkpoint().await? {
+            Some(m) => (m.seq, m.next_segment, m.compacted_below),
+            None => (0, 1, 0),
         };
         let mut state = self.replay(None, from, after).await?;
         state.checkpoint_next_segment = from;
+        state.compacted_below = compacted;
         Ok(state)
     }
 
@@ -678,9 +681,9 @@ mod tests {
             let mut b = MetaBatch::new();
             b.put_xattr(1, b"user.i", &[i]);
             meta.commit(b).expect("commit");
-            seqs.push(ws.checkpoint(&meta, None).await.expect("checkpoint").0.seq);
+            seqs.push(ws.checkpoint(&meta, None, 0).await.expect("checkpoint").0.seq);
         }
-        ws.compact(6, seqs[2]).await.expect("compact");
+        ws.compact(1, 5, seqs[2]).await.expect("compact");
         assert_eq!(ws.list_numbers("j/").await.expect("list"), (5..=10).collect::<Vec<u64>>());
         assert_eq!(ws.list_numbers("cp/").await.expect("list"), vec![seqs[1], seqs[2]]);
         // And the newest state still restores.
