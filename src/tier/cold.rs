@@ -215,6 +215,9 @@ struct State {
     urgent: HashMap<Ino, u32>,
     stopping: bool,
     prefetch: VecDeque<(Ino, u64)>,
+    /// Files that may have dirty chunks (a superset: cleaned up as the uploaders look), so
+    /// claiming work does not walk every file of a large workspace on every wake-up.
+    dirty_inos: HashSet<Ino>,
 }
 
 #[derive(Default)]
@@ -344,6 +347,7 @@ impl ColdTier {
             }
             if f.dirty_chunks > 0 {
                 f.dirty_since = Some(Instant::now());
+                st.dirty_inos.insert(ino);
             }
         }
         // Chunk records past the end of a file (a crash between a truncate and its cleanup)
@@ -448,7 +452,7 @@ impl ColdTier {
                     self.hydrate(ino, file, idx)?;
                 }
             };
-            let State { files, dirty_bytes, resident_bytes, tick, .. } = &mut *st;
+            let State { files, dirty_bytes, resident_bytes, tick, dirty_inos, .. } = &mut *st;
             *tick += 1;
             let f = files.entry(ino).or_default();
             for idx in chunks.clone() {
@@ -467,6 +471,7 @@ impl ColdTier {
                 if !c.dirty {
                     c.dirty = true;
                     f.dirty_chunks += 1;
+                    dirty_inos.insert(ino);
                 }
                 if end_in_chunk > c.dirty_len {
                     *dirty_bytes += end_in_chunk - c.dirty_len;
@@ -1058,11 +1063,10 @@ impl ColdTier {
         let budget = self.store.pack_size() as u64;
         let mut bytes = 0u64;
         let mut out = Vec::new();
-        let State { files, urgent, .. } = &mut **st;
-        for (&ino, f) in files.iter_mut() {
-            if f.dirty_chunks == 0 {
-                continue;
-            }
+        let State { files, urgent, dirty_inos, .. } = &mut **st;
+        dirty_inos.retain(|ino| files.get(ino).is_some_and(|f| f.dirty_chunks > 0));
+        for &ino in dirty_inos.iter() {
+            let Some(f) = files.get_mut(&ino) else { continue };
             let settled = everything
                 || !f.open
                 || urgent.contains_key(&ino)
