@@ -141,18 +141,9 @@ trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
 # --- binaries ------------------------------------------------------------------------------
-if [[ -n ${TIERFS_BIN_DIR:-} ]]; then
-  BIN_DIR=$TIERFS_BIN_DIR
-else
-  if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-    log "building tierfs (release) in $CARGO_TARGET_DIR; waits for other cargo builds holding the lock"
-    (cd "$REPO" && cargo build --release -p tierfs-daemon --bins) >>"$LOG" 2>&1 ||
-      die "cargo build failed (see $LOG)"
-  fi
-  BIN_DIR=$CARGO_TARGET_DIR/release
-fi
-TIERFS=$BIN_DIR/tierfs
-[[ -x $TIERFS && -x $BIN_DIR/tierfs-daemon ]] || die "no tierfs and tierfs-daemon in $BIN_DIR"
+# shellcheck source=benches/lib.sh
+source "$HERE/lib.sh"
+tierfs_binaries
 
 # --- peers: install if missing -------------------------------------------------------------
 INSTALLED=''
@@ -347,20 +338,7 @@ for f in A B; do
 done
 
 # --- S3 server -----------------------------------------------------------------------------
-PORT=${MOTO_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
-export S3_ENDPOINT=http://127.0.0.1:$PORT S3_BUCKET=$BUCKET AWS_REGION=us-east-1
-export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
-log "starting moto on $S3_ENDPOINT"
-PYTHONUNBUFFERED=1 "$MOTO_SERVER" -H 127.0.0.1 -p "$PORT" >"$OUTDIR/moto.log" 2>&1 &
-MOTO_PID=$!
-for i in $(seq 600); do
-  curl -s -o /dev/null -m 1 "$S3_ENDPOINT/" && break
-  kill -0 "$MOTO_PID" 2>/dev/null || die "moto exited at start; $(tail -3 "$OUTDIR/moto.log")"
-  ((i == 600)) && die "moto did not answer on $S3_ENDPOINT within 60 s"
-  sleep 0.1
-done
-RAW=("$BENCH_PY" "$HERE/s3_raw.py")
-"${RAW[@]}" mkbucket 2>>"$LOG" || die "creating bucket $BUCKET failed (see $LOG)"
+start_moto
 
 # --- 1. raw parallel PUT / GET -------------------------------------------------------------
 log "raw PUT: $SIZE_MIB MiB as $OBJECT_MIB MiB objects, $THREADS threads"
