@@ -17,11 +17,14 @@
 //!   would need persistent state shared by every writer for no practical gain.
 //! - Block ids and name hashes are *keyed* blake3, so equal contents dedup within a store while
 //!   the store reveals nothing about them (no confirmation of a guessed file by its hash).
-//! - Opening never returns unauthenticated bytes: decryption happens only after the tag checks.
+//! - Opening never returns unauthenticated bytes: a failed open wipes its buffer.
+//! - AES-256-GCM is ring's (assembly, ~8 GiB/s per core here against ~1.8 for the pure-Rust
+//!   `aes-gcm`, which only wraps data keys now): every stored byte passes through it twice.
+//!   ring does not wipe its key schedule on drop; the data key and subkeys are wiped.
 
-use aes_gcm::Aes256Gcm;
-use aes_gcm::aead::inout::InOutBuf;
-use aes_gcm::aead::{self, AeadInOut, KeyInit};
+use std::sync::Arc;
+
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use super::data_key::fast_random;
@@ -42,7 +45,7 @@ const _: () = assert!(ENVELOPE_OVERHEAD == HEADER_LEN + TAG_LEN);
 
 /// The largest plaintext one envelope may hold: AES-GCM's limit (2^36 - 32 bytes, where its
 /// 32-bit block counter would wrap). Blocks and packs are far smaller.
-pub const MAX_PLAINTEXT_LEN: u64 = aes_gcm::P_MAX;
+pub const MAX_PLAINTEXT_LEN: u64 = (1 << 36) - 32;
 
 // The context strings are on-store format: changing one orphans every existing store.
 const BLOCK_ID_CONTEXT: &str = "tierfs 2026-11 block id";
@@ -72,8 +75,8 @@ impl Subkey {
 pub struct Keys {
     block_id: Subkey,
     object_name: Subkey,
-    // AES round keys and the GHASH key. Zeroized on drop only with aes-gcm's `zeroize` feature.
-    aead: Aes256Gcm,
+    /// AES-256-GCM with the object-encryption subkey.
+    aead: Arc<LessSafeKey>,
 }
 
 impl Keys {
@@ -82,7 +85,9 @@ impl Keys {
         Keys {
             block_id: Subkey::derive(BLOCK_ID_CONTEXT, data_key),
             object_name: Subkey::derive(OBJECT_NAME_CONTEXT, data_key),
-            aead: Aes256Gcm::new((&encryption.0).into()),
+            aead: Arc::new(LessSafeKey::new(
+                UnboundKey::new(&AES_256_GCM, &encryption.0).expect("a 32-byte key is an AES-256 key"),
+            )),
         }
     }
 
@@ -135,10 +140,11 @@ impl Keys {
         out.extend_from_slice(plaintext);
 
         let body = &mut out[start + HEADER_LEN..];
-        let sealed = self.aead.encrypt_inout_detached(&nonce.into(), &aad(kind, name), body.into());
+        let sealed =
+            self.aead.seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad(kind, name)), body);
         match sealed {
-            Ok(tag) => out.extend_from_slice(&tag),
-            Err(aead::Error) => {
+            Ok(tag) => out.extend_from_slice(tag.as_ref()),
+            Err(ring::error::Unspecified) => {
                 // Unreachable after the length check (the AAD limit is 2^61 bytes). Never leave
                 // plaintext behind in `out` for a caller that catches the panic.
                 out[start..].zeroize();
@@ -156,15 +162,21 @@ impl Keys {
     /// [`CryptoError::Authentication`] for everything else.
     pub fn open(&self, kind: ObjectKind, name: &[u8], sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
         let Envelope { nonce, body, tag } = split_envelope(kind, sealed)?;
-        let failed = || CryptoError::Authentication { kind };
-        // Decrypt from `sealed` straight into the output: no copy of the ciphertext first. The
-        // tag is checked before anything is decrypted, so on failure `plaintext` holds only zeros.
-        let mut plaintext = vec![0u8; body.len()];
-        let buf = InOutBuf::new(body, &mut plaintext).map_err(|_| failed())?;
-        self.aead
-            .decrypt_inout_detached(nonce.into(), &aad(kind, name), buf, tag.into())
-            .map_err(|aead::Error| failed())?;
-        Ok(plaintext)
+        // One copy (ciphertext and tag), decrypted in place.
+        let mut buf = Vec::with_capacity(body.len() + TAG_LEN);
+        buf.extend_from_slice(body);
+        buf.extend_from_slice(tag);
+        match self.aead.open_in_place(Nonce::assume_unique_for_key(*nonce), Aad::from(aad(kind, name)), &mut buf) {
+            Ok(_) => {
+                buf.truncate(body.len());
+                Ok(buf)
+            }
+            Err(ring::error::Unspecified) => {
+                // Whatever ring left in the buffer is never handed out.
+                buf.zeroize();
+                Err(CryptoError::Authentication { kind })
+            }
+        }
     }
 }
 
@@ -212,6 +224,9 @@ fn split_envelope(kind: ObjectKind, sealed: &[u8]) -> Result<Envelope<'_>, Crypt
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
+    // The pure-Rust implementation, to check ring's envelopes against an independent one.
+    use aes_gcm::Aes256Gcm;
+    use aes_gcm::aead::{AeadInOut, KeyInit};
     use proptest::prelude::*;
 
     fn keys(byte: u8) -> Keys {
@@ -363,6 +378,15 @@ mod tests {
 
         let k = Keys::new(&data_key);
         assert_eq!(k.open(ObjectKind::IndexSegment, b"idx/1", &sealed).unwrap(), b"index segment");
+        // And what this build seals, the independent implementation opens.
+        let resealed = k.seal(ObjectKind::IndexSegment, b"idx/1", b"index segment");
+        let (n, rest) = resealed[6..].split_at(12);
+        let (ct, t) = rest.split_at(rest.len() - 16);
+        let mut plain = ct.to_vec();
+        let nonce: [u8; 12] = n.try_into().unwrap();
+        let tag: [u8; 16] = t.try_into().unwrap();
+        cipher.decrypt_inout_detached(&nonce.into(), &aad, plain.as_mut_slice().into(), &tag.into()).unwrap();
+        assert_eq!(plain, b"index segment");
 
         let id_key = blake3::derive_key("tierfs 2026-11 block id", data_key.as_bytes());
         assert_eq!(k.block_id(b"x"), *blake3::keyed_hash(&id_key, b"x").as_bytes());
