@@ -199,12 +199,11 @@ fn an_fsynced_file_survives_kill_9_and_the_loss_of_the_local_disk() {
     a.kill9();
     a.wipe_local_state();
 
-    // The dead node still holds the lease (30 s): a new node is told who, and takes over.
+    // The dead daemon's lease has 30 s left, but its holder was a process of this machine that
+    // is gone: the next mount here takes the workspace without --takeover (another machine
+    // would need it, see the second-writer test).
     let mut b = Node::new(&a.store_file);
-    let refused = b.try_mount(&[]);
-    assert!(!refused.success(), "mounted while the lease was held");
-    assert!(refused.stderr.contains("in use by") && refused.stderr.contains("--takeover"), "{}", refused.stderr);
-    b.mount(&["--takeover"]);
+    b.mount(&[]);
     assert!(fs::read(b.fx.p("ckpt/step-100.pt")).expect("read") == data, "fsynced file differs after the reset");
     b.fx.umount();
 }
