@@ -208,19 +208,7 @@ async fn gc_held(
         let meta = Arc::new(MetaStore::open(&scratch.join(format!("ws{i}")))?);
         let lease = ws.lease(holder, GC_LEASE_TTL);
         let (committer, _) = Committer::open(ws.clone(), meta.clone(), lease, false).await?;
-        let mut snapshots = Vec::new();
-        for s in ws.snapshots().await? {
-            if let Some(m) = ws
-                .read_manifest(
-                    crate::crypto::ObjectKind::Snapshot,
-                    &ws.snapshot_key(&s.id),
-                    &format!("snapshot {}", s.id),
-                )
-                .await?
-            {
-                snapshots.push(m);
-            }
-        }
+        let snapshots = ws.snapshot_manifests().await?;
         report.snapshots += snapshots.len() as u64;
         held.push(Held { ws, meta, committer, snapshots });
     }

@@ -527,7 +527,7 @@ impl Workspace {
             checkpoint_next_segment: from,
             compacted_below: 0,
         };
-        let mut segs = stream::iter(chain.clone()).map(|n| async move { (n, self.read_segment(n).await) }).buffered(16);
+        let mut segs = stream::iter(chain).map(|n| async move { (n, self.read_segment(n).await) }).buffered(16);
         while let Some((n, seg)) = segs.next().await {
             let Some((_, batches)) = seg? else { break };
             for b in batches {
@@ -566,29 +566,29 @@ impl Workspace {
     /// Restores the workspace's latest state into the empty `meta`. An empty workspace (never
     /// written) restores to nothing and starts the chain at segment 1.
     pub async fn restore(&self, meta: &MetaStore) -> Result<ChainState> {
-        let (mut entries, after, from, compacted) = match self.latest_checkpoint().await? {
-            Some(m) => (self.import_manifest(meta, &m).await?, m.seq, m.next_segment, m.compacted_below),
-            None => (0, 0, 1, 0),
-        };
-        let mut state = self.replay(Some(meta), from, after).await?;
-        state.checkpoint_next_segment = from;
-        state.compacted_below = compacted;
-        entries += state.entries;
-        state.entries = entries;
-        if state.remote_seq > 0 && state.remote_seq != after {
-            meta.import(&[], state.remote_seq)?;
-        }
-        Ok(state)
+        self.follow(Some(meta)).await
     }
 
     /// Where the store's chain ends, without changing anything locally.
     pub async fn chain_state(&self) -> Result<ChainState> {
-        let (after, from, compacted) = match self.latest_checkpoint().await? {
-            Some(m) => (m.seq, m.next_segment, m.compacted_below),
-            None => (0, 1, 0),
+        self.follow(None).await
+    }
+
+    /// Reads the newest checkpoint and the journal after it, applying both to `meta` if given
+    /// (each import records its batch number there).
+    async fn follow(&self, meta: Option<&MetaStore>) -> Result<ChainState> {
+        let (after, from, compacted, entries) = match self.latest_checkpoint().await? {
+            Some(m) => {
+                let entries = match meta {
+                    Some(meta) => self.import_manifest(meta, &m).await?,
+                    None => 0,
+                };
+                (m.seq, m.next_segment, m.compacted_below, entries)
+            }
+            None => (0, 1, 0, 0),
         };
-        let mut state = self.replay(None, from, after).await?;
-        state.checkpoint_next_segment = from;
+        let mut state = self.replay(meta, from, after).await?;
+        state.entries = entries;
         state.compacted_below = compacted;
         Ok(state)
     }
@@ -605,19 +605,29 @@ impl Workspace {
 
     /// Every snapshot, oldest first.
     pub async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Ok(self
+            .snapshot_manifests()
+            .await?
+            .into_iter()
+            .map(|m| SnapshotInfo {
+                id: m.id.unwrap_or_default(),
+                seq: m.seq,
+                created_unix: m.created_unix,
+                message: m.message,
+                entries: m.entries,
+            })
+            .collect())
+    }
+
+    /// Every snapshot's manifest (its `id` set), oldest first.
+    async fn snapshot_manifests(&self) -> Result<Vec<Manifest>> {
         let ids = self.list_names("snap/").await?;
-        let mut out: Vec<SnapshotInfo> = stream::iter(ids)
+        let mut out: Vec<Manifest> = stream::iter(ids)
             .map(|id| async move {
                 let m = self
                     .read_manifest(ObjectKind::Snapshot, &self.snapshot_key(&id), &format!("snapshot {id}"))
                     .await?;
-                Ok::<_, RemoteError>(m.map(|m| SnapshotInfo {
-                    id: id.clone(),
-                    seq: m.seq,
-                    created_unix: m.created_unix,
-                    message: m.message,
-                    entries: m.entries,
-                }))
+                Ok::<_, RemoteError>(m.map(|m| Manifest { id: Some(id), ..m }))
             })
             .buffer_unordered(16)
             .try_filter_map(|x| async move { Ok(x) })
