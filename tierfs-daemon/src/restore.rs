@@ -22,11 +22,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use tierfs::remote::Workspace;
 use tierfs::tier::ColdConfig;
 use tierfs::vfs::{AttachedStore, Attr, Caller, FileKind, Ino, ROOT_INO, Timestamp, Vfs, VfsConfig};
 
-use crate::store_link::{StoreBlocks, open_store};
+use crate::store_link::{StoreBlocks, open_workspace};
 
 /// What a restore wrote.
 #[derive(Debug, Default, Serialize)]
@@ -56,10 +55,8 @@ pub fn restore(
     }
     fs::create_dir_all(target).with_context(|| format!("creating {}", target.display()))?;
     let started = Instant::now();
-    let rt = crate::serve::build_runtime()?;
-    let (store, _) = open_store(rt.handle(), store_file)?;
-    let store = Arc::new(store);
-    let ws = Workspace::new(store.clone(), workspace);
+    let (rt, ws) = open_workspace(store_file, workspace)?;
+    let store = ws.store().clone();
     let scratch = tempfile::Builder::new()
         .prefix(".tierfs-restore-")
         .tempdir_in(target.parent().unwrap_or(Path::new("/tmp")))

@@ -354,26 +354,16 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
 /// before each such mount. A directory that is not one (no marker) is refused, never wiped.
 fn reset_snapshot_dir(dir: &Path) -> Result<()> {
     const MARKER: &str = ".tierfs-snapshot-cache";
-    // The daemon's own log may already be there (it is open): kept.
-    const LOG: &str = "daemon.log";
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let entries: Vec<fs::DirEntry> = fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .collect::<io::Result<_>>()
-        .with_context(|| format!("reading {}", dir.display()))?;
-    let foreign = entries.iter().any(|e| e.file_name() != LOG && e.file_name() != MARKER);
+    let mut entries = fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let foreign = entries.any(|e| e.is_ok_and(|e| e.file_name() != DAEMON_LOG && e.file_name() != MARKER));
     if foreign && !dir.join(MARKER).exists() {
         bail!(
             "data dir {} is not empty and is not a snapshot cache; give a snapshot mount its own --data-dir",
             dir.display()
         );
     }
-    for e in entries.iter().filter(|e| e.file_name() != LOG) {
-        let path = e.path();
-        let removed =
-            if e.file_type().is_ok_and(|t| t.is_dir()) { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
-        removed.with_context(|| format!("clearing snapshot cache {}", path.display()))?;
-    }
+    clear_data_dir(dir)?;
     fs::write(dir.join(MARKER), b"tierfs: a read-only snapshot's cache, rebuilt at every mount\n")
         .with_context(|| format!("marking {}", dir.display()))?;
     Ok(())
@@ -383,11 +373,14 @@ fn is_stale_local(e: &anyhow::Error) -> bool {
     e.chain().any(|c| matches!(c.downcast_ref::<RemoteError>(), Some(RemoteError::StaleLocal { .. })))
 }
 
+/// The daemon's own log in the data dir (open while it serves): never removed.
+const DAEMON_LOG: &str = "daemon.log";
+
 /// Removes this node's copy of a workspace (metadata and cached data), keeping the log.
 fn clear_data_dir(dir: &Path) -> Result<()> {
     for e in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let e = e.with_context(|| format!("reading {}", dir.display()))?;
-        if e.file_name() == "daemon.log" {
+        if e.file_name() == DAEMON_LOG {
             continue;
         }
         let path = e.path();
@@ -399,7 +392,7 @@ fn clear_data_dir(dir: &Path) -> Result<()> {
 }
 
 /// This node's name in leases: `host:pid`.
-fn holder_name() -> String {
+pub fn holder_name() -> String {
     let host = fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
     format!("{}:{}", if host.is_empty() { "localhost" } else { &host }, std::process::id())
 }

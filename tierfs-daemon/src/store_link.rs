@@ -18,7 +18,7 @@ use tierfs::block::{BlockId, BlockLoc};
 use tierfs::crypto::{self, KdfParams, Secret};
 use tierfs::store::{Progress, Store, StoreConfig};
 use tierfs::tier::{BlockStore, ColdError};
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, Runtime};
 
 /// Environment variable holding the store passphrase (for scripts and the background daemon).
 pub const PASSPHRASE_ENV: &str = "TIERFS_PASSPHRASE";
@@ -137,11 +137,17 @@ pub fn open_store(handle: &Handle, path: &Path) -> Result<(Store, StoreConfig)> 
     Ok((store, config))
 }
 
-/// The snapshots of `workspace` (`tierfs snapshots`).
-pub fn list_snapshots(store_file: &Path, workspace: &str) -> Result<Vec<tierfs::remote::SnapshotInfo>> {
+/// A runtime for a one-shot command and `workspace` of the store of `store_file`.
+pub fn open_workspace(store_file: &Path, workspace: &str) -> Result<(Runtime, tierfs::remote::Workspace)> {
     let rt = crate::serve::build_runtime()?;
     let (store, _) = open_store(rt.handle(), store_file)?;
     let ws = tierfs::remote::Workspace::new(Arc::new(store), workspace);
+    Ok((rt, ws))
+}
+
+/// The snapshots of `workspace` (`tierfs snapshots`).
+pub fn list_snapshots(store_file: &Path, workspace: &str) -> Result<Vec<tierfs::remote::SnapshotInfo>> {
+    let (rt, ws) = open_workspace(store_file, workspace)?;
     rt.block_on(ws.snapshots()).context("listing snapshots")
 }
 
@@ -152,18 +158,14 @@ pub fn forget(
     policy: &tierfs::remote::KeepPolicy,
     dry_run: bool,
 ) -> Result<tierfs::remote::ForgetReport> {
-    let rt = crate::serve::build_runtime()?;
-    let (store, _) = open_store(rt.handle(), store_file)?;
-    let ws = tierfs::remote::Workspace::new(Arc::new(store), workspace);
+    let (rt, ws) = open_workspace(store_file, workspace)?;
     rt.block_on(ws.forget(policy, dry_run)).context("forgetting snapshots")
 }
 
 /// `tierfs diff`: restores the metadata of `a` and `b` (snapshot ids or `latest`) into
 /// scratch stores and compares them.
 pub fn diff(store_file: &Path, workspace: &str, a: &str, b: &str) -> Result<Vec<tierfs::remote::Change>> {
-    let rt = crate::serve::build_runtime()?;
-    let (store, _) = open_store(rt.handle(), store_file)?;
-    let ws = tierfs::remote::Workspace::new(Arc::new(store), workspace);
+    let (rt, ws) = open_workspace(store_file, workspace)?;
     let scratch = tempfile::Builder::new().prefix("tierfs-diff-").tempdir().context("creating a scratch directory")?;
     let load = |which: &str, dir: &str| -> Result<tierfs::meta::MetaStore> {
         let meta = tierfs::meta::MetaStore::open(&scratch.path().join(dir))?;
@@ -183,8 +185,7 @@ pub fn gc(store_file: &Path, dry_run: bool, json: bool) -> Result<tierfs::remote
     let rt = crate::serve::build_runtime()?;
     let (store, _) = open_store(rt.handle(), store_file)?;
     let scratch = tempfile::Builder::new().prefix("tierfs-gc-").tempdir().context("creating a scratch directory")?;
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let holder = format!("tierfs gc on {}:{}", host.trim(), std::process::id());
+    let holder = format!("tierfs gc on {}", crate::serve::holder_name());
     let progress = |line: &str| {
         if !json {
             eprintln!("gc: {line}");

@@ -361,27 +361,21 @@ enum Seen {
 }
 
 fn observe(root: &Path) -> BTreeMap<String, Seen> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![String::new()];
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(root.join(&dir)).unwrap_or_else(|e| panic!("readdir {dir:?}: {e}")) {
-            let entry = entry.expect("directory entry");
-            let rel = join(&dir, &entry.file_name().to_string_lossy());
-            let m = fs::symlink_metadata(entry.path()).unwrap_or_else(|e| panic!("lstat {rel}: {e}"));
+    common::walk_tree(root)
+        .into_iter()
+        .map(|(rel, path, m)| {
             let seen = if m.is_dir() {
-                stack.push(rel.clone());
                 Seen::Dir { nlink: m.nlink(), ino: m.ino() }
             } else if m.is_file() {
-                let bytes = fs::read(entry.path()).unwrap_or_else(|e| panic!("read {rel}: {e}"));
+                let bytes = fs::read(&path).unwrap_or_else(|e| panic!("read {rel}: {e}"));
                 assert_eq!(bytes.len() as u64, m.len(), "{rel}: size and contents disagree");
                 Seen::File { nlink: m.nlink(), ino: m.ino(), bytes }
             } else {
                 Seen::Other
             };
-            out.insert(rel, seen);
-        }
-    }
-    out
+            (rel, seen)
+        })
+        .collect()
 }
 
 /// The file written by the step in flight at the crash: its contents may be incomplete.

@@ -58,15 +58,11 @@ fn xattrs(path: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 fn walk(root: &Path) -> BTreeMap<String, Entry> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).unwrap_or_else(|e| panic!("readdir {}: {e}", dir.display())) {
-            let path = e.expect("dirent").path();
-            let m = fs::symlink_metadata(&path).expect("lstat");
+    common::walk_tree(root)
+        .into_iter()
+        .map(|(rel, path, m)| {
             let ft = m.file_type();
             let (kind, body) = if ft.is_dir() {
-                stack.push(path.clone());
                 ("dir", String::new())
             } else if ft.is_symlink() {
                 ("symlink", fs::read_link(&path).expect("readlink").display().to_string())
@@ -77,25 +73,21 @@ fn walk(root: &Path) -> BTreeMap<String, Entry> {
             } else {
                 ("other", String::new())
             };
-            let rel = path.strip_prefix(root).expect("inside").display().to_string();
-            out.insert(
-                rel,
-                Entry {
-                    kind: kind.into(),
-                    mode: m.mode(),
-                    nlink: m.nlink(),
-                    uid: m.uid(),
-                    gid: m.gid(),
-                    size: m.size(),
-                    mtime: (m.mtime(), m.mtime_nsec()),
-                    ctime: (m.ctime(), m.ctime_nsec()),
-                    body,
-                    xattrs: xattrs(&path),
-                },
-            );
-        }
-    }
-    out
+            let entry = Entry {
+                kind: kind.into(),
+                mode: m.mode(),
+                nlink: m.nlink(),
+                uid: m.uid(),
+                gid: m.gid(),
+                size: m.size(),
+                mtime: (m.mtime(), m.mtime_nsec()),
+                ctime: (m.ctime(), m.ctime_nsec()),
+                body,
+                xattrs: xattrs(&path),
+            };
+            (rel, entry)
+        })
+        .collect()
 }
 
 fn random_bytes(seed: u64, len: usize) -> Vec<u8> {

@@ -469,3 +469,23 @@ impl Rng {
         buf
     }
 }
+
+/// Every entry under `root`, recursively, symlinks not followed: its path relative to `root`
+/// (`dir/name`), its full path and its `lstat`. Panics (naming the path) on any error.
+pub fn walk_tree(root: &Path) -> Vec<(String, PathBuf, fs::Metadata)> {
+    let mut out = Vec::new();
+    let mut stack = vec![String::new()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(root.join(&dir)).unwrap_or_else(|e| panic!("readdir {dir:?}: {e}")) {
+            let entry = entry.expect("directory entry");
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let rel = if dir.is_empty() { name } else { format!("{dir}/{name}") };
+            let m = fs::symlink_metadata(entry.path()).unwrap_or_else(|e| panic!("lstat {rel}: {e}"));
+            if m.is_dir() {
+                stack.push(rel.clone());
+            }
+            out.push((rel, entry.path(), m));
+        }
+    }
+    out
+}
