@@ -1,5 +1,5 @@
-//! The `tierfs` subcommands: `mount`, `umount` and `status`, and their human and JSON
-//! output.
+//! The `tierfs` subcommands (`mount`, `umount`, `status`, and the store commands), and their
+//! human and JSON output.
 //!
 //! Invariants:
 //! - A command succeeds only when its effect is observable: `mount` returns once the mount
@@ -9,6 +9,9 @@
 //! - The kernel mount table, not a socket file, decides whether something is mounted; a
 //!   socket nobody answers on is stale and is cleaned up.
 //! - With `--json`, stdout carries exactly one JSON document per invocation.
+//! - Only `mount` creates the embedded default store (with its key file, never asking for a
+//!   passphrase) and says so on stderr; the one-shot store commands use it without `--store`
+//!   when it exists, and otherwise fail saying what creates it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -57,7 +60,8 @@ pub fn run(cli: &Cli) -> Result<()> {
 }
 
 fn diff(cli: &Cli, cmd: &DiffCommand) -> Result<()> {
-    let changes = store_link::diff(&cmd.store, &cmd.workspace, &cmd.a, &cmd.b)?;
+    let store = paths::command_store_file(cmd.store.as_deref())?;
+    let changes = store_link::diff(&store, &cmd.workspace, &cmd.a, &cmd.b)?;
     if cli.json {
         return print_json(&changes);
     }
@@ -83,7 +87,8 @@ fn forget(cli: &Cli, cmd: &ForgetCommand) -> Result<()> {
             "say what to keep (--keep-last, --keep-daily, --keep-weekly, --keep-monthly); forget never removes every snapshot"
         );
     }
-    let report = store_link::forget(&cmd.store, &cmd.workspace, &policy, cmd.dry_run)?;
+    let store = paths::command_store_file(cmd.store.as_deref())?;
+    let report = store_link::forget(&store, &cmd.workspace, &policy, cmd.dry_run)?;
     if cli.json {
         return print_json(&report);
     }
@@ -96,7 +101,8 @@ fn forget(cli: &Cli, cmd: &ForgetCommand) -> Result<()> {
 }
 
 fn gc(cli: &Cli, cmd: &GcCommand) -> Result<()> {
-    let report = store_link::gc(&cmd.store, cmd.dry_run, cli.json)?;
+    let store = paths::command_store_file(cmd.store.as_deref())?;
+    let report = store_link::gc(&store, cmd.dry_run, cli.json)?;
     if cli.json {
         return print_json(&report);
     }
@@ -121,8 +127,9 @@ fn gc(cli: &Cli, cmd: &GcCommand) -> Result<()> {
 }
 
 fn restore(cli: &Cli, cmd: &RestoreCommand) -> Result<()> {
+    let store = paths::command_store_file(cmd.store.as_deref())?;
     let dir = paths::absolute(&cmd.dir)?;
-    let report = crate::restore::restore(&cmd.store, &cmd.workspace, cmd.snapshot.as_deref(), &dir, cli.json)?;
+    let report = crate::restore::restore(&store, &cmd.workspace, cmd.snapshot.as_deref(), &dir, cli.json)?;
     if cli.json {
         return print_json(&report);
     }
@@ -147,7 +154,7 @@ fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
             let all = all_statuses(&runtime_dir)?;
             match all.as_slice() {
                 [one] => one.mountpoint.clone(),
-                [] => bail!("no tierfs mount of this user is running; mount one with --store first"),
+                [] => bail!("no tierfs mount of this user is running; mount one first (`tierfs mount MOUNTPOINT`)"),
                 _ => bail!(
                     "several tierfs mounts are running ({}); say which: `tierfs sync MOUNTPOINT`",
                     all.iter().map(|r| r.mountpoint.display().to_string()).collect::<Vec<_>>().join(", ")
@@ -185,7 +192,8 @@ fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
 }
 
 fn snapshots(cli: &Cli, cmd: &SnapshotsCommand) -> Result<()> {
-    let list = store_link::list_snapshots(&cmd.store, &cmd.workspace)?;
+    let store = paths::command_store_file(cmd.store.as_deref())?;
+    let list = store_link::list_snapshots(&store, &cmd.workspace)?;
     if cli.json {
         return print_json(&list);
     }
@@ -209,6 +217,7 @@ struct MountOutput<'a> {
 }
 
 fn mount(cli: &Cli, cmd: &MountCommand) -> Result<()> {
+    store_link::prepare_mount_store(&cmd.mount)?;
     let config = cmd.mount.resolve(cli.runtime_dir.as_deref())?;
 
     // Re-running the mount command of a live mount (a re-executed notebook cell) is fine.
@@ -636,6 +645,9 @@ fn init(cli: &Cli, cmd: &InitCommand) -> Result<()> {
         cmd.key_file.clone(),
         cmd.pack_size,
     )?;
+    if let Some(key_file) = &out.key_file_created {
+        eprintln!("created key file {} (keep a copy: without it the store cannot be read)", key_file.display());
+    }
     if cli.json {
         return print_json(&out);
     }
@@ -695,7 +707,7 @@ fn key(cli: &Cli, cmd: &KeyCommand) -> Result<()> {
     let h = rt.handle();
     match &cmd.action {
         KeyAction::List { store } => {
-            let (store, _) = store_link::open_store(h, store)?;
+            let (store, _) = store_link::open_store(h, &paths::command_store_file(store.as_deref())?)?;
             let keys = h.block_on(store.list_keys())?;
             let rows: Vec<KeyRow> = keys
                 .into_iter()
@@ -710,7 +722,7 @@ fn key(cli: &Cli, cmd: &KeyCommand) -> Result<()> {
             Ok(())
         }
         KeyAction::Add { store, key_file, label } => {
-            let (opened, _) = store_link::open_store(h, store)?;
+            let (opened, _) = store_link::open_store(h, &paths::command_store_file(store.as_deref())?)?;
             let new = new_secret(key_file.as_deref())?;
             let wrapped = h.block_on(opened.add_key(&new.as_secret(), store_link::kdf_params(), label))?;
             if cli.json {
@@ -720,7 +732,7 @@ fn key(cli: &Cli, cmd: &KeyCommand) -> Result<()> {
             Ok(())
         }
         KeyAction::Remove { store, id } => {
-            let (store, _) = store_link::open_store(h, store)?;
+            let (store, _) = store_link::open_store(h, &paths::command_store_file(store.as_deref())?)?;
             h.block_on(store.remove_key(id))?;
             if cli.json {
                 return print_json(&serde_json::json!({ "removed": id }));
@@ -729,7 +741,7 @@ fn key(cli: &Cli, cmd: &KeyCommand) -> Result<()> {
             Ok(())
         }
         KeyAction::Passwd { store } => {
-            let (opened, _) = store_link::open_store(h, store)?;
+            let (opened, _) = store_link::open_store(h, &paths::command_store_file(store.as_deref())?)?;
             let old = opened.unlocked_by().to_string();
             let new = new_secret(None)?;
             let wrapped = h.block_on(opened.add_key(&new.as_secret(), store_link::kdf_params(), "passphrase"))?;
@@ -744,8 +756,9 @@ fn key(cli: &Cli, cmd: &KeyCommand) -> Result<()> {
 }
 
 fn scrub(cli: &Cli, cmd: &ScrubCommand) -> Result<()> {
+    let store = paths::command_store_file(cmd.store.as_deref())?;
     let rt = store_runtime()?;
-    let report = store_link::scrub(rt.handle(), &cmd.store, cmd.repair, cli.json)?;
+    let report = store_link::scrub(rt.handle(), &store, cmd.repair, cli.json)?;
     if cli.json {
         print_json(&report)?;
     } else {

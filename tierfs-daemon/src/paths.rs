@@ -1,7 +1,12 @@
-//! Where tierfs keeps things on the local node: the default data directory, the runtime
-//! directory of control sockets, the control socket of one mount, and the daemon log.
+//! Where tierfs keeps things on the local node: the default data directory, the embedded
+//! default store, the runtime directory of control sockets, the control socket of one mount,
+//! and the daemon log.
 //!
 //! Invariants:
+//! - The embedded default store lives beside the default data directory in the data home:
+//!   `store.toml` (its store file), `objects/` (its one `file://` backend) and `store.key`
+//!   (the key file that unlocks it). Only `tierfs mount` creates it; the one-shot store
+//!   commands use it when it exists and `--store` is not given ([`command_store_file`]).
 //! - A mount is identified by its *canonical* mountpoint path; its control socket is
 //!   `<runtime dir>/<blake3(canonical path)[..32 hex]>.sock`. Any process of the same user
 //!   that names the same directory (through any relative path or symlink) finds the same
@@ -36,6 +41,11 @@ const SOCKET_HASH_HEX: usize = 32;
 /// Name of the default workspace's data directory under the data home.
 const DEFAULT_WORKSPACE: &str = "default";
 
+/// Names of the embedded default store's files under the data home.
+const EMBEDDED_STORE_FILE: &str = "store.toml";
+const EMBEDDED_OBJECTS: &str = "objects";
+const EMBEDDED_KEY_FILE: &str = "store.key";
+
 /// `$XDG_DATA_HOME/tierfs`, else `$HOME/.local/share/tierfs`.
 pub fn data_home() -> Result<PathBuf> {
     data_home_from(std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME"))
@@ -59,6 +69,68 @@ pub fn data_home_from(xdg_data_home: Option<OsString>, home: Option<OsString>) -
 /// The data directory used when `--data-dir` is not given: `<data home>/default`.
 pub fn default_data_dir() -> Result<PathBuf> {
     Ok(data_home()?.join(DEFAULT_WORKSPACE))
+}
+
+/// The embedded default store: what `tierfs mount` uses with neither `--store` nor
+/// `--data-dir`. A local, encrypted store on the same disk as the data directory: it survives
+/// the loss of the data directory, not the loss of the disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddedStore {
+    /// The data home holding everything below.
+    pub home: PathBuf,
+    /// `<data home>/store.toml`.
+    pub store_file: PathBuf,
+    /// `<data home>/objects`: the store's one backend.
+    pub objects: PathBuf,
+    /// `<data home>/store.key`: the key file (mode 0600) that unlocks the store.
+    pub key_file: PathBuf,
+}
+
+impl EmbeddedStore {
+    /// The embedded store of the data home of this process's environment.
+    pub fn locate() -> Result<EmbeddedStore> {
+        Ok(EmbeddedStore::under(&data_home()?))
+    }
+
+    /// The embedded store kept in `data_home`.
+    pub fn under(data_home: &Path) -> EmbeddedStore {
+        EmbeddedStore {
+            home: data_home.to_path_buf(),
+            store_file: data_home.join(EMBEDDED_STORE_FILE),
+            objects: data_home.join(EMBEDDED_OBJECTS),
+            key_file: data_home.join(EMBEDDED_KEY_FILE),
+        }
+    }
+
+    /// The URL of its backend: `file://<data home>/objects`, percent-encoded where needed.
+    pub fn backend_url(&self) -> String {
+        tierfs::backend::BackendSpec::File { path: self.objects.clone() }.to_url()
+    }
+
+    /// Its store file, or an error saying that it does not exist yet (and what creates it).
+    pub fn existing_store_file(&self) -> Result<PathBuf> {
+        let exists = self
+            .store_file
+            .try_exists()
+            .with_context(|| format!("looking for the local store {}", self.store_file.display()))?;
+        if !exists {
+            bail!(
+                "no --store given and no local store at {} yet (it is created by the first \
+                 \"tierfs mount\" without --data-dir)",
+                self.store_file.display()
+            );
+        }
+        Ok(self.store_file.clone())
+    }
+}
+
+/// The store file of a one-shot store command: `given`, else the embedded default store's if
+/// it exists (see [`EmbeddedStore::existing_store_file`]).
+pub fn command_store_file(given: Option<&Path>) -> Result<PathBuf> {
+    match given {
+        Some(file) => Ok(file.to_path_buf()),
+        None => EmbeddedStore::locate()?.existing_store_file(),
+    }
 }
 
 /// The directory holding the control sockets (see the module docs for the order).
@@ -221,6 +293,44 @@ mod tests {
     fn data_home_without_home_is_a_clear_error() {
         let err = data_home_from(None, None).unwrap_err();
         assert!(format!("{err}").contains("--data-dir"), "{err}");
+    }
+
+    #[test]
+    fn embedded_store_lives_beside_the_default_data_dir() {
+        let home = data_home_from(os("/xdg/data"), os("/home/u")).unwrap();
+        let store = EmbeddedStore::under(&home);
+        assert_eq!(store.home, PathBuf::from("/xdg/data/tierfs"));
+        assert_eq!(store.store_file, PathBuf::from("/xdg/data/tierfs/store.toml"));
+        assert_eq!(store.objects, PathBuf::from("/xdg/data/tierfs/objects"));
+        assert_eq!(store.key_file, PathBuf::from("/xdg/data/tierfs/store.key"));
+        assert_eq!(store.backend_url(), "file:///xdg/data/tierfs/objects");
+        let fallback = EmbeddedStore::under(&data_home_from(None, os("/home/u")).unwrap());
+        assert_eq!(fallback.store_file, PathBuf::from("/home/u/.local/share/tierfs/store.toml"));
+    }
+
+    #[test]
+    fn embedded_store_url_survives_unusual_paths() {
+        let store = EmbeddedStore::under(Path::new("/home/a b/%x/tierfs"));
+        let url = store.backend_url();
+        assert_eq!(url, "file:///home/a%20b/%25x/tierfs/objects");
+        assert_eq!(
+            tierfs::backend::BackendSpec::parse(&url).unwrap(),
+            tierfs::backend::BackendSpec::File { path: store.objects }
+        );
+    }
+
+    #[test]
+    fn a_missing_embedded_store_is_a_clear_error_and_an_existing_one_is_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::under(dir.path());
+        let err = store.existing_store_file().unwrap_err().to_string();
+        assert!(err.contains("no --store given and no local store at"), "{err}");
+        assert!(err.contains(&store.store_file.display().to_string()), "{err}");
+        assert!(err.contains("\"tierfs mount\" without --data-dir"), "{err}");
+        assert!(!store.store_file.exists(), "looking must not create it");
+        fs::write(&store.store_file, "x").unwrap();
+        assert_eq!(store.existing_store_file().unwrap(), store.store_file);
+        assert_eq!(command_store_file(Some(Path::new("/s.toml"))).unwrap(), PathBuf::from("/s.toml"));
     }
 
     #[test]

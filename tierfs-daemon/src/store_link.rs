@@ -1,9 +1,12 @@
 //! Stores seen from the binaries: unlocking a store (key file, `TIERFS_PASSPHRASE` or a
-//! prompt), the blocking [`BlockStore`] adapter the cold tier uses, and the store commands
-//! `tierfs init`, `tierfs key …`, `tierfs scrub` and `tierfs warmup`.
+//! prompt), the blocking [`BlockStore`] adapter the cold tier uses, the store commands
+//! `tierfs init`, `tierfs key …`, `tierfs scrub` and `tierfs warmup`, and the creation of the
+//! embedded default store at the first mount that uses it.
 //!
 //! Invariants:
 //! - a secret is never printed or logged, and a wrong one fails before anything changes;
+//! - the embedded default store is created by a mount only (never by a one-shot command),
+//!   with a key file, so creating it never asks anything;
 //! - the adapter enters the async store with `Handle::block_on` from the tier's worker
 //!   threads and FUSE threads, never from a runtime thread (see STYLE.md, "Async meets FUSE").
 
@@ -19,6 +22,8 @@ use tierfs::crypto::{self, KdfParams, Secret};
 use tierfs::store::{Progress, Store, StoreConfig};
 use tierfs::tier::{BlockStore, ColdError};
 use tokio::runtime::{Handle, Runtime};
+
+use crate::cli::{MountArgs, MountStore};
 
 /// Environment variable holding the store passphrase (for scripts and the background daemon).
 pub const PASSPHRASE_ENV: &str = "TIERFS_PASSPHRASE";
@@ -224,6 +229,48 @@ impl BlockStore for StoreBlocks {
 
 // ---- commands ----------------------------------------------------------------------------
 
+/// Before a mount: creates the embedded default store if `args` use it and it does not exist
+/// yet (saying so in one line on stderr), and refuses a snapshot mount of an embedded store
+/// that does not exist. A no-op for `--store FILE` and hot-tier-only mounts.
+pub fn prepare_mount_store(args: &MountArgs) -> Result<()> {
+    let create = match args.store_choice() {
+        MountStore::Embedded { create } => create,
+        MountStore::None | MountStore::Given(_) => return Ok(()),
+    };
+    let embedded = crate::paths::EmbeddedStore::locate()?;
+    if !create {
+        embedded.existing_store_file()?;
+        return Ok(());
+    }
+    let exists = embedded
+        .store_file
+        .try_exists()
+        .with_context(|| format!("looking for the local store {}", embedded.store_file.display()))?;
+    if exists {
+        return Ok(());
+    }
+    crate::paths::ensure_private_dir(&embedded.home)?;
+    let rt = crate::serve::build_runtime()?;
+    init(
+        rt.handle(),
+        &embedded.store_file,
+        vec![embedded.backend_url()],
+        Some(1),
+        None,
+        Some(embedded.key_file.clone()),
+        None,
+    )
+    .with_context(|| format!("creating the local store {}", embedded.store_file.display()))?;
+    eprintln!(
+        "tierfs: created the local store {} (objects in {}, key file {}: without the key the store \
+         cannot be read)",
+        embedded.store_file.display(),
+        embedded.objects.display(),
+        embedded.key_file.display()
+    );
+    Ok(())
+}
+
 /// `tierfs init` output.
 #[derive(Debug, Serialize)]
 pub struct InitOutput {
@@ -232,9 +279,13 @@ pub struct InitOutput {
     pub backends: Vec<String>,
     pub redundancy: String,
     pub key: String,
+    /// The key file, when `init` created it (keep a copy: without it the store cannot be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_file_created: Option<PathBuf>,
 }
 
-/// Creates a store and writes its store file.
+/// Creates a store and writes its store file. A missing key file is created (and named in
+/// the output); with a key file nothing is asked, so this also serves non-interactive callers.
 pub fn init(
     handle: &Handle,
     store_file: &Path,
@@ -258,12 +309,13 @@ pub fn init(
     if let Some(p) = pack_size {
         config.pack_size = p;
     }
+    let mut key_file_created = None;
     let secret = match &key_file {
         Some(path) => {
             let path = crate::paths::absolute(path)?;
             if !path.exists() {
                 write_private(&path, crypto::generate_key_file().as_bytes())?;
-                eprintln!("created key file {} (keep a copy: without it the store cannot be read)", path.display());
+                key_file_created = Some(path.clone());
             }
             config.key_file = Some(path.clone());
             read_key_file(&path)?
@@ -280,6 +332,7 @@ pub fn init(
         backends: config.backends.clone(),
         redundancy,
         key: if config.key_file.is_some() { "key file".into() } else { "passphrase".into() },
+        key_file_created,
     })
 }
 

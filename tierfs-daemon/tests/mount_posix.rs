@@ -1,5 +1,7 @@
 //! Real-mount POSIX behaviour: each test mounts a fresh tierfs workspace with the real
-//! `tierfs mount` (background daemon, default options: writeback cache, 60 s attribute and entry TTLs)
+//! `tierfs mount` (background daemon, default options: no writeback cache, 60 s attribute and entry TTLs;
+//! the tests whose outcome depends on who owns timestamps and dirty pages run again with
+//! `--writeback-cache`, see [`both_cache_modes`])
 //! and drives it only through the kernel, with `std::fs` and raw `libc` calls.
 //!
 //! What this proves: file contents survive every write pattern programs use (sequential,
@@ -296,7 +298,7 @@ fn sparse_files_read_zeros_and_report_holes() {
 
     // With the writeback cache the kernel answers SEEK_DATA/SEEK_HOLE from its own size (the
     // whole file is data; see docs/SEMANTICS.md), which POSIX allows. What must hold on any
-    // mount: SEEK_DATA never jumps over written bytes and SEEK_HOLE never reports a hole where
+    // mount (checked exactly for the default mount below): SEEK_DATA never jumps over written bytes and SEEK_HOLE never reports a hole where
     // bytes were written, so `cp`/`tar` that skip holes never lose data.
     let f = File::open(&path).expect("open sparse");
     let eight = (8 * MIB) as i64;
@@ -312,6 +314,11 @@ fn sparse_files_read_zeros_and_report_holes() {
     }
     assert_io_errno(lseek(&f, end, libc::SEEK_DATA), libc::ENXIO, "SEEK_DATA at end of file");
     assert_io_errno(lseek(&f, end, libc::SEEK_HOLE), libc::ENXIO, "SEEK_HOLE at end of file");
+    // Without the writeback cache (the default) tierfs answers from its data file: the holes
+    // are reported exactly, as ext4 reports them.
+    assert_eq!(lseek(&f, 0, libc::SEEK_HOLE).expect("SEEK_HOLE 0"), 4096, "the hole after the first block");
+    assert_eq!(lseek(&f, 4096, libc::SEEK_DATA).expect("SEEK_DATA 4096"), eight, "the data at 8 MiB");
+    assert_eq!(lseek(&f, eight, libc::SEEK_HOLE).expect("SEEK_HOLE 8 MiB"), eight + 4096, "the trailing hole");
     // The virtual hole at end of file: a file with data up to its end.
     write(&fx.p("dense"), &[1u8; 10_000]);
     let dense = File::open(fx.p("dense")).expect("open dense");
@@ -1134,9 +1141,8 @@ fn chmod_and_chown() {
     assert_eq!(meta(&fx.p("d")).mode() & 0o7777, 0o2775);
 }
 
-#[test]
-fn writes_clear_setuid_only_as_a_local_filesystem_does() {
-    let mut fx = Fixture::mounted();
+fn check_writes_clear_setuid_only_as_a_local_filesystem_does(fx: Fixture) {
+    let mut fx = fx;
 
     // An unprivileged writer loses the setuid bit (the kernel's file_remove_privs).
     let shared = fx.p("shared");
@@ -1183,9 +1189,7 @@ fn writes_clear_setuid_only_as_a_local_filesystem_does() {
     );
 }
 
-#[test]
-fn utimensat_now_omit_and_exact() {
-    let fx = Fixture::mounted();
+fn check_utimensat_now_omit_and_exact(fx: Fixture) {
     let f = fx.p("f");
     write(&f, b"x");
     assert_eq!(utimens(&f, (1_000_000_000, 123_456_789), (1_100_000_000, 987_654_321)), 0, "utimensat exact");
@@ -1230,9 +1234,7 @@ fn utimensat_now_omit_and_exact() {
     assert_eq!((m.mtime(), m.mtime_nsec()), (-86_400, 1), "pre-epoch mtime persisted");
 }
 
-#[test]
-fn writes_update_mtime_and_size_seen_by_stat() {
-    let fx = Fixture::mounted();
+fn check_writes_update_mtime_and_size_seen_by_stat(fx: Fixture) {
     let f = fx.p("f");
     write(&f, b"x");
     assert_eq!(utimens(&f, (1_000_000_000, 0), (1_000_000_000, 0)), 0);
@@ -1825,10 +1827,9 @@ fn second_mount_of_a_data_dir_in_use_is_refused() {
 }
 
 /// With the writeback cache the kernel flushes the times of a file it still caches after the
-/// file was unlinked and reclaimed; that must not surface as an error of `syncfs`.
-#[test]
-fn syncfs_after_unlinking_a_written_file_succeeds() {
-    let fx = Fixture::mounted();
+/// file was unlinked and reclaimed; that must not surface as an error of `syncfs` (in either
+/// mode).
+fn check_syncfs_after_unlinking_a_written_file_succeeds(fx: Fixture) {
     for i in 0..3 {
         let p = fx.p(&format!("gone-{i}"));
         write(&p, b"short-lived");
@@ -1838,4 +1839,28 @@ fn syncfs_after_unlinking_a_written_file_succeeds() {
         let rc = unsafe { libc::syncfs(dir.as_raw_fd()) };
         assert_eq!(rc, 0, "syncfs after unlink: {}", io::Error::last_os_error());
     }
+}
+
+/// Runs each named check twice: on a default mount (no writeback cache: tierfs owns the
+/// timestamps of writes) and on a `--writeback-cache` mount (the kernel owns them and flushes
+/// dirty pages and times late).
+macro_rules! both_cache_modes {
+    ($($check:ident => $default:ident, $writeback:ident;)*) => {$(
+        #[test]
+        fn $default() {
+            $check(Fixture::mounted());
+        }
+
+        #[test]
+        fn $writeback() {
+            $check(Fixture::mounted_with(&["--writeback-cache"]));
+        }
+    )*};
+}
+
+both_cache_modes! {
+    check_writes_clear_setuid_only_as_a_local_filesystem_does => writes_clear_setuid_only_as_a_local_filesystem_does, writes_clear_setuid_only_as_a_local_filesystem_does_with_writeback_cache;
+    check_utimensat_now_omit_and_exact => utimensat_now_omit_and_exact, utimensat_now_omit_and_exact_with_writeback_cache;
+    check_writes_update_mtime_and_size_seen_by_stat => writes_update_mtime_and_size_seen_by_stat, writes_update_mtime_and_size_seen_by_stat_with_writeback_cache;
+    check_syncfs_after_unlinking_a_written_file_succeeds => syncfs_after_unlinking_a_written_file_succeeds, syncfs_after_unlinking_a_written_file_succeeds_with_writeback_cache;
 }

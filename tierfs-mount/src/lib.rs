@@ -16,7 +16,10 @@
 //!   this mount; anything that changes it behind the kernel's back must invalidate through the
 //!   session's `Notifier`.
 //! - With the writeback cache on, the kernel owns the timestamps of writes: open the `Vfs`
-//!   with `VfsConfig::kernel_owns_times == MountOptions::writeback_cache`.
+//!   with `VfsConfig::kernel_owns_times == MountOptions::writeback_cache`. It is off by
+//!   default: with it the kernel asks again for the attributes of every closed file (its
+//!   `st_blocks` may have changed) and sends a SETATTR of times after each rename, unlink and
+//!   link, round trips that cost metadata work more than buffering saves small writes.
 //! - When the session ends, however it ends, `destroy` runs once and calls `Vfs::sync_all`.
 //!
 //! Serving until the kernel unmounts, with a way to unmount from a signal handler:
@@ -82,7 +85,7 @@ impl Default for MountOptions {
             // 50 ms naptime), so a long TTL only saves round trips.
             attr_ttl: Duration::from_secs(60),
             entry_ttl: Duration::from_secs(60),
-            writeback_cache: true,
+            writeback_cache: false,
             fsname: "tierfs".to_owned(),
             read_only: false,
         }
@@ -145,7 +148,7 @@ mod tests {
         let opts = MountOptions::default();
         assert_eq!(opts.n_threads, 4);
         assert_eq!(opts.attr_ttl, Duration::from_secs(60));
-        assert!(opts.writeback_cache && !opts.allow_other && !opts.read_only);
+        assert!(!opts.writeback_cache && !opts.allow_other && !opts.read_only);
     }
 
     #[test]

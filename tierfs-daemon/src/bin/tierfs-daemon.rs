@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Parser;
 use tierfs_daemon::cli::DaemonCli;
 use tierfs_daemon::launch::Readiness;
-use tierfs_daemon::{logging, serve};
+use tierfs_daemon::{logging, serve, store_link};
 use tracing::error;
 
 fn main() -> ExitCode {
@@ -39,6 +39,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &DaemonCli, readiness: &mut Readiness) -> Result<()> {
+    // Run directly with neither --store nor --data-dir, it makes the embedded store as
+    // `tierfs mount` would (started by `tierfs mount`, it always gets one of them).
+    store_link::prepare_mount_store(&cli.mount)?;
     let config = cli.mount.resolve(cli.runtime_dir.as_deref())?;
     let rt = serve::build_runtime()?;
     let result = serve::run(&rt, &config, readiness);

@@ -147,6 +147,8 @@ pub struct Fixture {
     pub runtime_dir: PathBuf,
     /// Pid of the background daemon of the current mount, if this fixture mounted one.
     pub daemon_pid: Option<u32>,
+    /// Extra `tierfs mount` options of every mount of this fixture (e.g. `--writeback-cache`).
+    pub mount_args: Vec<String>,
     /// Declared last: removed only after `Drop::drop` has unmounted.
     pub tmp: tempfile::TempDir,
 }
@@ -162,6 +164,7 @@ impl Fixture {
             mountpoint: root.join("mnt"),
             runtime_dir: root.join("run"),
             daemon_pid: None,
+            mount_args: Vec::new(),
             tmp,
         };
         fs::create_dir(&fixture.mountpoint).expect("creating the mountpoint");
@@ -171,6 +174,14 @@ impl Fixture {
     /// A fresh workspace mounted in the background.
     pub fn mounted() -> Fixture {
         let mut fixture = Fixture::new();
+        fixture.mount();
+        fixture
+    }
+
+    /// A fresh workspace mounted in the background with extra `tierfs mount` options.
+    pub fn mounted_with(args: &[&str]) -> Fixture {
+        let mut fixture = Fixture::new();
+        fixture.mount_args = args.iter().map(|a| (*a).to_owned()).collect();
         fixture.mount();
         fixture
     }
@@ -185,7 +196,7 @@ impl Fixture {
     /// `tierfs mount --json --data-dir DATA MOUNTPOINT`, without checking the outcome.
     pub fn try_mount_at(&self, data_dir: &Path, mountpoint: &Path) -> Output {
         let mut cmd = self.tierfs();
-        cmd.args(["--json", "mount", "--data-dir"]).arg(data_dir).arg(mountpoint);
+        cmd.args(["--json", "mount"]).args(&self.mount_args).arg("--data-dir").arg(data_dir).arg(mountpoint);
         run(&mut cmd, MOUNT_TIMEOUT)
     }
 

@@ -1,0 +1,311 @@
+//! The embedded default store, through real mounts: `tierfs mount MOUNTPOINT` with neither
+//! `--store` nor `--data-dir` creates an encrypted local store in the data home and uses it,
+//! so `tierfs sync`, `tierfs snapshots` and the restore of a lost data dir work with no
+//! set-up; `--no-store` stays hot tier only, and a later default mount takes such a data dir
+//! into the store; the one-shot store commands find the embedded store without `--store`,
+//! and say clearly when there is none.
+//!
+//! Every test runs in its own scratch data home (`XDG_DATA_HOME`, `HOME`) and runtime dir, so
+//! it never sees the developer's own store or mounts.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Fixture, Output, Rng, run};
+
+/// How long a one-shot command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A scratch data home for `fx`: `tierfs` commands run with `XDG_DATA_HOME` and `HOME` inside
+/// the fixture's temporary directory, and without any store or passphrase from the caller.
+struct Home {
+    /// `$XDG_DATA_HOME/tierfs`: where the default data dir and the embedded store live.
+    data_home: PathBuf,
+    xdg_data_home: PathBuf,
+    home: PathBuf,
+}
+
+impl Home {
+    fn new(root: &Path) -> Home {
+        let xdg_data_home = root.join("xdg");
+        let home = root.join("home");
+        fs::create_dir_all(&xdg_data_home).expect("creating XDG_DATA_HOME");
+        fs::create_dir_all(&home).expect("creating HOME");
+        Home { data_home: xdg_data_home.join("tierfs"), xdg_data_home, home }
+    }
+
+    fn tierfs(&self, fx: &Fixture) -> Command {
+        let mut cmd = fx.tierfs();
+        self.env(&mut cmd);
+        cmd
+    }
+
+    fn env(&self, cmd: &mut Command) {
+        cmd.env("XDG_DATA_HOME", &self.xdg_data_home)
+            .env("HOME", &self.home)
+            .env_remove("TIERFS_STORE")
+            .env_remove("TIERFS_PASSPHRASE");
+    }
+
+    fn store_file(&self) -> PathBuf {
+        self.data_home.join("store.toml")
+    }
+
+    fn objects(&self) -> PathBuf {
+        self.data_home.join("objects")
+    }
+
+    fn key_file(&self) -> PathBuf {
+        self.data_home.join("store.key")
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.data_home.join("default")
+    }
+
+    /// `tierfs --json mount [EXTRA…] MOUNTPOINT` (no `--data-dir`, no `--store`); on success
+    /// the daemon's pid is kept in the fixture, so it is cleaned up on drop.
+    fn mount(&self, fx: &mut Fixture, extra: &[&str]) -> Output {
+        let mut cmd = self.tierfs(fx);
+        cmd.args(["--json", "mount"]).args(extra).arg(&fx.mountpoint);
+        let out = run(&mut cmd, common::MOUNT_TIMEOUT);
+        out.assert_success("tierfs mount without --data-dir");
+        let json: serde_json::Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|e| panic!("tierfs mount --json printed {:?}: {e}", out.stdout));
+        fx.daemon_pid = Some(json["pid"].as_u64().and_then(|p| u32::try_from(p).ok()).expect("a daemon pid"));
+        assert_eq!(json["data_dir"].as_str().map(PathBuf::from), Some(self.data_dir()), "{json}");
+        assert!(common::is_mounted(&fx.mountpoint), "tierfs mount returned but nothing is mounted");
+        out
+    }
+
+    /// `tierfs --json ARGS…`, run to completion.
+    fn command(&self, fx: &Fixture, args: &[&str]) -> Output {
+        let mut cmd = self.tierfs(fx);
+        cmd.arg("--json").args(args);
+        run(&mut cmd, COMMAND_TIMEOUT)
+    }
+}
+
+/// What a tree shows: kind, mode, owner, size, mtime and contents (a file's hash, a symlink's
+/// target), by path.
+#[derive(Debug, PartialEq, Eq)]
+struct Entry {
+    kind: &'static str,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    mtime: (i64, i64),
+    body: String,
+}
+
+fn snapshot_tree(root: &Path) -> BTreeMap<String, Entry> {
+    common::walk_tree(root)
+        .into_iter()
+        .map(|(rel, path, m)| {
+            let ft = m.file_type();
+            let (kind, body) = if ft.is_dir() {
+                ("dir", String::new())
+            } else if ft.is_symlink() {
+                ("symlink", fs::read_link(&path).expect("readlink").display().to_string())
+            } else if ft.is_file() {
+                ("file", blake3::hash(&fs::read(&path).expect("read")).to_hex().to_string())
+            } else {
+                ("other", String::new())
+            };
+            // A directory's size is the underlying filesystem's business.
+            let size = if ft.is_dir() { 0 } else { m.size() };
+            let entry = Entry {
+                kind,
+                mode: m.mode(),
+                uid: m.uid(),
+                gid: m.gid(),
+                size,
+                mtime: (m.mtime(), m.mtime_nsec()),
+                body,
+            };
+            (rel, entry)
+        })
+        .collect()
+}
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    common::walk_tree(dir).into_iter().filter(|(_, _, m)| m.is_file()).map(|(_, path, _)| path).collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn the_embedded_default_keeps_an_encrypted_local_store_that_sync_and_restore_use() {
+    let mut fx = Fixture::new();
+    let root = fx.mountpoint.parent().expect("the fixture's directory").to_path_buf();
+    let home = Home::new(&root);
+
+    // First mount: the store is created, and said so.
+    let out = home.mount(&mut fx, &[]);
+    let created = format!("tierfs: created the local store {}", home.store_file().display());
+    assert!(out.stderr.contains(&created), "no creation notice on stderr: {}", out.stderr);
+    for named in [home.objects(), home.key_file()] {
+        assert!(out.stderr.contains(&named.display().to_string()), "{} not named: {}", named.display(), out.stderr);
+    }
+    assert_eq!(out.stderr.lines().count(), 1, "more than one line on stderr: {}", out.stderr);
+    let key_mode = fs::metadata(home.key_file()).expect("the key file").mode() & 0o777;
+    assert_eq!(key_mode, 0o600, "the key file is not owner-only");
+    let store_text = fs::read_to_string(home.store_file()).expect("the store file");
+    assert!(store_text.contains(&format!("file://{}", home.objects().display())), "{store_text}");
+    let status = fx.status();
+    assert_eq!(status["store"].as_str().map(PathBuf::from), Some(home.store_file()), "{status}");
+
+    // A tree whose names and contents carry a marker that must never reach the store in clear.
+    let seed = Rng::seed_from_env();
+    eprintln!("seed {seed} (TIERFS_TEST_SEED)");
+    let mut rng = Rng::new(seed);
+    let marker = format!("plaintext-marker-{:016x}{:016x}", rng.next_u64(), rng.next_u64());
+    let dir = fx.p(&format!("dir-{marker}"));
+    fs::create_dir_all(dir.join("deeper")).expect("mkdir");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).expect("chmod");
+    fs::write(dir.join("notes.txt"), format!("{marker}\n").repeat(100)).expect("write");
+    let mut big = rng.bytes((6 << 20) + 4321);
+    big[(5 << 20)..(5 << 20) + marker.len()].copy_from_slice(marker.as_bytes());
+    fs::write(dir.join("deeper/big.bin"), &big).expect("write");
+    fs::write(fx.p("empty"), b"").expect("write");
+    std::os::unix::fs::symlink(format!("dir-{marker}/notes.txt"), fx.p("link-to-notes")).expect("symlink");
+    std::os::unix::fs::symlink(format!("/nowhere/{marker}"), fx.p("dangling")).expect("symlink");
+    let before = snapshot_tree(&fx.mountpoint);
+    assert_eq!(before.len(), 7, "unexpected tree: {:?}", before.keys().collect::<Vec<_>>());
+
+    let mut sync = home.tierfs(&fx);
+    sync.args(["sync", "-m", "first"]).arg(&fx.mountpoint);
+    let out = run(&mut sync, COMMAND_TIMEOUT);
+    out.assert_success("tierfs sync on the embedded default");
+    let id = out.stdout.lines().last().unwrap_or_default().trim().to_string();
+    assert!(!id.is_empty(), "sync printed no snapshot id: {}", out.stdout);
+
+    // The store holds the tree, sealed: no object has the marker in it.
+    let objects = files_under(&home.objects());
+    let stored: u64 = objects.iter().map(|p| fs::metadata(p).expect("stat").len()).sum();
+    assert!(objects.len() >= 4, "too few objects in the store: {objects:?}");
+    assert!(stored > 6 << 20, "the store holds {stored} bytes, less than the data written");
+    for object in &objects {
+        let bytes = fs::read(object).expect("read an object");
+        assert!(!contains(&bytes, marker.as_bytes()), "{} holds the plaintext marker", object.display());
+    }
+    // The search does find it where it is in clear: the hot cache (the data is on this disk
+    // twice, once in the cache and once sealed in the store).
+    assert!(
+        files_under(&home.data_dir()).iter().any(|p| contains(&fs::read(p).unwrap_or_default(), marker.as_bytes())),
+        "the marker is not even in the hot cache: the search proves nothing"
+    );
+
+    let out = home.command(&fx, &["snapshots"]);
+    out.assert_success("tierfs snapshots without --store");
+    let listed: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("snapshots --json");
+    let listed = listed.as_array().expect("a list of snapshots");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["id"], id.as_str(), "{listed:?}");
+    assert_eq!(listed[0]["message"], "first", "{listed:?}");
+
+    // The runtime reset: the data dir is gone, the store (beside it) is not.
+    fx.umount();
+    fs::remove_dir_all(home.data_dir()).expect("removing the data dir");
+    let out = home.mount(&mut fx, &[]);
+    assert!(!out.stderr.contains("created the local store"), "the store was created again: {}", out.stderr);
+    let after = snapshot_tree(&fx.mountpoint);
+    for (path, entry) in &before {
+        assert_eq!(after.get(path), Some(entry), "{path} differs after the data dir was restored");
+    }
+    assert_eq!(after.len(), before.len(), "extra entries after the restore");
+    assert!(fs::read(dir.join("deeper/big.bin")).expect("read") == big, "big.bin differs after the restore");
+    assert_eq!(fs::read_link(fx.p("dangling")).expect("readlink"), PathBuf::from(format!("/nowhere/{marker}")));
+    fx.umount();
+}
+
+#[test]
+fn no_store_stays_hot_tier_only_and_a_later_default_mount_takes_its_data_into_the_store() {
+    let mut fx = Fixture::new();
+    let root = fx.mountpoint.parent().expect("the fixture's directory").to_path_buf();
+    let home = Home::new(&root);
+    let out = home.mount(&mut fx, &["--no-store"]);
+    assert!(!out.stderr.contains("local store"), "--no-store mentioned a store: {}", out.stderr);
+    fs::write(fx.p("kept.txt"), b"only on this disk").expect("write");
+    let status = fx.status();
+    assert!(status["store"].is_null(), "a --no-store mount has a store: {status}");
+    let mut sync = home.tierfs(&fx);
+    sync.arg("sync").arg(&fx.mountpoint);
+    let out = run(&mut sync, COMMAND_TIMEOUT);
+    assert!(!out.success() && out.stderr.contains("no store"), "sync without a store: {}", out.stderr);
+    fx.umount();
+    for absent in [home.store_file(), home.objects(), home.key_file()] {
+        assert!(!absent.exists(), "--no-store created {}", absent.display());
+    }
+    assert!(home.data_dir().is_dir(), "the default data dir was not used");
+
+    // And the data is still there on the next hot-only mount.
+    home.mount(&mut fx, &["--no-store"]);
+    assert_eq!(fs::read(fx.p("kept.txt")).expect("read"), b"only on this disk");
+    fx.umount();
+    assert!(!home.store_file().exists(), "the second --no-store mount created a store");
+
+    // The first mount on the embedded default (an upgrade from a hot-only default data dir)
+    // uploads what the data dir holds: after losing the data dir it comes back.
+    let out = home.mount(&mut fx, &[]);
+    assert!(out.stderr.contains("created the local store"), "{}", out.stderr);
+    assert_eq!(fs::read(fx.p("kept.txt")).expect("read"), b"only on this disk");
+    fx.umount();
+    fs::remove_dir_all(home.data_dir()).expect("removing the data dir");
+    home.mount(&mut fx, &[]);
+    assert_eq!(fs::read(fx.p("kept.txt")).expect("read after the restore"), b"only on this disk");
+    fx.umount();
+}
+
+#[test]
+fn store_commands_without_a_store_say_what_creates_one() {
+    let tmp = tempfile::Builder::new().prefix("tierfs-it-").tempdir().expect("creating a temporary directory");
+    let root = fs::canonicalize(tmp.path()).expect("resolving the temporary directory");
+    let home = Home::new(&root);
+    let expected = format!(
+        "no --store given and no local store at {} yet (it is created by the first \"tierfs mount\" without --data-dir)",
+        home.store_file().display()
+    );
+    let copy = root.join("copy").display().to_string();
+    let mountpoint = root.join("mnt").display().to_string();
+    let commands: [&[&str]; 9] = [
+        &["snapshots"],
+        &["restore", &copy],
+        &["diff", "a", "latest"],
+        &["forget", "--keep-last", "1"],
+        &["gc"],
+        &["scrub"],
+        &["key", "list"],
+        &["key", "passwd"],
+        &["mount", "--snapshot", "0123", &mountpoint],
+    ];
+    for args in commands {
+        let mut cmd = Command::new(common::TIERFS);
+        home.env(&mut cmd);
+        cmd.env("TIERFS_RUNTIME_DIR", root.join("run")).env_remove("TIERFS_DATA_DIR").args(args);
+        let out = run(&mut cmd, COMMAND_TIMEOUT);
+        assert_eq!(out.status.code(), Some(1), "tierfs {args:?}: {out:?}");
+        assert!(out.stderr.contains(&expected), "tierfs {args:?} said: {}", out.stderr);
+        assert!(!home.data_home.join("store.toml").exists(), "tierfs {args:?} created the store");
+        assert!(!home.objects().exists() && !home.key_file().exists(), "tierfs {args:?} created store files");
+    }
+    assert!(!root.join("mnt").exists(), "the failed snapshot mount created its mountpoint");
+
+    // `tierfs init` still wants to be told where.
+    let mut init = Command::new(common::TIERFS);
+    home.env(&mut init);
+    init.args(["init", "--backend", &format!("file://{}", root.join("b").display())]);
+    let out = run(&mut init, COMMAND_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "init without --store: {out:?}");
+    assert!(out.stderr.contains("--store"), "{}", out.stderr);
+}
