@@ -109,18 +109,9 @@ fn snapshot_tree(root: &Path) -> BTreeMap<String, Entry> {
     common::walk_tree(root)
         .into_iter()
         .map(|(rel, path, m)| {
-            let ft = m.file_type();
-            let (kind, body) = if ft.is_dir() {
-                ("dir", String::new())
-            } else if ft.is_symlink() {
-                ("symlink", fs::read_link(&path).expect("readlink").display().to_string())
-            } else if ft.is_file() {
-                ("file", blake3::hash(&fs::read(&path).expect("read")).to_hex().to_string())
-            } else {
-                ("other", String::new())
-            };
+            let (kind, body) = common::kind_and_body(&path, &m);
             // A directory's size is the underlying filesystem's business.
-            let size = if ft.is_dir() { 0 } else { m.size() };
+            let size = if m.is_dir() { 0 } else { m.size() };
             let entry = Entry {
                 kind,
                 mode: m.mode(),

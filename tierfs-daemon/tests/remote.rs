@@ -61,18 +61,7 @@ fn walk(root: &Path) -> BTreeMap<String, Entry> {
     common::walk_tree(root)
         .into_iter()
         .map(|(rel, path, m)| {
-            let ft = m.file_type();
-            let (kind, body) = if ft.is_dir() {
-                ("dir", String::new())
-            } else if ft.is_symlink() {
-                ("symlink", fs::read_link(&path).expect("readlink").display().to_string())
-            } else if ft.is_file() {
-                ("file", blake3::hash(&fs::read(&path).expect("read")).to_hex().to_string())
-            } else if ft.is_fifo() {
-                ("fifo", String::new())
-            } else {
-                ("other", String::new())
-            };
+            let (kind, body) = common::kind_and_body(&path, &m);
             let entry = Entry {
                 kind: kind.into(),
                 mode: m.mode(),

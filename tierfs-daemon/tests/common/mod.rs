@@ -481,6 +481,24 @@ impl Rng {
     }
 }
 
+/// What a tree walk compares of an entry besides its metadata: its kind and its body (a
+/// file's blake3 hash, a symlink's target; empty for the rest).
+pub fn kind_and_body(path: &Path, m: &fs::Metadata) -> (&'static str, String) {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = m.file_type();
+    if ft.is_dir() {
+        ("dir", String::new())
+    } else if ft.is_symlink() {
+        ("symlink", fs::read_link(path).expect("readlink").display().to_string())
+    } else if ft.is_file() {
+        ("file", blake3::hash(&fs::read(path).expect("read")).to_hex().to_string())
+    } else if ft.is_fifo() {
+        ("fifo", String::new())
+    } else {
+        ("other", String::new())
+    }
+}
+
 /// Every entry under `root`, recursively, symlinks not followed: its path relative to `root`
 /// (`dir/name`), its full path and its `lstat`. Panics (naming the path) on any error.
 pub fn walk_tree(root: &Path) -> Vec<(String, PathBuf, fs::Metadata)> {
