@@ -14,6 +14,7 @@
 #   POSIX_UMOUNT_CMD=CMD   the matching unmount:
 #                            POSIX_UMOUNT_CMD='fusermount3 -u "$POSIX_MNT"'
 #   TIERFS_BIN=PATH        the tierfs CLI (default: $CARGO_TARGET_DIR/debug/tierfs)
+#   POSIX_MOUNT_ARGS=ARGS  extra `tierfs mount` options (word-split), e.g. --writeback-cache
 #   POSIX_MOUNT_TIMEOUT=S  seconds to wait for the mount to appear (default 30)
 #   POSIX_UMOUNT_TIMEOUT=S seconds the unmount (with its flush) may take (default 120)
 #   POSIX_KEEP=1           keep the work directory even when everything passed
@@ -153,7 +154,7 @@ posix_mount() {
         # --allow-other: pjdfstest switches users. The root of a fresh mount
         # must be world-searchable for the same reason (0755, as mkdir).
         # shellcheck disable=SC2016 # expanded by the bash -c below
-        cmd='"$TIERFS_BIN" mount --allow-other --data-dir "$POSIX_DATA" "$POSIX_MNT"'
+        cmd='"$TIERFS_BIN" mount --allow-other ${POSIX_MOUNT_ARGS:-} --data-dir "$POSIX_DATA" "$POSIX_MNT"'
     fi
     log "mounting: $cmd"
     # stdout/stderr go to a file, never to our own stdout: a background

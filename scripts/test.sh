@@ -4,7 +4,8 @@
 # the external POSIX suites against a real mount.
 #
 # Usage: scripts/test.sh [STEP...]
-#   Steps, in order: setup fmt clippy build test pjdfstest fsx (default: all).
+#   Steps, in order: setup fmt clippy build test pjdfstest fsx pjdfstest-writeback
+#   fsx-writeback (default: all; the last two run the suites on a --writeback-cache mount).
 #   `scripts/test.sh fmt clippy` runs just those two.
 #
 # Every step runs even when an earlier one failed, except that nothing runs
@@ -24,7 +25,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-ALL_STEPS=(setup fmt clippy build test pjdfstest fsx)
+ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback)
 if (($# > 0)); then
     for s in "$@"; do
         [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || die "unknown step '$s' (steps: ${ALL_STEPS[*]})"
@@ -94,7 +95,7 @@ summary() {
     local i passed=0 failed=0 skipped=0 total=0
     printf '\n==> summary (CARGO_TARGET_DIR=%s)\n' "$CARGO_TARGET_DIR"
     for i in "${!NAMES[@]}"; do
-        printf '  %-10s %-34s %6s\n' "${NAMES[i]}" "${RESULTS[i]}" "$(fmt_secs "${DURATIONS[i]}")"
+        printf '  %-20s %-34s %6s\n' "${NAMES[i]}" "${RESULTS[i]}" "$(fmt_secs "${DURATIONS[i]}")"
         total=$((total + DURATIONS[i]))
         case ${RESULTS[i]} in
             PASS) passed=$((passed + 1)) ;;
@@ -102,7 +103,7 @@ summary() {
             *) skipped=$((skipped + 1)) ;;
         esac
     done
-    printf '  %-10s %-34s %6s\n' total "" "$(fmt_secs "$total")"
+    printf '  %-20s %-34s %6s\n' total "" "$(fmt_secs "$total")"
     echo "steps: $passed passed, $failed failed, $skipped skipped"
     ((failed == 0))
 }
@@ -142,5 +143,9 @@ step build 2400 cargo build --workspace --bins --tests || BLOCKED=${BLOCKED:-bui
 step test 1800 cargo test --workspace --no-fail-fast || true
 step pjdfstest 1200 scripts/pjdfstest.sh || true
 step fsx 1200 scripts/fsx.sh || true
+# The same suites on a --writeback-cache mount (off by default; the kernel then owns the
+# timestamps of writes and flushes dirty pages late).
+step pjdfstest-writeback 1200 env POSIX_MOUNT_ARGS=--writeback-cache scripts/pjdfstest.sh || true
+step fsx-writeback 1200 env POSIX_MOUNT_ARGS=--writeback-cache scripts/fsx.sh || true
 
 summary
