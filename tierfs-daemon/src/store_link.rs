@@ -249,6 +249,17 @@ pub fn prepare_mount_store(args: &MountArgs) -> Result<()> {
     if exists {
         return Ok(());
     }
+    // Objects but no store.toml: a first mount stopped between writing the store's objects
+    // and its config. Creating another store over them would fail less clearly.
+    let leftover = std::fs::read_dir(&embedded.objects).map(|mut d| d.next().is_some()).unwrap_or(false);
+    if leftover {
+        bail!(
+            "{} holds a store's objects but {} is missing (was the first mount interrupted?); move \
+             the objects directory aside (nothing was written to that store yet) and mount again",
+            embedded.objects.display(),
+            embedded.store_file.display()
+        );
+    }
     crate::paths::ensure_private_dir(&embedded.home)?;
     let rt = crate::serve::build_runtime()?;
     init(

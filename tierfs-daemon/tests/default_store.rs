@@ -300,3 +300,26 @@ fn store_commands_without_a_store_say_what_creates_one() {
     assert_eq!(out.status.code(), Some(2), "init without --store: {out:?}");
     assert!(out.stderr.contains("--store"), "{}", out.stderr);
 }
+
+/// A first mount stopped after the store's objects were written but before its config was:
+/// the next mount says what happened and what to do, and touches nothing.
+#[test]
+fn objects_without_a_store_config_are_reported_not_overwritten() {
+    let fx = Fixture::new();
+    let home = Home::new(&fx.tmp.path().canonicalize().expect("resolving the temporary directory"));
+    fs::create_dir_all(home.objects()).expect("creating the objects directory");
+    let leftover = home.objects().join("leftover");
+    fs::write(&leftover, b"from an interrupted first mount").expect("writing a leftover object");
+    let mut cmd = home.tierfs(&fx);
+    cmd.arg("mount").arg(&fx.mountpoint);
+    let out = run(&mut cmd, common::MOUNT_TIMEOUT);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("holds a store's objects but") && out.stderr.contains("move the objects directory aside"),
+        "{}",
+        out.stderr
+    );
+    assert!(!common::is_mounted(&fx.mountpoint), "mounted anyway");
+    assert!(!home.store_file().exists() && !home.key_file().exists(), "a store was created over the leftovers");
+    assert_eq!(fs::read(&leftover).expect("the leftover object"), b"from an interrupted first mount");
+}
