@@ -43,5 +43,6 @@ mod spec;
 
 pub use error::BackendError;
 pub use redundant::{BackendHealth, CreateOutcome, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
+pub use repair::{SavedRepair, SavedSource};
 pub use single::{Backend, Fault, ObjectInfo};
 pub use spec::{BackendOptions, BackendSpec, Credentials, DEFAULT_REGION};

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use super::erasure::{Codec, TRAILER_LEN, open_shard, shard_key, split_shard_key};
 use super::error::BackendError;
-use super::repair::{DEFAULT_REPAIR_MEMORY, RepairQueue, RepairSource, RepairTask};
+use super::repair::{DEFAULT_REPAIR_MEMORY, RepairQueue, RepairSource, RepairTask, SavedRepair, SavedSource};
 use super::single::{Backend, ObjectInfo, validate_key};
 
 /// How a store spreads its data over its backends.
@@ -270,6 +270,53 @@ impl RedundantStore {
 
     pub fn pending_repairs(&self) -> usize {
         self.repairs.len()
+    }
+
+    /// The queued repairs in the form a later run can queue again ([`Self::restore_repairs`]),
+    /// sorted. A repair that holds its bytes is saved as a copy from any other backend.
+    pub fn saved_repairs(&self) -> Vec<SavedRepair> {
+        let name = |b: usize| self.backends[b].name().to_string();
+        let mut saved: Vec<SavedRepair> = self
+            .repairs
+            .tasks()
+            .into_iter()
+            .map(|t| {
+                let from = match t.source {
+                    RepairSource::Data(_) => {
+                        SavedSource::Copies((0..self.backends.len()).filter(|&b| b != t.backend).map(name).collect())
+                    }
+                    RepairSource::CopyFrom(sources) => SavedSource::Copies(sources.into_iter().map(name).collect()),
+                    RepairSource::RebuildShard { pack_key, index } => SavedSource::Shard { pack_key, index },
+                };
+                SavedRepair { backend: name(t.backend), key: t.key, from }
+            })
+            .collect();
+        saved.sort();
+        saved
+    }
+
+    /// Queues repairs an earlier run saved; those for a backend this store no longer has (or
+    /// with an invalid key) are skipped. Returns how many were queued.
+    pub fn restore_repairs(&self, saved: &[SavedRepair]) -> usize {
+        let index = |name: &str| self.backends.iter().position(|b| b.name() == name);
+        let mut queued = 0;
+        for r in saved {
+            let Some(b) = index(&r.backend) else { continue };
+            if validate_key(&r.key).is_err() {
+                continue;
+            }
+            let source = match &r.from {
+                SavedSource::Copies(names) => {
+                    RepairSource::CopyFrom(names.iter().filter_map(|n| index(n)).filter(|&s| s != b).collect())
+                }
+                SavedSource::Shard { pack_key, index } => {
+                    RepairSource::RebuildShard { pack_key: pack_key.clone(), index: *index }
+                }
+            };
+            self.repairs.enqueue_source(b, &r.key, source);
+            queued += 1;
+        }
+        queued
     }
 
     // ----- placement -----
@@ -1600,6 +1647,55 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(30)).await;
             assert_eq!(s.run_repairs().await, 0, "{redundancy}");
             let outcome = s.scrub_pack("packs/m/1", 3000, &exactly(data.clone()), false).await;
+            assert!(outcome.is_healthy(), "{redundancy}: {outcome:?}");
+        }
+    }
+
+    /// Stores over the same in-memory object stores, as two runs of a daemon see them.
+    fn shared_stores(n: usize, redundancy: Redundancy, runs: usize) -> Vec<RedundantStore> {
+        let objects: Vec<Arc<InMemory>> = (0..n).map(|_| Arc::new(InMemory::new())).collect();
+        (0..runs)
+            .map(|_| {
+                let backends = objects
+                    .iter()
+                    .enumerate()
+                    .map(|(i, o)| Backend::from_object_store(format!("mem-{i}"), o.clone(), opts()))
+                    .collect();
+                RedundantStore::new(backends, redundancy).unwrap().with_straggler_grace(Duration::from_millis(20))
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn saved_repairs_are_done_by_the_next_run() {
+        for (redundancy, n, memory) in [
+            (Redundancy::Replicas(3), 3, DEFAULT_REPAIR_MEMORY), // repairs that hold their bytes
+            (Redundancy::Replicas(3), 3, 0),                     // repairs that copy from a replica
+            (Redundancy::Erasure { data: 2, parity: 1 }, 3, 0),  // shards rebuilt from the others
+        ] {
+            let mut runs = shared_stores(n, redundancy, 2).into_iter();
+            let (first, second) = (runs.next().unwrap().with_repair_memory_limit(memory), runs.next().unwrap());
+            let data = pack(5000, 3);
+            first.backends()[1].inject_fault(Some(Fault::Down));
+            first.put_object("config", Bytes::from_static(b"config v1")).await.unwrap();
+            first.put_pack("packs/r/1", data.clone()).await.unwrap();
+            assert!(first.pending_repairs() >= 1, "{redundancy}");
+            let saved = first.saved_repairs();
+            assert!(saved.iter().all(|r| r.backend == "mem-1"), "{redundancy}: {saved:?}");
+            // What a daemon writes to disk and reads back, plus an entry for a backend that is gone.
+            let mut back: Vec<SavedRepair> = serde_json::from_str(&serde_json::to_string(&saved).unwrap()).unwrap();
+            assert_eq!(back, saved);
+            back.push(SavedRepair {
+                backend: "removed".into(),
+                key: "config".into(),
+                from: SavedSource::Copies(vec!["mem-0".into()]),
+            });
+            drop(first); // the first run ends with backend 1 still down
+
+            assert_eq!(second.restore_repairs(&back), saved.len(), "{redundancy}");
+            assert_eq!(second.run_repairs().await, 0, "{redundancy}");
+            assert_eq!(raw(&second, 1, "config").await, Some(Bytes::from_static(b"config v1")), "{redundancy}");
+            let outcome = second.scrub_pack("packs/r/1", 5000, &exactly(data), false).await;
             assert!(outcome.is_healthy(), "{redundancy}: {outcome:?}");
         }
     }

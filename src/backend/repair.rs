@@ -8,12 +8,15 @@
 //!   generation it started from, so it never removes an entry that was replaced meanwhile;
 //! - the bytes kept in memory are bounded (`limit`): past it an entry keeps only where good data
 //!   can be found again (the replicas that acknowledged the write, or the other shards of the
-//!   pack), so a long backend outage costs bounded memory, not an unbounded copy of every write.
+//!   pack), so a long backend outage costs bounded memory, not an unbounded copy of every write;
+//! - the queue can be saved and queued again by a later run ([`SavedRepair`]): backends by
+//!   name, never bytes (a repair that held the bytes copies from the other backends instead).
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 
 /// Default bound of the bytes held in the queue.
 pub(crate) const DEFAULT_REPAIR_MEMORY: usize = 256 << 20;
@@ -27,6 +30,25 @@ pub(crate) enum RepairSource {
     CopyFrom(Vec<usize>),
     /// Rebuild erasure shard `index` of the pack `pack_key` from its other shards.
     RebuildShard { pack_key: String, index: usize },
+}
+
+/// A queued repair as a later run reads it back: the backend it is for and where its bytes
+/// come from, by backend name (the order of a store's backends may change between runs).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SavedRepair {
+    pub backend: String,
+    pub key: String,
+    pub from: SavedSource,
+}
+
+/// Where a [`SavedRepair`] finds its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SavedSource {
+    /// A copy of the object on the first of these backends that has one.
+    Copies(Vec<String>),
+    /// Erasure shard `index` of `pack_key`, rebuilt from the pack's other shards.
+    Shard { pack_key: String, index: usize },
 }
 
 /// One repair to attempt.

@@ -133,6 +133,8 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         Some(file) => Some(Arc::new(crate::store_link::open_store(rt.handle(), file)?.0)),
         None => None,
     };
+    // Before anything may clear the data dir (a snapshot mount, an outdated copy).
+    let repair_log = opened.as_ref().map(|store| Arc::new(crate::store_link::RepairLog::load(&config.data_dir, store)));
     let store = opened.as_ref().map(|store| {
         let blocks = crate::store_link::StoreBlocks { store: store.clone(), handle: rt.handle().clone() };
         let mut cold = ColdConfig::new(config.cache_size);
@@ -244,12 +246,14 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         let (unmount_tx, mut unmount_rx) = mpsc::channel::<UnmountRequest>(4);
         let server = tokio::spawn(control::serve(listener, handler, unmount_tx));
         // Copies a backend could not take when they were written (it was down) are retried
-        // until they are in; the queue is in memory, so `tierfs scrub` covers a crash.
-        let repairer = opened.clone().map(|store| {
+        // until they are in; what is left is saved for the next mount (`tierfs scrub` covers
+        // the last seconds before a crash).
+        let repairer = opened.clone().zip(repair_log.clone()).map(|(store, log)| {
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(REPAIR_INTERVAL).await;
                     store.run_repairs().await;
+                    log.save(&store);
                 }
             })
         });
@@ -323,10 +327,13 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
                 Ok(pending) => pending,
                 Err(_) => store.backend().pending_repairs(),
             };
+            if let Some(log) = &repair_log {
+                log.save(store);
+            }
             if pending > 0 {
                 warn!(
-                    "{pending} copies could not be repaired before exit (a backend is still down); \
-                     run `tierfs scrub --repair` once it is back"
+                    "{pending} copies could not be repaired before exit (a backend is still down); the \
+                     next mount of this data dir retries them (or run `tierfs scrub --repair` once it is back)"
                 );
             }
         }

@@ -7,6 +7,9 @@
 //! - a secret is never printed or logged, and a wrong one fails before anything changes;
 //! - the embedded default store is created by a mount only (never by a one-shot command),
 //!   with a key file, so creating it never asks anything;
+//! - repairs a mount could not finish are saved in its data dir ([`RepairLog`]) and queued
+//!   again by the next mount of it, so a copy missed while a backend was down is repaired
+//!   without waiting for a `tierfs scrub`;
 //! - the adapter enters the async store with `Handle::block_on` from the tier's worker
 //!   threads and FUSE threads, never from a runtime thread (see STYLE.md, "Async meets FUSE").
 
@@ -224,6 +227,65 @@ impl BlockStore for StoreBlocks {
 
     fn pack_size(&self) -> usize {
         self.store.config().pack_size as usize
+    }
+}
+
+/// The file in a mount's data dir that holds the repairs it could not finish.
+pub const SAVED_REPAIRS: &str = "pending-repairs.json";
+
+/// Repairs (copies a backend missed) saved across runs of one data dir: read and queued when
+/// the store is opened, written again whenever the queue changed (the repair loop calls
+/// [`RepairLog::save`] every few seconds, and at exit). A crash loses at most the changes of
+/// the last few seconds, which `tierfs scrub --repair` still finds.
+pub struct RepairLog {
+    path: PathBuf,
+    written: std::sync::Mutex<Vec<tierfs::backend::SavedRepair>>,
+}
+
+impl RepairLog {
+    /// Queues what an earlier run of `data_dir` saved; an unreadable file is reported, not
+    /// fatal (scrub finds what it held).
+    pub fn load(data_dir: &Path, store: &Store) -> RepairLog {
+        let path = data_dir.join(SAVED_REPAIRS);
+        let saved: Vec<tierfs::backend::SavedRepair> = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!("ignoring {}: {e}; `tierfs scrub --repair` finds what it listed", path.display());
+                Vec::new()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                tracing::warn!("cannot read {}: {e}; `tierfs scrub --repair` finds what it listed", path.display());
+                Vec::new()
+            }
+        };
+        if !saved.is_empty() {
+            let queued = store.backend().restore_repairs(&saved);
+            tracing::info!(queued, saved = saved.len(), "repairs left by the last run queued again");
+        }
+        RepairLog { path, written: std::sync::Mutex::new(saved) }
+    }
+
+    /// Writes the queue if it changed since the last write (atomically; none left: no file).
+    pub fn save(&self, store: &Store) {
+        let now = store.backend().saved_repairs();
+        let mut written = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *written == now {
+            return;
+        }
+        let result = if now.is_empty() {
+            std::fs::remove_file(&self.path)
+                .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
+        } else {
+            let tmp = self.path.with_extension("json.tmp");
+            serde_json::to_vec(&now)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| std::fs::write(&tmp, bytes))
+                .and_then(|()| std::fs::rename(&tmp, &self.path))
+        };
+        match result {
+            Ok(()) => *written = now,
+            Err(e) => tracing::warn!("cannot save the repair queue to {}: {e}", self.path.display()),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ mod common;
 #[path = "../../tests/support/moto.rs"]
 mod moto;
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -361,6 +362,48 @@ fn copies_a_down_server_missed_are_repaired_while_mounted() {
     while packs(&servers[1]) != want {
         assert!(std::time::Instant::now() < deadline, "copies were not repaired while mounted");
         std::thread::sleep(Duration::from_millis(500));
+    }
+    c.fx.umount();
+}
+
+#[test]
+fn copies_still_missing_at_unmount_are_repaired_by_the_next_mount() {
+    let mut servers = servers(3);
+    let mut c = Cold::new(&servers, &[]);
+    c.mount("1G");
+    let packs = |s: &MotoServer| -> BTreeSet<String> {
+        s.list_keys(BUCKET).into_iter().filter(|k| k.contains("/packs/")).collect()
+    };
+    let before = packs(&servers[0]);
+    servers[1].kill();
+    let files: Vec<(PathBuf, Vec<u8>)> =
+        (0..4).map(|i| (c.fx.p(&format!("q{i}")), content(900 + i, 2 << 20))).collect();
+    for (p, d) in &files {
+        write_file(p, d);
+    }
+    // Uploaded at a quorum of two; server 1 is still down at unmount, so its copies stay
+    // missing and are saved with the data dir.
+    c.fx.umount();
+    let saved = c.fx.data_dir.join("pending-repairs.json");
+    assert!(saved.exists(), "no repairs saved at unmount");
+    let missed: BTreeSet<String> = packs(&servers[0]).difference(&before).cloned().collect();
+    assert!(!missed.is_empty(), "nothing was uploaded while server 1 was down");
+
+    servers[1].restart();
+    servers[1].create_bucket(BUCKET);
+    // No scrub: the next mount queues what the last one saved and puts the copies back.
+    c.mount("1G");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !packs(&servers[1]).is_superset(&missed) {
+        assert!(std::time::Instant::now() < deadline, "the saved repairs were not done by the next mount");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    while saved.exists() {
+        assert!(std::time::Instant::now() < deadline, "the saved repair list outlived its repairs");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for (p, d) in &files {
+        assert!(read_file(p) == *d, "{} differs", p.display());
     }
     c.fx.umount();
 }
