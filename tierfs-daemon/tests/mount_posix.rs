@@ -1864,3 +1864,44 @@ both_cache_modes! {
     check_writes_update_mtime_and_size_seen_by_stat => writes_update_mtime_and_size_seen_by_stat, writes_update_mtime_and_size_seen_by_stat_with_writeback_cache;
     check_syncfs_after_unlinking_a_written_file_succeeds => syncfs_after_unlinking_a_written_file_succeeds, syncfs_after_unlinking_a_written_file_succeeds_with_writeback_cache;
 }
+
+/// Lookups of missing names are cached by the kernel (negative entries): each way of making
+/// the name exist through the mount must show it at once, also to another process.
+#[test]
+fn missing_names_appear_as_soon_as_they_are_created() {
+    let fx = Fixture::mounted();
+    fs::create_dir(fx.p("d")).expect("mkdir d");
+    write(&fx.p("src"), b"source");
+    write(&fx.p("linked"), b"link target");
+    let missing = |name: &str| {
+        let err = fs::symlink_metadata(fx.p(name)).expect_err("not there yet");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{name}");
+        // Twice: the second answer may come from the kernel's negative entry.
+        assert!(fs::symlink_metadata(fx.p(name)).is_err(), "{name}");
+    };
+    let seen_by_another_process = |name: &str| {
+        let path = fx.p(name);
+        let status = std::process::Command::new("stat").arg("--").arg(&path).output().expect("running stat");
+        assert!(status.status.success(), "another process does not see {name}: {status:?}");
+    };
+    type Make<'a> = &'a dyn Fn(&Path);
+    let ways: [(&str, Make); 6] = [
+        ("created", &|p| write(p, b"new")),
+        ("made-dir", &|p| fs::create_dir(p).expect("mkdir")),
+        ("symlinked", &|p| std::os::unix::fs::symlink("src", p).expect("symlink")),
+        ("hard-linked", &|p| fs::hard_link(fx.p("linked"), p).expect("link")),
+        ("renamed-onto", &|p| fs::rename(fx.p("src"), p).expect("rename")),
+        ("d/in-subdir", &|p| write(p, b"nested")),
+    ];
+    for (name, make) in ways {
+        missing(name);
+        make(&fx.p(name));
+        assert!(fs::symlink_metadata(fx.p(name)).is_ok(), "{name} not visible right after it was made");
+        seen_by_another_process(name);
+    }
+    // Gone again, then back.
+    fs::remove_file(fx.p("created")).expect("unlink");
+    missing("created");
+    write(&fx.p("created"), b"again");
+    assert_eq!(read(&fx.p("created")), b"again");
+}

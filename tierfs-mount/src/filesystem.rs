@@ -157,8 +157,18 @@ impl Filesystem for TierFuse {
         }
     }
 
+    /// A name that does not exist is answered as a negative entry (node id 0) the kernel may
+    /// cache for the entry TTL: every create, link and rename into the directory passes through
+    /// this mount and replaces it, and programs probe missing names again and again (Python's
+    /// import path search, `$PATH` lookups, build tools).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry_result("lookup", self.vfs.lookup(parent.0, name.as_bytes()), reply);
+        match self.vfs.lookup(parent.0, name.as_bytes()) {
+            Ok(attr) => self.reply_entry(reply, &attr),
+            Err(VfsError::NotFound) => {
+                reply.entry_with_ttls(&Duration::ZERO, &self.opts.entry_ttl, &file_attr(&Attr::gone(0)), GENERATION)
+            }
+            Err(err) => reply.error(fail("lookup", &err)),
+        }
     }
 
     /// Inodes have no in-memory lifetime in tierfs, so there is nothing to release.
