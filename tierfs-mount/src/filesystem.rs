@@ -159,8 +159,8 @@ impl Filesystem for TierFuse {
 
     /// A name that does not exist is answered as a negative entry (node id 0) the kernel may
     /// cache for the entry TTL: every create, link and rename into the directory passes through
-    /// this mount and replaces it, and programs probe missing names again and again (Python's
-    /// import path search, `$PATH` lookups, build tools).
+    /// this mount and replaces it, and programs probe missing names again and again (`$PATH`
+    /// searches, build tools, config-file probes).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.vfs.lookup(parent.0, name.as_bytes()) {
             Ok(attr) => self.reply_entry(reply, &attr),
