@@ -31,10 +31,15 @@ const TAG_XATTR: u8 = b'X';
 const TAG_SYMLINK: u8 = b'L';
 const TAG_ORPHAN: u8 = b'O';
 
-/// Layout version of an inode record.
+/// Layout versions of an inode record: version 2 adds a flags byte at the end (read: both).
 const INODE_RECORD_V1: u8 = 1;
-/// Encoded size of an inode record, version byte included.
-const INODE_RECORD_LEN: usize = 1 + 1 + 2 + 4 * 4 + 8 + 8 + 4 * 12;
+const INODE_RECORD_V2: u8 = 2;
+/// Encoded size of a version 1 inode record, version byte included.
+const INODE_RECORD_V1_LEN: usize = 1 + 1 + 2 + 4 * 4 + 8 + 8 + 4 * 12;
+/// Encoded size of a version 2 inode record (version 1 plus the flags byte).
+const INODE_RECORD_LEN: usize = INODE_RECORD_V1_LEN + 1;
+/// Inode flag: the file has no holes (see [`InodeRecord::dense`]).
+const INODE_FLAG_DENSE: u8 = 1;
 
 fn tagged(tag: u8, ino: Ino, rest: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + rest.len());
@@ -94,6 +99,10 @@ pub struct InodeRecord {
     /// For directories, the directory that holds it; for other kinds, the directory it was
     /// created in (informational only: hard links have several).
     pub parent: Ino,
+    /// A regular file that has never had a hole (written from its start without gaps, never
+    /// grown by truncate, fallocate or a copy): its allocation follows from its size, so
+    /// `st_blocks` needs no look at its data file. False when unsure (records of version 1).
+    pub dense: bool,
 }
 
 fn put_ts(out: &mut Vec<u8>, t: Timestamp) {
@@ -104,7 +113,7 @@ fn put_ts(out: &mut Vec<u8>, t: Timestamp) {
 pub fn encode_inode(rec: &InodeRecord) -> Vec<u8> {
     let a = &rec.attr;
     let mut v = Vec::with_capacity(INODE_RECORD_LEN);
-    v.push(INODE_RECORD_V1);
+    v.push(INODE_RECORD_V2);
     v.push(a.kind.code());
     v.extend_from_slice(&a.perm.to_le_bytes());
     v.extend_from_slice(&a.nlink.to_le_bytes());
@@ -116,6 +125,7 @@ pub fn encode_inode(rec: &InodeRecord) -> Vec<u8> {
     for t in [a.atime, a.mtime, a.ctime, a.crtime] {
         put_ts(&mut v, t);
     }
+    v.push(if rec.dense { INODE_FLAG_DENSE } else { 0 });
     v
 }
 
@@ -148,7 +158,11 @@ impl Reader<'_> {
 }
 
 pub fn decode_inode(ino: Ino, bytes: &[u8]) -> Result<InodeRecord, MetaError> {
-    if bytes.len() != INODE_RECORD_LEN || bytes[0] != INODE_RECORD_V1 {
+    let known = matches!(
+        (bytes.first(), bytes.len()),
+        (Some(&INODE_RECORD_V1), INODE_RECORD_V1_LEN) | (Some(&INODE_RECORD_V2), INODE_RECORD_LEN)
+    );
+    if !known {
         return Err(MetaError::Corrupt(format!(
             "inode {ino}: record of {} bytes, layout version {:?}",
             bytes.len(),
@@ -167,10 +181,12 @@ pub fn decode_inode(ino: Ino, bytes: &[u8]) -> Result<InodeRecord, MetaError> {
     let size = r.u64();
     let parent = r.u64();
     let (atime, mtime, ctime, crtime) = (r.ts(), r.ts(), r.ts(), r.ts());
+    let dense = bytes[0] == INODE_RECORD_V2 && r.u8() & INODE_FLAG_DENSE != 0;
     let blocks = size.div_ceil(512);
     Ok(InodeRecord {
         attr: Attr { ino, kind, perm, nlink, uid, gid, rdev, size, blocks, atime, mtime, ctime, crtime },
         parent,
+        dense,
     })
 }
 
@@ -211,15 +227,21 @@ mod tests {
     proptest! {
         #[test]
         fn inode_round_trips(ino in 1u64.., code in 1u8..=7, perm in 0u16..0o10000, nlink: u32, uid: u32,
-                             gid: u32, rdev: u32, size: u64, parent: u64,
+                             gid: u32, rdev: u32, size: u64, parent: u64, dense: bool,
                              t in proptest::array::uniform4(arb_ts())) {
             let kind = FileKind::from_code(code).expect("valid code");
             let rec = InodeRecord {
                 attr: Attr { ino, kind, perm, nlink, uid, gid, rdev, size, blocks: size.div_ceil(512),
                              atime: t[0], mtime: t[1], ctime: t[2], crtime: t[3] },
                 parent,
+                dense,
             };
-            prop_assert_eq!(decode_inode(ino, &encode_inode(&rec)).expect("decodes"), rec);
+            let bytes = encode_inode(&rec);
+            prop_assert_eq!(decode_inode(ino, &bytes).expect("decodes"), rec.clone());
+            // A version 1 record (written before the flags byte existed) reads as not dense.
+            let mut v1 = bytes[..INODE_RECORD_V1_LEN].to_vec();
+            v1[0] = INODE_RECORD_V1;
+            prop_assert_eq!(decode_inode(ino, &v1).expect("decodes v1"), InodeRecord { dense: false, ..rec });
         }
 
         #[test]

@@ -23,8 +23,11 @@ use crate::vfs::{FileKind, Ino};
 pub use codec::{ChunkRecord, InodeRecord};
 pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
 
-/// The metadata schema this build writes and understands.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The metadata schema this build writes and understands. Version 2: inode records may be
+/// of layout version 2 (a flags byte); a version 1 store is upgraded in place when opened
+/// (its records stay readable), so an older tierfs refuses it afterwards instead of
+/// misreading it.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Why a metadata operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +87,11 @@ impl MetaStore {
                     .map_err(|_| MetaError::Corrupt("schema version key".into()))?;
                 if found > SCHEMA_VERSION {
                     return Err(MetaError::SchemaTooNew { path: dir.to_path_buf(), found, supported: SCHEMA_VERSION });
+                }
+                if found < SCHEMA_VERSION {
+                    let mut b = WriteBatch::default();
+                    b.put(codec::SCHEMA_KEY, SCHEMA_VERSION.to_le_bytes());
+                    store.db.write_opt(b, &store.write_opts)?;
                 }
             }
         }
@@ -449,7 +457,24 @@ mod tests {
         }
         let err = MetaStore::open(dir.path()).err().expect("must refuse");
         let msg = err.to_string();
-        assert!(msg.contains("schema version 2") && msg.contains("upgrade tierfs"), "{msg}");
+        assert!(
+            msg.contains(&format!("schema version {}", SCHEMA_VERSION + 1)) && msg.contains("upgrade tierfs"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn an_older_schema_is_upgraded_in_place() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let store = MetaStore::open(dir.path()).expect("open");
+            let mut b = WriteBatch::default();
+            b.put(codec::SCHEMA_KEY, 1u32.to_le_bytes());
+            store.db.write(b).expect("write");
+        }
+        let store = MetaStore::open(dir.path()).expect("an older schema opens");
+        let v = store.db.get(codec::SCHEMA_KEY).expect("get").expect("schema key");
+        assert_eq!(v, SCHEMA_VERSION.to_le_bytes());
     }
 
     #[test]

@@ -438,7 +438,7 @@ mod tests {
             crtime: t,
         };
         let mut b = MetaBatch::new();
-        b.put_inode(&InodeRecord { attr, parent: 1 });
+        b.put_inode(&InodeRecord { attr, parent: 1, dense: false });
         for &(idx, len) in chunks {
             b.put_chunk(ino, idx, &ChunkRecord { block: [7; 32], len, resident: false });
         }

@@ -199,6 +199,7 @@ impl Vfs {
                     crtime: now,
                 },
                 parent: ROOT_INO,
+                dense: false,
             };
             let mut b = MetaBatch::new();
             b.put_inode(&root);
@@ -275,14 +276,21 @@ impl Vfs {
     }
 
     pub fn getattr(&self, ino: Ino) -> VfsResult<Attr> {
-        Ok(self.with_allocation(self.record(ino)?.attr))
+        Ok(self.attr_of(self.record(ino)?))
     }
 
-    /// Sets `st_blocks` of a regular file to what its data file really allocates, so `du`
-    /// and sparse-aware copies see holes (one `fstat`/`stat` of the data file).
-    fn with_allocation(&self, mut attr: Attr) -> Attr {
+    /// The attributes the kernel sees for `rec`, with the `st_blocks` of a regular file: for a
+    /// file without holes (`dense`) its size in 4 KiB blocks, as the data disk allocates it;
+    /// otherwise what its data file really allocates (one `fstat`/`stat`), so `du` and
+    /// sparse-aware copies see holes.
+    fn attr_of(&self, rec: InodeRecord) -> Attr {
         use std::os::unix::fs::MetadataExt;
+        let mut attr = rec.attr;
         if attr.kind != FileKind::File {
+            return attr;
+        }
+        if rec.dense {
+            attr.blocks = attr.size.div_ceil(u64::from(BLOCK_SIZE)) * (u64::from(BLOCK_SIZE) / 512);
             return attr;
         }
         let open = self.open.read().get(&attr.ino).and_then(|oi| oi.file.lock().clone());
@@ -350,6 +358,12 @@ impl Vfs {
             } else {
                 shrink_to = Some(size);
             }
+            // Growing adds a hole; an empty file has none.
+            if size > a.size {
+                rec.dense = false;
+            } else if size == 0 {
+                rec.dense = true;
+            }
             data_file = Some(file);
             a.size = size;
             a.blocks = size.div_ceil(512);
@@ -373,7 +387,7 @@ impl Vfs {
             // truncate done (the data file is trimmed to the recorded size when next opened).
             DataFile { file, ino }.set_len(size)?;
         }
-        Ok(self.with_allocation(rec.attr))
+        Ok(self.attr_of(rec))
     }
 
     pub fn readlink(&self, ino: Ino) -> VfsResult<Vec<u8>> {
@@ -425,6 +439,8 @@ impl Vfs {
                 crtime: now,
             },
             parent,
+            // A new file is empty: no holes yet.
+            dense: node.kind == FileKind::File,
         };
         if let Some(target) = node.symlink {
             b.put_symlink(ino, target);
@@ -509,7 +525,7 @@ impl Vfs {
         b.put_inode(&dir);
         b.put_inode(&rec);
         self.meta.commit(b)?;
-        Ok(self.with_allocation(rec.attr))
+        Ok(self.attr_of(rec))
     }
 
     /// Drops one link of `rec` (already removed from its directory in `b`): the inode is
@@ -837,7 +853,7 @@ impl Vfs {
         let node = NewNode { kind: FileKind::File, perm: mode & !umask, rdev: 0, symlink: None };
         match self.create_node(caller, parent, name, node) {
             Ok(attr) => {
-                let fh = self.acquire_handle(&InodeRecord { attr: attr.clone(), parent })?;
+                let fh = self.acquire_handle(&InodeRecord { attr: attr.clone(), parent, dense: true })?;
                 Ok((attr, fh))
             }
             Err(VfsError::Exists) if flags & libc::O_EXCL == 0 => {
@@ -874,6 +890,9 @@ impl Vfs {
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
         let mut changed = false;
+        if offset > rec.attr.size {
+            rec.dense = false; // the bytes between the old end and `offset` are a hole
+        }
         if end > rec.attr.size {
             rec.attr.size = end;
             rec.attr.blocks = end.div_ceil(512);
@@ -1160,6 +1179,8 @@ impl Vfs {
         let data = DataFile { file: &file, ino };
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
+        // Every mode may leave a hole or allocate past the end: st_blocks comes from the data file.
+        rec.dense = false;
         let old = rec.attr.size;
         let shifts = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
         let new_size = if mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0 {
@@ -1264,6 +1285,7 @@ impl Vfs {
         let _g = self.lock_inodes(&[ino_out]);
         let mut rec = self.record(ino_out)?;
         let now = Timestamp::now();
+        rec.dense = false; // the copy keeps the source's holes, and may start past the end
         rec.attr.size = rec.attr.size.max(end.min(off_out + copied));
         rec.attr.blocks = rec.attr.size.div_ceil(512);
         rec.attr.mtime = now;

@@ -360,7 +360,21 @@ fn sparse_files_report_allocated_blocks() {
         f.write_all_at(&[1u8; 8192], 1 << 29).expect("pwrite 8 KiB");
         f.sync_all().expect("fsync");
     }
+    // A file written from its start without gaps: its size in 4 KiB blocks, as ext4 says.
+    write(&fx.p("dense"), &[7u8; 10_000]);
+    // One written past its end has a hole: the data file's real allocation.
+    let gap = create_rw(&fx.p("gap"));
+    gap.write_all_at(&[1u8; 4096], 64 * 1024).expect("pwrite past the end");
+    drop(gap);
     fx.remount(); // a fresh kernel cache: what tierfs says, not what the kernel cached
+    assert_eq!(meta(&fx.p("dense")).blocks(), 24, "10 000 bytes take three 4 KiB blocks");
+    assert_eq!(meta(&fx.p("gap")).blocks(), 8, "one 4 KiB block after a 64 KiB hole");
+    {
+        let f = open_rw(&fx.p("dense"));
+        fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 8192).expect("punch");
+    }
+    fx.remount();
+    assert_eq!(meta(&fx.p("dense")).blocks(), 8, "a punched hole no longer counts");
     let m = meta(&fx.p("sparse"));
     assert_eq!(m.len(), 1 << 30);
     assert!(
