@@ -7,12 +7,15 @@
 //!
 //! Modules, in the order a mount goes through them:
 //! - [`cli`]: clap definitions and value parsers; resolves options into a [`serve::MountConfig`];
-//! - [`paths`]: data dir, runtime dir and control socket locations;
+//! - [`paths`]: data dir, runtime dir, control socket and embedded default store locations;
+//! - [`store_link`]: stores seen from the binaries: unlocking, the blocking block-store
+//!   adapter, the embedded store's creation, saved repairs, `init`/`key`/`scrub`/`warmup`;
 //! - [`launch`]: `tierfs mount` starting `tierfs-daemon` detached and waiting for readiness;
 //! - [`serve`]: one mount's life: checks, `Vfs`, control socket, FUSE session, shutdown;
 //! - [`control`]: the control socket protocol, server and client;
 //! - [`mounts`]: the kernel mount table and unmounting;
 //! - [`commands`]: the `tierfs` subcommands and their output;
+//! - [`restore`]: `tierfs restore`, a plain copy of a workspace state out of the store;
 //! - [`logging`]: tracing setup.
 //!
 //! Every mount is served by exactly one process, which holds the data directory's lock (taken
