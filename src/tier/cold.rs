@@ -8,7 +8,7 @@
 //!   resident locally;
 //! - **evicted**: sealed, and the local bytes were punched out; a read fetches the block back.
 //!
-//! Invariants (all state transitions happen under one mutex, [`ColdTier::state`]):
+//! Invariants (all state transitions happen under one mutex, `ColdTier::state`):
 //! - a chunk record is committed only after `put_blocks` returned, so a record always names a
 //!   block that is in the store at quorum; eviction only punches chunks that have one and are
 //!   not dirty, so eviction never loses a byte;

@@ -168,7 +168,7 @@ pub enum Command {
 /// `tierfs diff`.
 #[derive(Debug, Args)]
 pub struct DiffCommand {
-    /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+    /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
     #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
     pub store: Option<PathBuf>,
     #[arg(long, value_name = "NAME", default_value = "default")]
@@ -184,7 +184,7 @@ pub struct DiffCommand {
 /// `tierfs forget`.
 #[derive(Debug, Args)]
 pub struct ForgetCommand {
-    /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+    /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
     #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
     pub store: Option<PathBuf>,
     #[arg(long, value_name = "NAME", default_value = "default")]
@@ -209,7 +209,7 @@ pub struct ForgetCommand {
 /// `tierfs gc`.
 #[derive(Debug, Args)]
 pub struct GcCommand {
-    /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+    /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
     #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
     pub store: Option<PathBuf>,
     /// Only say what would be deleted.
@@ -220,7 +220,7 @@ pub struct GcCommand {
 /// `tierfs restore`.
 #[derive(Debug, Args)]
 pub struct RestoreCommand {
-    /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+    /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
     #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
     pub store: Option<PathBuf>,
     #[arg(long, value_name = "NAME", default_value = "default")]
@@ -252,7 +252,7 @@ pub struct SyncCommand {
 /// `tierfs snapshots`.
 #[derive(Debug, Args)]
 pub struct SnapshotsCommand {
-    /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+    /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
     #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
     pub store: Option<PathBuf>,
     #[arg(long, value_name = "NAME", default_value = "default")]
@@ -301,13 +301,13 @@ pub struct KeyCommand {
 pub enum KeyAction {
     /// List the wrapped keys of the store.
     List {
-        /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+        /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
         #[arg(long, value_name = "FILE")]
         store: Option<PathBuf>,
     },
     /// Add a passphrase (or, with --key-file, a key file) that unlocks the store.
     Add {
-        /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+        /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
         #[arg(long, value_name = "FILE")]
         store: Option<PathBuf>,
         /// Add this key file (created if missing) instead of a passphrase.
@@ -319,7 +319,7 @@ pub enum KeyAction {
     },
     /// Remove a wrapped key by id (the last key cannot be removed).
     Remove {
-        /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+        /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
         #[arg(long, value_name = "FILE")]
         store: Option<PathBuf>,
         #[arg(value_name = "ID")]
@@ -327,7 +327,7 @@ pub enum KeyAction {
     },
     /// Change the passphrase that unlocks the store (rewraps the data key only).
     Passwd {
-        /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+        /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
         #[arg(long, value_name = "FILE")]
         store: Option<PathBuf>,
     },
@@ -336,7 +336,7 @@ pub enum KeyAction {
 /// `tierfs scrub`.
 #[derive(Debug, Args)]
 pub struct ScrubCommand {
-    /// Store file [default: the embedded local store, <data home>/store.toml, if it exists].
+    /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
     #[arg(long, value_name = "FILE")]
     pub store: Option<PathBuf>,
     /// Rewrite bad or missing copies from good ones.
@@ -437,7 +437,7 @@ pub struct MountArgs {
 
     /// Store file (from `tierfs init`): sealed data is uploaded there, and the cache is kept
     /// under --cache-size by evicting what is stored [default without --data-dir: the
-    /// embedded local store <data home>/store.toml, created on first use].
+    /// embedded local store ~/.local/share/tierfs/store.toml, created on first use].
     #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
     pub store: Option<PathBuf>,
 
