@@ -133,6 +133,11 @@ fn a_workspace_eight_times_the_cache_round_trips_with_no_plaintext_on_the_server
     // back, most of it fetched from the server.
     c.fx.umount();
     c.mount("16M");
+    // Evicted data is still the file's: `du` counts it wherever it is.
+    for (p, d) in &big {
+        let blocks = fs::metadata(p).map(|m| std::os::unix::fs::MetadataExt::blocks(&m)).expect("stat");
+        assert_eq!(blocks * 512, (d.len() as u64).div_ceil(4096) * 4096, "st_blocks of {}", p.display());
+    }
     for (p, d) in big.iter().chain(&small) {
         assert!(read_file(p) == *d, "{} differs after remount", p.display());
     }
