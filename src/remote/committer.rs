@@ -250,6 +250,17 @@ impl Committer {
             };
             let last = taken.batches.last().map_or(0, |b| b.seq);
             loop {
+                // Fenced by lease only: nothing is written on a lease that may have lapsed.
+                match self.ensure_fresh_lease().await {
+                    Ok(()) => {}
+                    Err(RemoteError::TakenOver { .. }) => return,
+                    Err(e) => {
+                        self.note_error(format!("confirming the lease: {e}"));
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                }
                 match self
                     .ws
                     .append_segment(taken.segment, self.lease.session(), self.lease.holder(), &taken.batches)
@@ -338,10 +349,12 @@ impl Committer {
             return Err(RemoteError::TakenOver { workspace: self.ws.name().to_string(), holder: reason });
         }
         let mut last = self.checkpointing.lock().await;
+        self.ensure_fresh_lease().await?;
         let started = Instant::now();
         let meta = self.meta.clone();
         let ws = self.ws.clone();
         let (manifest, report) = ws.checkpoint(&meta, snapshot, last.compacted_below).await?;
+        self.ensure_fresh_lease().await?;
         // The journal before the previous checkpoint is no longer needed by any restore (the
         // previous one stays as a fallback should the newest be unreadable; so does the
         // segment just before it, which names its writer). Deleted in the background.
@@ -370,6 +383,15 @@ impl Committer {
             *self.last_snapshot.lock() = Some(id.clone());
         }
         Ok((manifest, report))
+    }
+
+    /// On a store fenced by lease only: confirms (renews) the lease unless it was renewed
+    /// recently enough that no other node can have taken it ([`Lease::fresh_for`]).
+    async fn ensure_fresh_lease(&self) -> Result<()> {
+        match self.lease.fresh_for() {
+            Some(fresh) if self.renewed_at.lock().elapsed() > fresh => self.confirm_lease().await,
+            _ => Ok(()),
+        }
     }
 
     /// Checks the lease is still this session's (before a barrier reports success), renewing it.

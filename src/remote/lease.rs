@@ -10,6 +10,14 @@
 //! writer that finds another session's lease at renewal stops writing to the store. A lease
 //! whose holder was a process of this machine and pid namespace that no longer exists (a
 //! restart after `kill -9`) is free at once; anywhere else it is free once it expires.
+//!
+//! On a store fenced by lease only ([`Fencing::Lease`]: its servers ignore conditional
+//! writes, so the chain cannot fence), the lease is the fence: a new writer checks, after
+//! [`LEASE_SETTLE`], that the lease it wrote is still its own (two writers racing for an
+//! expired lease: the last write wins, the other backs off); `--takeover` waits until the
+//! holder's lease is [`CLOCK_MARGIN`] past its expiry and refuses a holder that renews
+//! meanwhile; and the committer appends only while its lease is fresh by
+//! [`Lease::fresh_for`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +26,15 @@ use serde::{Deserialize, Serialize};
 
 use super::{RemoteError, Result, Workspace, chrono_like, unix_now};
 use crate::crypto::ObjectKind;
+use crate::store::Fencing;
+
+/// Lease fencing: how long a new writer waits before it reads back the lease it wrote.
+pub const LEASE_SETTLE: Duration = Duration::from_secs(2);
+
+/// Lease fencing: how far apart the clocks of two nodes may be. A lease counts as expired for a
+/// taker only this long after its expiry, and as fresh for its holder only until this long
+/// before it.
+pub const CLOCK_MARGIN: Duration = Duration::from_secs(5);
 
 /// The stored lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,8 +134,9 @@ impl Lease {
     }
 
     /// Takes the lease: refused while another session holds an unexpired one, unless
-    /// `takeover`.
+    /// `takeover` (which, on a store fenced by lease only, waits the lease out).
     pub async fn acquire(&self, takeover: bool) -> Result<()> {
+        let lease_only = self.ws.fencing() == Fencing::Lease;
         if let Some(cur) = self.current().await? {
             let mut live = !cur.released && cur.expires_unix > unix_now() && cur.session != self.session;
             if live && is_dead_here(&cur.process) {
@@ -132,11 +150,64 @@ impl Lease {
                     expires: chrono_like(cur.expires_unix),
                 });
             }
-            if live {
+            if live && lease_only {
+                self.wait_out(cur).await?;
+            } else if live {
                 tracing::warn!(holder = %cur.holder, "taking over workspace {:?} from a live lease", self.ws.name());
             }
         }
-        self.write(false, unix_now()).await
+        self.write(false, unix_now()).await?;
+        if lease_only {
+            // Another node may have written the lease at the same moment: the last write wins,
+            // and only its writer goes on.
+            tokio::time::sleep(LEASE_SETTLE).await;
+            match self.current().await? {
+                Some(cur) if cur.session == self.session => {}
+                other => {
+                    return Err(RemoteError::Held {
+                        workspace: self.ws.name().to_string(),
+                        holder: other.as_ref().map_or_else(|| "another node".into(), |c| c.holder.clone()),
+                        expires: other.map_or_else(|| "unknown".into(), |c| chrono_like(c.expires_unix)),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lease fencing, `--takeover`: waits until `cur` is [`CLOCK_MARGIN`] past its expiry;
+    /// a holder that renews or hands it to someone else meanwhile is alive.
+    async fn wait_out(&self, cur: LeaseRecord) -> Result<()> {
+        let until = cur.expires_unix + CLOCK_MARGIN.as_secs();
+        tracing::warn!(
+            holder = %cur.holder,
+            "workspace {:?} is fenced by lease only: waiting {} s for the lease of {} to run out",
+            self.ws.name(),
+            until.saturating_sub(unix_now()),
+            cur.holder
+        );
+        while unix_now() <= until {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match self.current().await? {
+                Some(now) if now.released => return Ok(()),
+                Some(now) if now == cur => {}
+                Some(now) => {
+                    return Err(RemoteError::StillRenewing {
+                        workspace: self.ws.name().to_string(),
+                        holder: now.holder,
+                    });
+                }
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Lease fencing: how long after a successful renewal this node may still write to the
+    /// store (its lease's time to live, less [`CLOCK_MARGIN`] for clocks that disagree);
+    /// `None` on a store whose chain fences writers.
+    pub fn fresh_for(&self) -> Option<Duration> {
+        (self.ws.fencing() == Fencing::Lease).then(|| self.ttl.saturating_sub(CLOCK_MARGIN))
     }
 
     /// Extends the lease; [`RemoteError::TakenOver`] if another session holds it now.
@@ -178,5 +249,67 @@ mod tests {
         assert!(!is_dead_here(&format!("00000000-0000-0000-0000-000000000000/pid:[1]/{pid}")));
         assert!(!is_dead_here(""));
         assert!(!is_dead_here(&format!("//{pid}")));
+    }
+
+    /// A workspace of a `file://` store fenced by lease only, whose backend ignores
+    /// conditional writes as Garage 2.x does.
+    async fn lease_fenced_workspace(dir: &std::path::Path) -> Arc<Workspace> {
+        use crate::backend::Fault;
+        use crate::crypto::{KdfParams, Secret};
+        use crate::store::{Store, StoreConfig};
+        let mut cfg = StoreConfig::new(vec![format!("file://{}", dir.join("b").display())]);
+        cfg.fencing = Fencing::Lease;
+        let store = Store::init(&cfg, &Secret::Passphrase(b"p"), KdfParams::for_tests()).await.expect("init");
+        store.backend().backends()[0].inject_fault(Some(Fault::IgnoreConditional));
+        Arc::new(Workspace::new(Arc::new(store), "w"))
+    }
+
+    #[tokio::test]
+    async fn lease_fencing_never_overwrites_another_sessions_segment() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let ws = lease_fenced_workspace(t.path()).await;
+        assert!(ws.append_segment(1, "first", "a:1", &[]).await.expect("append"));
+        assert!(!ws.append_segment(1, "second", "b:2", &[]).await.expect("append"), "segment 1 is taken");
+        assert_eq!(ws.segment_writer(1).await.expect("read").map(|(s, _)| s), Some("first".into()));
+        // Trying again after a lost answer: this session's own copy counts as written.
+        assert!(ws.append_segment(1, "first", "a:1", &[]).await.expect("append"));
+    }
+
+    #[tokio::test]
+    async fn lease_fencing_refuses_to_take_over_a_writer_that_renews() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let ws = lease_fenced_workspace(t.path()).await;
+        let a = Arc::new(Lease::new(ws.clone(), "a:1", Duration::from_secs(3)));
+        let b = Lease::new(ws.clone(), "b:2", Duration::from_secs(3));
+        assert_eq!(a.fresh_for(), Some(Duration::ZERO), "a 3 s lease is never fresh past a 5 s margin");
+        a.acquire(false).await.expect("a takes the free lease");
+        assert!(matches!(b.acquire(false).await, Err(RemoteError::Held { .. })), "a holds it");
+        // b waits the lease out; a renews meanwhile: a is alive and keeps the workspace.
+        let renewer = a.clone();
+        let renewing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            renewer.renew().await
+        });
+        match b.acquire(true).await {
+            Err(RemoteError::StillRenewing { holder, .. }) => assert_eq!(holder, "a:1"),
+            other => panic!("takeover of a live writer: {other:?}"),
+        }
+        renewing.await.expect("join").expect("a renews");
+        a.renew().await.expect("a still holds the lease");
+    }
+
+    #[tokio::test]
+    async fn lease_fencing_takes_over_once_a_silent_holders_lease_ran_out() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let ws = lease_fenced_workspace(t.path()).await;
+        // Still live when b looks (a's acquire takes the 2 s settle), then never renewed.
+        let a = Lease::new(ws.clone(), "a:1", Duration::from_secs(4));
+        let b = Lease::new(ws.clone(), "b:2", Duration::from_secs(30));
+        a.acquire(false).await.expect("a takes the free lease");
+        let started = std::time::Instant::now();
+        b.acquire(true).await.expect("b takes over once a's lease ran out");
+        assert!(started.elapsed() >= CLOCK_MARGIN, "b waited {:?}, less than the clock margin", started.elapsed());
+        assert!(matches!(a.renew().await, Err(RemoteError::TakenOver { .. })), "a learns it lost the lease");
+        assert_eq!(b.fresh_for(), Some(Duration::from_secs(25)));
     }
 }

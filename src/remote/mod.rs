@@ -40,7 +40,7 @@ use crate::backend::{BackendError, CreateOutcome};
 use crate::crypto::{CryptoError, ObjectKind};
 use crate::meta::journal::Decoder;
 use crate::meta::{JournalBatch, JournalOp, MetaError, MetaStore};
-use crate::store::{Store, StoreError};
+use crate::store::{Fencing, Store, StoreError};
 pub use committer::{Committer, RemoteStats};
 pub use diff::{Change, diff};
 pub use gc::{ForgetReport, GcReport, KeepPolicy, gc};
@@ -97,6 +97,12 @@ pub enum RemoteError {
     Diverged { workspace: String, durable: u64, local: u64, remote: u64 },
     #[error("no snapshot {0:?} in this workspace (see `tierfs snapshots`)")]
     NoSnapshot(String),
+    #[error(
+        "workspace {workspace:?} is in use by {holder}, which is still renewing its lease: this store is fenced by \
+         lease only (its servers ignore conditional writes), so a live writer cannot be taken over; unmount it \
+         there, or stop that node, and mount again"
+    )]
+    StillRenewing { workspace: String, holder: String },
 }
 
 impl From<CryptoError> for RemoteError {
@@ -192,6 +198,11 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// How this workspace's store keeps writers to one (see [`Fencing`]).
+    pub fn fencing(&self) -> Fencing {
+        self.store.config().fencing
+    }
+
     pub fn new(store: Arc<Store>, name: &str) -> Workspace {
         let h = store.keys().name_hash("workspace", name.as_bytes());
         let prefix = format!("ws/{}/", hex::encode(&h[..16]));
@@ -324,6 +335,13 @@ impl Workspace {
             b.encode(&mut plain);
         }
         let key = self.segment_key(n);
+        if self.fencing() == Fencing::Lease {
+            // The servers would overwrite: look first (this session's own copy of `n`, from
+            // an earlier try, counts as written).
+            if let Some((session_of_n, _)) = self.segment_writer(n).await? {
+                return Ok(session_of_n == session);
+            }
+        }
         let sealed = self.store.keys().seal(ObjectKind::Journal, key.as_bytes(), &plain);
         match self.store.backend().create_object(&key, Bytes::from(sealed)).await? {
             CreateOutcome::Created => Ok(true),

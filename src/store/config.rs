@@ -37,6 +37,45 @@ pub struct StoreConfig {
     /// S3 credentials; anything missing comes from the AWS_* environment variables.
     #[serde(default, skip_serializing_if = "credentials_empty")]
     pub credentials: Credentials,
+    /// How a workspace is kept to one writer at a time (see [`Fencing`]).
+    #[serde(default, skip_serializing_if = "Fencing::is_default")]
+    pub fencing: Fencing,
+}
+
+/// How a workspace is kept to one writer at a time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fencing {
+    /// Journal segments are created with If-None-Match on a majority of their copies, so two
+    /// writers can never both extend a workspace, whatever their clocks say. Needs servers
+    /// that honour conditional writes (AWS S3, MinIO, moto); checked when a writer mounts.
+    #[default]
+    Conditional,
+    /// For servers that ignore conditional writes (Garage 2.x): the writer lease alone,
+    /// with time margins. A writer appends only while its lease is fresh by its own clock, a
+    /// new writer takes a lease only after it expired and checks it again after writing it,
+    /// and `--takeover` waits out a lease instead of fencing a live writer. Safe as long as
+    /// clocks agree within a few seconds and no writer stalls for longer than that between
+    /// checking its lease and writing.
+    Lease,
+}
+
+impl Fencing {
+    fn is_default(&self) -> bool {
+        *self == Fencing::Conditional
+    }
+}
+
+impl std::str::FromStr for Fencing {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Fencing, StoreError> {
+        match s {
+            "conditional" => Ok(Fencing::Conditional),
+            "lease" => Ok(Fencing::Lease),
+            _ => Err(StoreError::Config(format!("fencing must be \"conditional\" or \"lease\", not {s:?}"))),
+        }
+    }
 }
 
 fn default_pack_size() -> u64 {
@@ -71,6 +110,7 @@ impl StoreConfig {
             pack_size: DEFAULT_PACK_SIZE,
             key_file: None,
             credentials: Credentials::default(),
+            fencing: Fencing::Conditional,
         }
     }
 
@@ -182,5 +222,15 @@ mod tests {
         assert_eq!((back.store_id, back.backends, back.replicas), (c.store_id.clone(), c.backends.clone(), c.replicas));
         assert_eq!(back.key_file, c.key_file);
         assert!(c.save_new(&path).is_err(), "must not overwrite");
+        assert_eq!(back.fencing, Fencing::Conditional, "no fencing key: conditional");
+        assert!(!std::fs::read_to_string(&path).expect("read").contains("fencing"), "the default is not written");
+
+        let lease = dir.path().join("lease.toml");
+        c.fencing = Fencing::Lease;
+        c.save_new(&lease).expect("save");
+        assert!(std::fs::read_to_string(&lease).expect("read").contains("fencing = \"lease\""));
+        assert_eq!(StoreConfig::load(&lease).expect("load").fencing, Fencing::Lease);
+        let err = "sometimes".parse::<Fencing>().expect_err("not a fencing");
+        assert!(err.to_string().contains("\"conditional\" or \"lease\""), "{err}");
     }
 }

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redundancy, RedundantStore, ScrubOutcome};
 use crate::block::{self, BlockError, BlockId, BlockLoc, PackBuilder};
 use crate::crypto::{self, CryptoError, DataKey, KdfParams, Keys, Secret, WrappedKey};
-pub use config::StoreConfig;
+pub use config::{Fencing, StoreConfig};
 
 /// Format version of the store layout (the `config` object).
 pub const STORE_FORMAT: u32 = 1;

@@ -286,6 +286,13 @@ pub struct InitCommand {
     /// Target size of pack objects (e.g. 16M).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub pack_size: Option<u64>,
+
+    /// How a workspace is kept to one writer: `conditional` (journal segments are created
+    /// with If-None-Match; the servers must honour it, which every mount checks) or `lease`
+    /// (for servers that ignore conditional writes, such as Garage 2.x: the writer lease
+    /// alone, with clock margins; a takeover waits out the holder's lease).
+    #[arg(long, value_name = "HOW", default_value = "conditional", value_parser = parse_fencing)]
+    pub fencing: tierfs::store::Fencing,
 }
 
 /// `tierfs key`.
@@ -722,7 +729,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 /// Parses a duration in seconds with an optional decimal fraction (`30`, `0.5`,
 /// `1.000000001`), exactly to the nanosecond.
-pub fn parse_secs(text: &str) -> Result<Duration, String> {
+pub fn parse_fencing(s: &str) -> Result<tierfs::store::Fencing, String> {
+    s.parse().map_err(|e: tierfs::store::StoreError| e.to_string())
+}
+
+fn parse_secs(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     let (whole, fraction) = match trimmed.split_once('.') {
         Some((w, f)) => (w, f),

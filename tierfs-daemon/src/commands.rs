@@ -636,22 +636,22 @@ fn store_runtime() -> Result<tokio::runtime::Runtime> {
 fn init(cli: &Cli, cmd: &InitCommand) -> Result<()> {
     let rt = store_runtime()?;
     let store_file = paths::absolute(&cmd.store)?;
-    let out = store_link::init(
-        rt.handle(),
-        &store_file,
-        cmd.backends.clone(),
-        cmd.replicas,
-        cmd.erasure.clone(),
-        cmd.key_file.clone(),
-        cmd.pack_size,
-    )?;
+    let new = store_link::NewStore {
+        backends: cmd.backends.clone(),
+        replicas: cmd.replicas,
+        erasure: cmd.erasure.clone(),
+        key_file: cmd.key_file.clone(),
+        pack_size: cmd.pack_size,
+        fencing: cmd.fencing,
+    };
+    let out = store_link::init(rt.handle(), &store_file, new)?;
     if let Some(key_file) = &out.key_file_created {
         eprintln!("created key file {} (keep a copy: without it the store cannot be read)", key_file.display());
     }
     if cli.json {
         return print_json(&out);
     }
-    println!("created store {} ({}; unlocked by {})", out.store_id, out.redundancy, out.key);
+    println!("created store {} ({}; unlocked by {}; fencing: {})", out.store_id, out.redundancy, out.key, out.fencing);
     for b in &out.backends {
         println!("  backend {b}");
     }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use tierfs::remote::{Committer, RemoteError, Workspace};
-use tierfs::store::Store;
+use tierfs::store::{Fencing, Store};
 use tierfs::tier::ColdConfig;
 use tierfs::vfs::{AttachedStore, Vfs, VfsConfig};
 use tierfs_mount::SessionUnmounter;
@@ -413,7 +413,18 @@ fn open_remote(
 ) -> Result<Arc<Committer>> {
     let ws = Arc::new(Workspace::new(store.clone(), &config.workspace));
     rt.block_on(async {
-        store.backend().check_conditional_create().await.context("the store cannot fence concurrent writers")?;
+        match store.config().fencing {
+            Fencing::Conditional => store.backend().check_conditional_create().await.context(
+                "the store cannot fence concurrent writers (for servers that ignore conditional writes, such as \
+                 Garage 2.x, set `fencing = \"lease\"` in the store file, or create it with `tierfs init \
+                 --fencing lease`: see docs/SEMANTICS.md, \"Surviving a runtime reset\")",
+            )?,
+            Fencing::Lease => info!(
+                "workspace {:?} is fenced by its lease only (fencing = \"lease\"): a takeover waits out the \
+                 holder's lease",
+                config.workspace
+            ),
+        }
         let started = Instant::now();
         let lease = ws.lease(&holder_name(), LEASE_TTL);
         let (committer, state) = Committer::open(ws.clone(), meta.clone(), lease, config.takeover)

@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use tierfs::block::{BlockId, BlockLoc};
 use tierfs::crypto::{self, KdfParams, Secret};
-use tierfs::store::{Progress, Store, StoreConfig};
+use tierfs::store::{Fencing, Progress, Store, StoreConfig};
 use tierfs::tier::{BlockStore, ColdError};
 use tokio::runtime::{Handle, Runtime};
 
@@ -324,16 +324,16 @@ pub fn prepare_mount_store(args: &MountArgs) -> Result<()> {
     }
     crate::paths::ensure_private_dir(&embedded.home)?;
     let rt = crate::serve::build_runtime()?;
-    init(
-        rt.handle(),
-        &embedded.store_file,
-        vec![embedded.backend_url()],
-        Some(1),
-        None,
-        Some(embedded.key_file.clone()),
-        None,
-    )
-    .with_context(|| format!("creating the local store {}", embedded.store_file.display()))?;
+    let new = NewStore {
+        backends: vec![embedded.backend_url()],
+        replicas: Some(1),
+        erasure: None,
+        key_file: Some(embedded.key_file.clone()),
+        pack_size: None,
+        fencing: Fencing::Conditional,
+    };
+    init(rt.handle(), &embedded.store_file, new)
+        .with_context(|| format!("creating the local store {}", embedded.store_file.display()))?;
     eprintln!(
         "tierfs: created the local store {} (objects in {}, key file {}: without the key the store \
          cannot be read)",
@@ -352,6 +352,8 @@ pub struct InitOutput {
     pub backends: Vec<String>,
     pub redundancy: String,
     pub key: String,
+    /// `conditional` or `lease` (see `tierfs init --fencing`).
+    pub fencing: String,
     /// The key file, when `init` created it (keep a copy: without it the store cannot be read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_file_created: Option<PathBuf>,
@@ -359,31 +361,35 @@ pub struct InitOutput {
 
 /// Creates a store and writes its store file. A missing key file is created (and named in
 /// the output); with a key file nothing is asked, so this also serves non-interactive callers.
-pub fn init(
-    handle: &Handle,
-    store_file: &Path,
-    backends: Vec<String>,
-    replicas: Option<u8>,
-    erasure: Option<String>,
-    key_file: Option<PathBuf>,
-    pack_size: Option<u64>,
-) -> Result<InitOutput> {
+/// What a new store is made of (`tierfs init`'s options; the embedded store's defaults).
+pub struct NewStore {
+    pub backends: Vec<String>,
+    pub replicas: Option<u8>,
+    pub erasure: Option<String>,
+    /// Unlocked by this key file (created if missing) instead of a passphrase.
+    pub key_file: Option<PathBuf>,
+    pub pack_size: Option<u64>,
+    pub fencing: Fencing,
+}
+
+pub fn init(handle: &Handle, store_file: &Path, new: NewStore) -> Result<InitOutput> {
     if store_file.exists() {
         bail!("{} already exists; choose another --store path", store_file.display());
     }
-    let mut config = StoreConfig::new(backends);
-    if erasure.is_some() {
+    let mut config = StoreConfig::new(new.backends);
+    if new.erasure.is_some() {
         config.replicas = None;
-        config.erasure = erasure;
+        config.erasure = new.erasure;
     }
-    if let Some(r) = replicas {
+    if let Some(r) = new.replicas {
         config.replicas = Some(r);
     }
-    if let Some(p) = pack_size {
+    if let Some(p) = new.pack_size {
         config.pack_size = p;
     }
+    config.fencing = new.fencing;
     let mut key_file_created = None;
-    let secret = match &key_file {
+    let secret = match &new.key_file {
         Some(path) => {
             let path = crate::paths::absolute(path)?;
             if !path.exists() {
@@ -405,6 +411,10 @@ pub fn init(
         backends: config.backends.clone(),
         redundancy,
         key: if config.key_file.is_some() { "key file".into() } else { "passphrase".into() },
+        fencing: match config.fencing {
+            Fencing::Conditional => "conditional".into(),
+            Fencing::Lease => "lease".into(),
+        },
         key_file_created,
     })
 }

@@ -227,6 +227,41 @@ fn a_second_writer_is_refused_and_a_takeover_fences_the_first() {
     c.fx.umount();
 }
 
+/// A store made for servers that ignore conditional writes (`--fencing lease`): one writer at
+/// a time by the lease alone, and a takeover never fences a writer that is still alive.
+#[test]
+fn a_lease_fenced_store_keeps_one_writer_and_never_takes_over_a_live_one() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut a = Node::init_with(&servers, BUCKET, "lf", &["--fencing", "lease"]);
+    let config = fs::read_to_string(&a.store_file).expect("store file");
+    assert!(config.contains("fencing = \"lease\""), "{config}");
+    a.mount(&[]);
+    let mut f = fs::File::create(a.fx.p("kept")).expect("create");
+    f.write_all(b"from a").expect("write");
+    f.sync_all().expect("fsync");
+    drop(f);
+
+    let mut b = Node::new(&a.store_file);
+    let refused = b.try_mount(&[]);
+    assert!(!refused.success() && refused.stderr.contains("in use by"), "second writer: {refused:?}");
+    // A takeover waits the lease out, and a renews it (every 10 s) meanwhile: refused.
+    let refused = b.try_mount(&["--takeover"]);
+    assert!(!refused.success(), "a live writer was taken over on a lease-fenced store");
+    assert!(refused.stderr.contains("still renewing its lease"), "unclear refusal: {}", refused.stderr);
+    assert!(!common::is_mounted(&b.fx.mountpoint), "the refused mount left a mount behind");
+    // a was not disturbed: it still writes durably.
+    let mut f = fs::File::create(a.fx.p("still-a")).expect("create");
+    f.write_all(b"a goes on").expect("write");
+    f.sync_all().expect("fsync on the undisturbed writer");
+    drop(f);
+    a.fx.umount();
+
+    b.mount(&[]);
+    assert_eq!(fs::read(b.fx.p("kept")).expect("read"), b"from a");
+    assert_eq!(fs::read(b.fx.p("still-a")).expect("read"), b"a goes on");
+    b.fx.umount();
+}
+
 #[test]
 fn snapshots_mount_read_only_beside_the_writer_and_restore_to_a_plain_copy() {
     let servers = MotoServer::start_many(1, BUCKET);

@@ -37,10 +37,15 @@ impl Node {
 
     /// A node that creates a store on `servers` (bucket `bucket`, prefix `prefix`).
     pub fn init(servers: &[MotoServer], bucket: &str, prefix: &str) -> Node {
+        Node::init_with(servers, bucket, prefix, &[])
+    }
+
+    /// [`Node::init`] with extra `tierfs init` options.
+    pub fn init_with(servers: &[MotoServer], bucket: &str, prefix: &str, extra: &[&str]) -> Node {
         let fx = Fixture::new();
         let store_file = fx.tmp.path().join("store.toml");
         let mut cmd = env(fx.tierfs());
-        cmd.args(["init", "--store"]).arg(&store_file);
+        cmd.args(["init", "--store"]).arg(&store_file).args(extra);
         for s in servers {
             cmd.args(["--backend", &s.url(bucket, prefix)]);
         }
