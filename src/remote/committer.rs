@@ -108,6 +108,13 @@ pub struct Committer {
     renewed_at: Mutex<Instant>,
 }
 
+/// What the append loop does after a lease check ([`Committer::after_lease_check`]).
+enum LeaseStep {
+    Go,
+    Retry,
+    Stop,
+}
+
 #[derive(Clone, Copy)]
 struct LastCheckpoint {
     /// Segments before this number are covered by the last checkpoint.
@@ -251,15 +258,10 @@ impl Committer {
             let last = taken.batches.last().map_or(0, |b| b.seq);
             loop {
                 // Fenced by lease only: nothing is written on a lease that may have lapsed.
-                match self.ensure_fresh_lease().await {
-                    Ok(()) => {}
-                    Err(RemoteError::TakenOver { .. }) => return,
-                    Err(e) => {
-                        self.note_error(format!("confirming the lease: {e}"));
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                        continue;
-                    }
+                match self.after_lease_check(self.ensure_fresh_lease().await, &mut backoff).await {
+                    LeaseStep::Go => {}
+                    LeaseStep::Retry => continue,
+                    LeaseStep::Stop => return,
                 }
                 match self
                     .ws
@@ -271,15 +273,11 @@ impl Committer {
                         // been taken over meanwhile (and its fence segment compacted away):
                         // it confirms the lease before it calls anything durable.
                         if self.renewed_at.lock().elapsed() > self.lease.renew_every() * 2 {
-                            match self.confirm_lease().await {
-                                Ok(()) => {}
-                                Err(RemoteError::TakenOver { .. }) => return,
-                                Err(e) => {
-                                    self.note_error(format!("confirming the lease: {e}"));
-                                    tokio::time::sleep(backoff).await;
-                                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                                    continue; // appending the same segment again is idempotent
-                                }
+                            match self.after_lease_check(self.confirm_lease().await, &mut backoff).await {
+                                LeaseStep::Go => {}
+                                // Appending the same segment again is idempotent.
+                                LeaseStep::Retry => continue,
+                                LeaseStep::Stop => return,
                             }
                         }
                         self.meta.journal().mark_durable(last);
@@ -327,6 +325,21 @@ impl Committer {
                     });
                     self.since_checkpoint.store(0, Ordering::Relaxed);
                 }
+            }
+        }
+    }
+
+    /// The append loop after a lease check: go on, back off and try again, or stop (taken
+    /// over: `confirm_lease` has stopped the journal already).
+    async fn after_lease_check(&self, check: Result<()>, backoff: &mut Duration) -> LeaseStep {
+        match check {
+            Ok(()) => LeaseStep::Go,
+            Err(RemoteError::TakenOver { .. }) => LeaseStep::Stop,
+            Err(e) => {
+                self.note_error(format!("confirming the lease: {e}"));
+                tokio::time::sleep(*backoff).await;
+                *backoff = (*backoff * 2).min(Duration::from_secs(5));
+                LeaseStep::Retry
             }
         }
     }
