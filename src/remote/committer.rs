@@ -85,6 +85,10 @@ pub struct RemoteStats {
     pub last_snapshot: Option<String>,
     pub lease_holder: String,
     pub lease_expires_unix: u64,
+    /// `conditional` (If-None-Match on journal segments) or `lease` (see `store::Fencing`);
+    /// empty from a daemon older than this field.
+    #[serde(default)]
+    pub fencing: String,
     pub last_error: Option<String>,
     pub stopped: Option<String>,
 }
@@ -441,6 +445,10 @@ impl Committer {
             last_checkpoint_seq: self.last_checkpoint_seq.load(Ordering::Relaxed),
             last_snapshot: self.last_snapshot.lock().clone(),
             lease_holder: self.lease.holder().to_string(),
+            fencing: match self.ws.fencing() {
+                crate::store::Fencing::Conditional => "conditional".into(),
+                crate::store::Fencing::Lease => "lease".into(),
+            },
             lease_expires_unix: self.lease_expires_unix.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
             stopped: self.meta.journal().failure(),

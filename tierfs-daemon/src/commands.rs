@@ -521,7 +521,15 @@ pub fn format_status(report: &StatusReport) -> String {
             ),
         ));
         rows.push(("snapshot", r.last_snapshot.clone().unwrap_or_else(|| "none this session".into())));
-        rows.push(("lease", format!("{} until {}", r.lease_holder, tierfs::remote::chrono_like(r.lease_expires_unix))));
+        rows.push((
+            "lease",
+            format!(
+                "{} until {} (fencing: {})",
+                r.lease_holder,
+                tierfs::remote::chrono_like(r.lease_expires_unix),
+                r.fencing
+            ),
+        ));
         if let Some(stop) = &r.stopped {
             rows.push(("STOPPED", stop.clone()));
         } else if let Some(e) = &r.last_error {

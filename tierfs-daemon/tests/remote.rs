@@ -236,6 +236,8 @@ fn a_lease_fenced_store_keeps_one_writer_and_never_takes_over_a_live_one() {
     let config = fs::read_to_string(&a.store_file).expect("store file");
     assert!(config.contains("fencing = \"lease\""), "{config}");
     a.mount(&[]);
+    let status = a.fx.status();
+    assert_eq!(status["remote"]["fencing"], "lease", "{status}");
     let mut f = fs::File::create(a.fx.p("kept")).expect("create");
     f.write_all(b"from a").expect("write");
     f.sync_all().expect("fsync");
