@@ -23,6 +23,19 @@ use crate::vfs::{FileKind, Ino};
 pub use codec::{ChunkRecord, InodeRecord};
 pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
 
+/// The first key after every key that starts with `prefix` (`None`: no such key, the
+/// prefix is all 0xff).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 /// The metadata schema this build writes and understands. Version 2: inode records may be
 /// of layout version 2 (a flags byte); a version 1 store is upgraded in place when opened
 /// (its records stay readable), so an older tierfs refuses it afterwards instead of
@@ -115,7 +128,15 @@ impl MetaStore {
     /// Calls `f(key_suffix, value)` for every key starting with `prefix`, in key order, until
     /// `f` returns false.
     fn scan(&self, prefix: &[u8], mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
-        for item in self.db.iterator(IteratorMode::From(prefix, Direction::Forward)) {
+        // Bounded: without an upper bound, a seek into an empty prefix walks on over every
+        // deleted key that follows it (the tombstones of the next table) to find a live one,
+        // which made each unlink on a store mount slower than the last (15 000/s down to
+        // 900/s after 30 000 files: `xattr_names` seeks `X<ino>`, the dirty markers `Y…` follow).
+        let mut opts = rocksdb::ReadOptions::default();
+        if let Some(end) = prefix_end(prefix) {
+            opts.set_iterate_upper_bound(end);
+        }
+        for item in self.db.iterator_opt(IteratorMode::From(prefix, Direction::Forward), opts) {
             let (k, v) = item?;
             if !k.starts_with(prefix) || !f(&k[prefix.len()..], &v)? {
                 break;
@@ -417,12 +438,6 @@ impl MetaBatch {
     pub fn delete_chunk(&mut self, ino: Ino, index: u64) {
         self.delete(codec::chunk_key(ino, index));
     }
-    /// Deletes every chunk record of `ino`.
-    pub fn delete_chunks(&mut self, ino: Ino) {
-        let (from, to) = (codec::chunk_prefix(ino), codec::chunk_prefix(ino + 1));
-        self.0.delete_range(&from, &to);
-        self.1.push(JournalOp::DeleteRange { from, to });
-    }
     pub fn put_dirty(&mut self, ino: Ino) {
         self.0.put(codec::dirty_key(ino), []);
     }
@@ -461,6 +476,14 @@ mod tests {
             msg.contains(&format!("schema version {}", SCHEMA_VERSION + 1)) && msg.contains("upgrade tierfs"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn prefix_ends_bound_exactly_the_prefix() {
+        assert_eq!(prefix_end(b"X\x00\x01"), Some(b"X\x00\x02".to_vec()));
+        assert_eq!(prefix_end(b"X\x00\xff"), Some(b"X\x01".to_vec()));
+        assert_eq!(prefix_end(b"\xff\xff"), None);
+        assert_eq!(prefix_end(b""), None);
     }
 
     #[test]

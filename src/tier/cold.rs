@@ -614,22 +614,25 @@ impl ColdTier {
         }
     }
 
-    /// The inode is gone: forget its chunks (the caller deletes their records with
-    /// [`MetaBatch::delete_chunks`] in the same batch that deletes the inode).
+    /// The inode is gone: forget its chunks, deleting their records in `batch` (the batch that
+    /// deletes the inode).
     pub fn forget(&self, ino: Ino, batch: &mut MetaBatch) {
         let mut st = self.state.lock();
         let State { files, dirty_bytes, resident_bytes, .. } = &mut *st;
         if let Some(f) = files.remove(&ino) {
-            for c in f.chunks.values() {
+            for (&idx, c) in &f.chunks {
                 if c.dirty {
                     *dirty_bytes -= c.dirty_len;
                 }
                 if !c.evicted() {
                     *resident_bytes = resident_bytes.saturating_sub(c.local_len);
                 }
+                // One point delete per chunk (the map holds every record of the file): a
+                // range delete per unlinked file piles up range tombstones that every later
+                // RocksDB read must sort through (unlinks went from 15 000/s to 700/s).
+                batch.delete_chunk(ino, idx);
             }
         }
-        batch.delete_chunks(ino);
         batch.delete_dirty(ino);
         drop(st);
         self.changed.notify_all();
