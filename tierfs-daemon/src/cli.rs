@@ -510,10 +510,13 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub dirty_limit: Option<u64>,
 
-    /// With --store: data still being written is uploaded once it is this old, even if its
-    /// file stays open (closed files and full 4 MiB chunks go at once).
-    #[arg(long, value_name = "SECS", default_value = "0.5", value_parser = parse_secs)]
-    pub dirty_age: Duration,
+    /// With a store: data still being written is uploaded once it is this old, even if its
+    /// file stays open (closed files and full 4 MiB chunks go at once) [default: 0.5 with
+    /// --store; 30 with the embedded store, which is on the same disk: a file rewritten in
+    /// place is then sealed again at most every 30 s instead of every half second, and the
+    /// store grows that much slower].
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub dirty_age: Option<Duration>,
 
     /// When fsync returns (with a store): `remote` once the file's data and the metadata
     /// to find it are in the store under its redundancy policy; `local` once they are on
@@ -546,6 +549,12 @@ pub struct MountArgs {
     pub mountpoint: PathBuf,
 }
 
+/// `--dirty-age` with a store of one's own: the store trails a writer by about this much.
+const DIRTY_AGE: Duration = Duration::from_millis(500);
+/// `--dirty-age` with the embedded store (on the same disk, so lag costs nothing a lost disk
+/// would not take anyway, while every re-seal of a rewritten chunk costs store space).
+const EMBEDDED_DIRTY_AGE: Duration = Duration::from_secs(30);
+
 /// The store a mount uses (see [`MountArgs::store_choice`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MountStore {
@@ -561,6 +570,15 @@ pub enum MountStore {
 impl MountArgs {
     /// Which store this mount uses. `--data-dir` without `--store` stays hot tier only, as
     /// tests and benchmarks rely on; `--snapshot` needs a store, so it always has one.
+    /// How old dirty data of an open file may get before it is uploaded: as `--dirty-age`
+    /// says, else 0.5 s for a given store and 30 s for the embedded one (see `--dirty-age`).
+    pub fn dirty_age(&self) -> Duration {
+        self.dirty_age.unwrap_or(match self.store_choice() {
+            MountStore::Embedded { .. } => EMBEDDED_DIRTY_AGE,
+            MountStore::Given(_) | MountStore::None => DIRTY_AGE,
+        })
+    }
+
     /// Whether fsync waits for the store: as `--fsync` says, else yes for a given store and
     /// no for the embedded one (see `--fsync`).
     pub fn fsync_remote(&self) -> bool {
@@ -614,7 +632,7 @@ impl MountArgs {
             snapshot: self.snapshot.clone(),
             fsync_remote: self.fsync_remote(),
             dirty_limit: self.dirty_limit,
-            dirty_age: self.dirty_age,
+            dirty_age: self.dirty_age(),
             takeover: self.takeover,
         })
     }
@@ -857,6 +875,9 @@ mod tests {
         assert!(mount_args(&["--fsync", "remote"]).fsync_remote());
         assert!(mount_args(&["--store", "/s.toml"]).fsync_remote());
         assert!(!mount_args(&["--store", "/s.toml", "--fsync", "local"]).fsync_remote());
+        assert_eq!(mount_args(&[]).dirty_age(), Duration::from_secs(30), "embedded store: rewrites seal seldom");
+        assert_eq!(mount_args(&["--store", "/s.toml"]).dirty_age(), Duration::from_millis(500));
+        assert_eq!(mount_args(&["--dirty-age", "2"]).dirty_age(), Duration::from_secs(2));
         assert_eq!(
             mount_args(&["--store", "/s.toml", "--data-dir", "/d"]).store_choice(),
             MountStore::Given("/s.toml".into())
