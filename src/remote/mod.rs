@@ -565,14 +565,16 @@ impl Workspace {
     }
 
     /// Deletes what no restore reads any more: journal segments `from..below` (by number: no
-    /// listing) and every checkpoint but the newest two up to `newest_seq`.
+    /// listing) and the checkpoints up to `newest_seq` but the newest two of them. A newer
+    /// checkpoint (one written while this compaction ran in the background) is kept.
     pub async fn compact(&self, from: u64, below: u64, newest_seq: u64) -> Result<()> {
         let backend = self.store.backend();
         let segments = (from..below).map(|n| self.segment_key(n));
         let checkpoints: Vec<u64> = self.list_numbers("cp/").await?;
         // Keep the newest and the one before it.
         let keep: Vec<u64> = checkpoints.iter().copied().filter(|&s| s <= newest_seq).rev().take(2).collect();
-        let old_cps = checkpoints.into_iter().filter(|s| !keep.contains(s)).map(|s| self.checkpoint_key(s));
+        let old_cps =
+            checkpoints.into_iter().filter(|&s| s <= newest_seq && !keep.contains(&s)).map(|s| self.checkpoint_key(s));
         let doomed: Vec<String> = segments.chain(old_cps).collect();
         stream::iter(doomed)
             .map(|key| async move { backend.delete_object(&key).await })
@@ -712,7 +714,10 @@ mod tests {
             meta.commit(b).expect("commit");
             seqs.push(ws.checkpoint(&meta, None, 0).await.expect("checkpoint").0.seq);
         }
-        ws.compact(1, 5, seqs[2]).await.expect("compact");
+        // A compaction that started before the newest checkpoint was written leaves it alone.
+        ws.compact(1, 3, seqs[1]).await.expect("compact");
+        assert_eq!(ws.list_numbers("cp/").await.expect("list"), seqs);
+        ws.compact(3, 5, seqs[2]).await.expect("compact");
         assert_eq!(ws.list_numbers("j/").await.expect("list"), (5..=10).collect::<Vec<u64>>());
         assert_eq!(ws.list_numbers("cp/").await.expect("list"), vec![seqs[1], seqs[2]]);
         // And the newest state still restores.
