@@ -445,10 +445,7 @@ impl Committer {
             last_checkpoint_seq: self.last_checkpoint_seq.load(Ordering::Relaxed),
             last_snapshot: self.last_snapshot.lock().clone(),
             lease_holder: self.lease.holder().to_string(),
-            fencing: match self.ws.fencing() {
-                crate::store::Fencing::Conditional => "conditional".into(),
-                crate::store::Fencing::Lease => "lease".into(),
-            },
+            fencing: self.ws.fencing().name().into(),
             lease_expires_unix: self.lease_expires_unix.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
             stopped: self.meta.journal().failure(),

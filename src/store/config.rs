@@ -64,17 +64,24 @@ impl Fencing {
     fn is_default(&self) -> bool {
         *self == Fencing::Conditional
     }
+
+    /// Its name in the store file, `tierfs init --fencing` and `tierfs status`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fencing::Conditional => "conditional",
+            Fencing::Lease => "lease",
+        }
+    }
 }
 
 impl std::str::FromStr for Fencing {
     type Err = StoreError;
 
     fn from_str(s: &str) -> Result<Fencing, StoreError> {
-        match s {
-            "conditional" => Ok(Fencing::Conditional),
-            "lease" => Ok(Fencing::Lease),
-            _ => Err(StoreError::Config(format!("fencing must be \"conditional\" or \"lease\", not {s:?}"))),
-        }
+        [Fencing::Conditional, Fencing::Lease]
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| StoreError::Config(format!("fencing must be \"conditional\" or \"lease\", not {s:?}")))
     }
 }
 

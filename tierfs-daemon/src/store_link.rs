@@ -359,8 +359,6 @@ pub struct InitOutput {
     pub key_file_created: Option<PathBuf>,
 }
 
-/// Creates a store and writes its store file. A missing key file is created (and named in
-/// the output); with a key file nothing is asked, so this also serves non-interactive callers.
 /// What a new store is made of (`tierfs init`'s options; the embedded store's defaults).
 pub struct NewStore {
     pub backends: Vec<String>,
@@ -372,6 +370,8 @@ pub struct NewStore {
     pub fencing: Fencing,
 }
 
+/// Creates a store and writes its store file. A missing key file is created (and named in
+/// the output); with a key file nothing is asked, so this also serves non-interactive callers.
 pub fn init(handle: &Handle, store_file: &Path, new: NewStore) -> Result<InitOutput> {
     if store_file.exists() {
         bail!("{} already exists; choose another --store path", store_file.display());
@@ -411,10 +411,7 @@ pub fn init(handle: &Handle, store_file: &Path, new: NewStore) -> Result<InitOut
         backends: config.backends.clone(),
         redundancy,
         key: if config.key_file.is_some() { "key file".into() } else { "passphrase".into() },
-        fencing: match config.fencing {
-            Fencing::Conditional => "conditional".into(),
-            Fencing::Lease => "lease".into(),
-        },
+        fencing: config.fencing.name().into(),
         key_file_created,
     })
 }
