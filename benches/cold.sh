@@ -23,6 +23,8 @@
 #   BENCH_ROOT [${TMPDIR:-/tmp}/tierfs-bench]  work dir parent (source files, data dir, caches,
 #                       mounts): put it on the disk you want to measure
 #   VERIFY [1]          after the timed cold read, compare tierfs's A with its source (untimed)
+#   COLD_READ_PERF      record a system-wide `perf record -a -g` profile of the cold read to this
+#                       file (where the CPU goes; perf must be installed)
 #   POLL_S [0.1]        `tierfs status` polling interval while waiting for the store
 #   DRAIN_TIMEOUT_S [1800]  give up waiting for dirty_bytes == 0 after this long
 # Output in OUTDIR (default ${TMPDIR:-/tmp}/tierfs-bench/cold/<date>): table.md, results.json,
@@ -378,7 +380,14 @@ tierfs_phases() {
   python3 "$H" status "$TIERFS" "$TRUN" "$TMNT" >"$WORK/before-read.json" 2>>"$LOG" ||
     { phase_error tierfs_cold_read "tierfs status failed"; return 1; }
   log "tierfs: cold read of A (dd bs=4M)"
+  local perf_pid=
+  if [[ -n ${COLD_READ_PERF:-} ]]; then
+    perf record -a -g -o "$COLD_READ_PERF" >>"$LOG" 2>&1 &
+    perf_pid=$!
+    sleep 1
+  fi
   phase tierfs_cold_read python3 "$H" read "$TMNT/A" "$SIZE" || return 1
+  if [[ -n $perf_pid ]]; then kill -INT "$perf_pid"; wait "$perf_pid"; fi
   python3 "$H" status "$TIERFS" "$TRUN" "$TMNT" >"$WORK/after-read.json" 2>>"$LOG" &&
     python3 "$H" delta "$OUTDIR/tierfs_cold_read.json" "$WORK/before-read.json" "$WORK/after-read.json" &&
     log "tierfs: cold read fetched $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["fetched_bytes_delta"] >> 20)' "$OUTDIR/tierfs_cold_read.json") MiB from the store"

@@ -57,9 +57,13 @@ pub enum MetaError {
 }
 
 impl MetaError {
-    /// Every metadata failure is an I/O error to a program: the operation did not happen.
+    /// Every metadata failure is an I/O error to a program (the operation did not happen),
+    /// except a full disk, which is ENOSPC: the program can tell the user what to do.
     pub fn errno(&self) -> i32 {
-        libc::EIO
+        match self {
+            MetaError::Rocks(e) if e.to_string().contains("No space left") => libc::ENOSPC,
+            _ => libc::EIO,
+        }
     }
 }
 

@@ -710,6 +710,15 @@ impl ColdTier {
         result
     }
 
+    /// A number that changes whenever an upload or an eviction completes (cheap: two
+    /// counters), for a writer waiting for the disk to make room.
+    pub fn progress(&self) -> u64 {
+        self.counters
+            .uploaded_bytes
+            .load(Ordering::Relaxed)
+            .wrapping_add(self.counters.evictions.load(Ordering::Relaxed))
+    }
+
     pub fn stats(&self) -> ColdStats {
         let st = self.state.lock();
         let oldest = st.files.values().filter(|f| f.dirty_chunks > 0).filter_map(|f| f.dirty_since).min();
@@ -1225,8 +1234,10 @@ impl ColdTier {
         }
     }
 
-    /// Bytes to free now: `(above the cache size, below the free-space ratio of the disk)`.
-    fn excess(&self, resident: u64) -> (u64, u64) {
+    /// Bytes to free now: `(above the cache size, below the free-space floor of the disk,
+    /// below twice the write reserve)`. The last is critical: writes are about to fail with
+    /// ENOSPC, so even recently used chunks go.
+    fn excess(&self, resident: u64) -> (u64, u64, u64) {
         let mut cache = 0;
         if let Some(limit) = self.config.cache_size {
             if resident > limit {
@@ -1234,21 +1245,27 @@ impl ColdTier {
                 cache = resident - limit / 10 * 9;
             }
         }
-        let mut disk = 0;
+        let (mut disk, mut critical) = (0, 0);
         if let Ok(s) = self.hot.disk_stats() {
             let total = s.f_blocks as f64 * s.f_frsize as f64;
             let free = s.f_bavail as f64 * s.f_frsize as f64;
-            let want = total * self.config.min_free_ratio;
+            // Never less than twice the reserve writes leave alone, or a small disk would
+            // refuse writes (ENOSPC at the reserve) while evictable chunks fill it.
+            let low = 2.0 * self.hot.reserve() as f64;
+            let want = (total * self.config.min_free_ratio).max(low);
             if free < want {
                 disk = (want - free) as u64 + CHUNK_SIZE;
             }
+            if free < low {
+                critical = (low - free) as u64 + CHUNK_SIZE;
+            }
         }
-        (cache, disk)
+        (cache, disk, critical)
     }
 
     fn evict_some(&self) -> Result<(), ColdError> {
         let resident = self.state.lock().resident_bytes;
-        let (cache_need, disk_need) = self.excess(resident);
+        let (cache_need, disk_need, critical_need) = self.excess(resident);
         if cache_need == 0 && disk_need == 0 {
             return Ok(());
         }
@@ -1267,14 +1284,15 @@ impl ColdTier {
         // A disk filled by something else cannot be freed by evicting what is being read: the
         // free-space floor spares the most recently used chunks (read-ahead included), or a
         // sequential reader would fetch every chunk again and again. The cache size is a hard
-        // limit and spares nothing.
+        // limit and spares nothing, and neither does a disk about to refuse writes (a file
+        // written bigger than the disk has only recently used chunks to give).
         let recent = st.tick.saturating_sub(RECENT_TICKS);
         let mut batch = MetaBatch::new();
         let mut files = OpenFiles::default();
         let State { files: fstate, resident_bytes, .. } = &mut *st;
         let mut freed = 0u64;
         for (last_access, ino, idx) in candidates {
-            let wanted = freed < cache_need || (freed < disk_need && last_access < recent);
+            let wanted = freed < cache_need || freed < critical_need || (freed < disk_need && last_access < recent);
             if !wanted {
                 if freed >= cache_need.max(disk_need) {
                     break;

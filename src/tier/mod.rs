@@ -9,7 +9,11 @@
 //! - a data file never holds bytes the metadata does not account for: writers write data
 //!   first and then commit the new size; the data file of an open inode is trimmed to its
 //!   recorded size when it is opened, so bytes of an interrupted write never show up later;
-//! - the data directory is used by one process at a time ([`DataDirLock`]).
+//! - the data directory is used by one process at a time ([`DataDirLock`]);
+//! - writes never take the last [`SpaceReserve`] bytes of the disk: the metadata store lives
+//!   on the same disk, and a full disk must still let it commit (unlink, rmdir, rename and
+//!   truncate free space only through it) and recover (RocksDB resumes after a no-space
+//!   error only once 64 MiB are free).
 //!
 //! This layout is the "dirty" state of the extent model in docs/ARCHITECTURE.md: the cold tier
 //! seals fixed-size chunks of a data file into immutable content-addressed blocks and records
@@ -20,7 +24,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Instant;
 
 use crate::vfs::Ino;
 
@@ -37,6 +42,11 @@ pub enum HotTierError {
          (`tierfs umount`) or use another --data-dir"
     )]
     InUse { dir: PathBuf, holder: String },
+    #[error(
+        "no space left: the disk of {dir} has {free} bytes free and the last {reserve} are kept \
+         for metadata (delete files, or mount with a smaller --reserve)"
+    )]
+    NoSpace { dir: PathBuf, free: u64, reserve: u64 },
 }
 
 impl HotTierError {
@@ -46,6 +56,7 @@ impl HotTierError {
         match self {
             HotTierError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             HotTierError::InUse { .. } => libc::EBUSY,
+            HotTierError::NoSpace { .. } => libc::ENOSPC,
         }
     }
 }
@@ -100,22 +111,84 @@ impl DataDirLock {
 /// Number of fan-out directories under `data/` (one per low byte of the inode number).
 const FANOUT: usize = 256;
 
+/// Free disk space that writes to data files leave alone by default (`--reserve`): enough
+/// for RocksDB to flush a memtable and to resume after a no-space error (it waits for 64 MiB).
+pub const DEFAULT_RESERVE: u64 = 256 << 20;
+
+/// How long a measurement of the free space is trusted while the budget lasts.
+const SPACE_RECHECK_MS: u64 = 200;
+
+/// The free space data writes may still take: measured with `statvfs` at most every
+/// [`SPACE_RECHECK_MS`] (or when the budget runs out), counted down by every write in between.
+/// Writes that overwrite allocated bytes are counted too, so the count errs on the safe side;
+/// a refused write is always checked against a fresh measurement. Lock-free: two atomics.
+pub struct SpaceReserve {
+    reserve: u64,
+    /// Bytes writes may take before the next measurement (negative: measure now).
+    budget: AtomicI64,
+    /// When the budget was last measured, in ms since `epoch` (`u64::MAX`: never).
+    measured_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl SpaceReserve {
+    fn new(reserve: u64) -> SpaceReserve {
+        SpaceReserve {
+            reserve,
+            budget: AtomicI64::new(-1),
+            measured_ms: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
+        }
+    }
+}
+
 /// The local data files of one workspace.
 pub struct HotTier {
     root: PathBuf,
     /// Fan-out directories that may hold a data file created since their last fsync, so a
     /// whole-tier sync fsyncs only those instead of all 256.
     unsynced_dirs: Vec<AtomicBool>,
+    space: SpaceReserve,
 }
 
 impl HotTier {
-    /// Uses (creating if needed) `<data_dir>/data`.
-    pub fn open(data_dir: &Path) -> Result<HotTier> {
+    /// Uses (creating if needed) `<data_dir>/data`; writes leave `reserve` bytes of the disk
+    /// free (see the module invariants).
+    pub fn open(data_dir: &Path, reserve: u64) -> Result<HotTier> {
         let root = data_dir.join("data");
         fs::create_dir_all(&root).map_err(io_err("create", &root))?;
         // Until the first sync, any directory may hold files from a crashed predecessor.
         let unsynced_dirs = (0..FANOUT).map(|_| AtomicBool::new(true)).collect();
-        Ok(HotTier { root, unsynced_dirs })
+        Ok(HotTier { root, unsynced_dirs, space: SpaceReserve::new(reserve) })
+    }
+
+    /// The free space kept for metadata.
+    pub fn reserve(&self) -> u64 {
+        self.space.reserve
+    }
+
+    /// Takes `len` bytes of the space writes may use, or fails with
+    /// [`HotTierError::NoSpace`] (ENOSPC) if the disk's free space minus the reserve is less.
+    /// Called before every write that may allocate; nothing is ever given back explicitly
+    /// (the next measurement sees what was freed).
+    pub fn claim_space(&self, len: u64) -> Result<()> {
+        let s = &self.space;
+        let len = i64::try_from(len).unwrap_or(i64::MAX);
+        let now = s.epoch.elapsed().as_millis() as u64;
+        let fresh = s.measured_ms.load(Ordering::Relaxed).checked_add(SPACE_RECHECK_MS).is_some_and(|t| now < t);
+        if fresh && s.budget.fetch_sub(len, Ordering::Relaxed) >= len {
+            return Ok(());
+        }
+        let st = self.disk_stats()?;
+        let free = st.f_bavail.saturating_mul(st.f_frsize);
+        let budget = i64::try_from(free.saturating_sub(s.reserve)).unwrap_or(i64::MAX);
+        s.measured_ms.store(now, Ordering::Relaxed);
+        if budget < len {
+            s.budget.store(budget, Ordering::Relaxed);
+            return Err(HotTierError::NoSpace { dir: self.root.clone(), free, reserve: s.reserve });
+        }
+        s.budget.store(budget - len, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Where the data file of `ino` lives: 256 fan-out directories keep directories small.
@@ -326,5 +399,36 @@ impl DataFile<'_> {
             copied += n as u64;
         }
         Ok(copied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_space_refuses_what_would_take_the_reserve_and_counts_down_between_measurements() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let free = {
+            let hot = HotTier::open(dir.path(), 0).expect("open");
+            let st = hot.disk_stats().expect("statvfs");
+            st.f_bavail * st.f_frsize
+        };
+        assert!(free > 1 << 30, "the test needs 1 GiB of free disk space, {free} bytes here");
+
+        // A reserve larger than the free space: every write that allocates is refused.
+        let full = HotTier::open(dir.path(), free + (1 << 30)).expect("open");
+        let err = full.claim_space(1).expect_err("nothing may be written into the reserve");
+        assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+        assert!(err.to_string().contains("--reserve"), "the message says what to change: {err}");
+
+        // Room for a little: small claims pass, and a claim beyond the counted budget is
+        // measured again and refused, even inside the 200 ms a measurement is trusted.
+        // (Margins of hundreds of MiB: other tests write to the same disk meanwhile.)
+        let hot = HotTier::open(dir.path(), free - (512 << 20)).expect("open");
+        hot.claim_space(1 << 20).expect("1 MiB of about 512 MiB");
+        let err = hot.claim_space(8 << 30).expect_err("8 GiB does not fit in about 512 MiB");
+        assert_eq!(err.errno(), libc::ENOSPC);
+        hot.claim_space(1 << 20).expect("a small claim still fits after a refused big one");
     }
 }

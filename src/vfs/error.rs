@@ -81,5 +81,13 @@ impl VfsError {
     }
 }
 
+impl VfsError {
+    /// True when the operation failed because something underneath failed (metadata store,
+    /// disk, store) rather than because of what the program asked: worth a line in the log.
+    pub fn is_fault(&self) -> bool {
+        matches!(self, VfsError::Meta(_) | VfsError::HotTier(_) | VfsError::Cold(_) | VfsError::NotDurable(_))
+    }
+}
+
 /// Result of a VFS operation.
 pub type VfsResult<T> = Result<T, VfsError>;

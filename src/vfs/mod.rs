@@ -64,6 +64,9 @@ pub struct VfsConfig {
     /// and the metadata to find it are in the store (`--fsync=remote`), failing after this
     /// long. `None`: fsync is local (`--fsync=local`).
     pub fsync_remote: Option<std::time::Duration>,
+    /// Free disk space that writes leave for the metadata store (`--reserve`); writes that
+    /// would take it fail with ENOSPC while unlink, rename and truncate keep working.
+    pub reserve: u64,
 }
 
 /// A store for the cold tier, with its tuning.
@@ -87,6 +90,7 @@ impl VfsConfig {
             cache_size: None,
             store: None,
             fsync_remote: None,
+            reserve: crate::tier::DEFAULT_RESERVE,
         }
     }
 }
@@ -162,7 +166,7 @@ impl Vfs {
     pub fn from_prepared(config: VfsConfig, prepared: Prepared) -> VfsResult<Vfs> {
         let Prepared { lock, meta } = prepared;
         let dir = &config.data_dir;
-        let hot = Arc::new(HotTier::open(dir)?);
+        let hot = Arc::new(HotTier::open(dir, config.reserve)?);
         let vfs = Vfs {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             next_ino: AtomicU64::new(meta.next_ino()?.unwrap_or(ROOT_INO + 1)),
@@ -769,6 +773,31 @@ impl Vfs {
 
     // ---- file contents --------------------------------------------------------------------
 
+    /// Takes `len` bytes of free disk space for a write (see [`HotTier::claim_space`]). With a
+    /// store, a full disk is a throttle, not an error, while it can still make room: the
+    /// write waits as long as uploads or evictions keep completing (dirty data becomes
+    /// evictable once uploaded; the evictor runs every 200 ms and keeps twice the reserve
+    /// free), and fails with ENOSPC only after 3 s without either.
+    fn claim_space(&self, len: u64) -> VfsResult<()> {
+        const STALL: std::time::Duration = std::time::Duration::from_secs(3);
+        let mut last = self.cold.as_ref().map(|c| (c.progress(), std::time::Instant::now()));
+        loop {
+            let full = match self.hot.claim_space(len) {
+                Ok(()) => return Ok(()),
+                Err(e @ HotTierError::NoSpace { .. }) => e,
+                Err(e) => return Err(e.into()),
+            };
+            let (Some(cold), Some((seen, since))) = (&self.cold, &mut last) else { return Err(full.into()) };
+            let now = cold.progress();
+            if now != *seen {
+                (*seen, *since) = (now, std::time::Instant::now());
+            } else if since.elapsed() > STALL {
+                return Err(full.into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// The data file of `ino`: the shared open one, or (for a file nobody has open, e.g.
     /// `truncate(2)` by path) a temporary one sized to `size`.
     fn file_for(&self, ino: Ino, size: u64) -> VfsResult<Arc<File>> {
@@ -880,6 +909,7 @@ impl Vfs {
             return Ok(0);
         }
         let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
+        self.claim_space(data.len() as u64)?;
         let file = self.open_file(ino)?;
         // Held until the new size is committed, so the chunk is not sealed in between.
         let _cold_write = match &self.cold {
@@ -1055,7 +1085,8 @@ impl Vfs {
         Ok(StatFs {
             blocks: to_blocks(st.f_blocks),
             bfree: to_blocks(st.f_bfree),
-            bavail: to_blocks(st.f_bavail),
+            // What writes may take: the reserve kept for metadata is not offered.
+            bavail: to_blocks(st.f_bavail.saturating_sub(self.hot.reserve() / frsize.max(1))),
             files: used + ffree,
             ffree,
             bsize: BLOCK_SIZE,
@@ -1175,6 +1206,9 @@ impl Vfs {
             return Err(VfsError::NotSupported("fallocate mode"));
         }
         let end = offset.checked_add(length).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
+        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) == 0 {
+            self.claim_space(length)?; // allocates (or zeroes, which may allocate)
+        }
         let file = self.open_file(ino)?;
         let data = DataFile { file: &file, ino };
         let _g = self.lock_inodes(&[ino]);
@@ -1269,6 +1303,7 @@ impl Vfs {
             return Ok(0);
         }
         let end = off_out.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
+        self.claim_space(len)?;
         let _cold_write = match &self.cold {
             Some(cold) => {
                 let pinned = cold.begin_read(ino_in, &src, off_in..off_in + len)?;

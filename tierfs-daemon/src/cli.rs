@@ -442,6 +442,13 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub cache_size: Option<u64>,
 
+    /// Free space on the data dir's disk that file data never takes, so that the metadata
+    /// (on the same disk) can still record deletes, renames and truncates when the disk is
+    /// full: a write that would dip into it fails with ENOSPC ("No space left on device").
+    /// Same units as --cache-size [default: 256M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub reserve: Option<u64>,
+
     /// Store file (from `tierfs init`): sealed data is uploaded there, and the cache is kept
     /// under --cache-size by evicting what is stored [default without --data-dir: the
     /// embedded local store ~/.local/share/tierfs/store.toml, created on first use].
@@ -615,6 +622,7 @@ impl MountArgs {
             data_dir,
             runtime_dir: paths::runtime_dir(runtime_dir)?,
             cache_size: self.cache_size,
+            reserve: self.reserve.unwrap_or(tierfs::tier::DEFAULT_RESERVE),
             store: match self.store_choice() {
                 MountStore::None => None,
                 MountStore::Given(file) => Some(paths::absolute(&file)?),
@@ -653,6 +661,7 @@ impl MountConfig {
         if let Some(size) = self.cache_size {
             args.extend(["--cache-size".into(), size.to_string().into()]);
         }
+        args.extend(["--reserve".into(), self.reserve.to_string().into()]);
         // Always explicit: the daemon inherits TIERFS_STORE and must not pick a store the
         // parent did not.
         match &self.store {

@@ -82,6 +82,7 @@ pub fn restore(
             cache_size: Some(1 << 30),
             store: Some(AttachedStore { store: Arc::new(blocks), config: cold }),
             fsync_remote: None,
+            reserve: tierfs::tier::DEFAULT_RESERVE,
         },
         prepared,
     )

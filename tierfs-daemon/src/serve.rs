@@ -69,6 +69,8 @@ pub struct MountConfig {
     pub data_dir: PathBuf,
     pub runtime_dir: PathBuf,
     pub cache_size: Option<u64>,
+    /// Free disk space file data leaves for metadata (`--reserve`).
+    pub reserve: u64,
     /// Store file of the cold tier, if any.
     pub store: Option<PathBuf>,
     pub workspace: String,
@@ -194,6 +196,7 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
             cache_size: config.cache_size,
             store,
             fsync_remote: (committer.is_some() && config.fsync_remote).then_some(FSYNC_REMOTE_TIMEOUT),
+            reserve: config.reserve,
         },
         prepared,
     )

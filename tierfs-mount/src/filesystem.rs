@@ -10,7 +10,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -82,9 +83,24 @@ fn caller(req: &Request) -> Caller {
     Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
 }
 
-/// Logs a failed operation and returns its errno.
+/// Logs a failed operation and returns its errno. Failures of what lies underneath (disk
+/// full, metadata store, store) are warnings, at most one a second (the count of the ones
+/// left out goes with the next), so a program retrying in a loop cannot flood the log.
 fn fail(op: &'static str, err: &VfsError) -> Errno {
-    tracing::debug!(op, error = %err, "vfs operation failed");
+    static LAST_WARN_S: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    if err.is_fault() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let last = LAST_WARN_S.load(Ordering::Relaxed);
+        if now > last && LAST_WARN_S.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
+            tracing::warn!(op, error = %err, suppressed, "operation failed");
+        } else {
+            SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+        }
+    } else {
+        tracing::debug!(op, error = %err, "vfs operation failed");
+    }
     errno(err)
 }
 
