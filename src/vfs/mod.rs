@@ -103,6 +103,10 @@ pub struct VfsStats {
     pub data_bytes: u64,
     pub cache_size: Option<u64>,
     pub data_dir: PathBuf,
+    /// Free bytes on the data dir's disk (`statvfs` f_bavail; 0 if it failed).
+    pub disk_free: u64,
+    /// Of those, what writes leave for the metadata (`--reserve`).
+    pub reserve: u64,
     /// The cold tier's numbers, when a store is attached.
     pub cold: Option<ColdStats>,
 }
@@ -1355,6 +1359,8 @@ impl Vfs {
             data_bytes: self.hot.allocated_bytes(),
             cache_size: self.config.cache_size,
             data_dir: self.config.data_dir.clone(),
+            disk_free: self.hot.disk_stats().map_or(0, |st| st.f_bavail.saturating_mul(st.f_frsize)),
+            reserve: self.hot.reserve(),
             cold: self.cold.as_ref().map(|c| c.stats()),
         }
     }

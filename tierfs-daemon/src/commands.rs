@@ -493,6 +493,7 @@ pub fn format_status(report: &StatusReport) -> String {
         ("open files", report.open_files.to_string()),
         ("data", format!("{} ({} bytes)", format_bytes(report.data_bytes), report.data_bytes)),
         ("cache size", report.cache_size.map(format_bytes).unwrap_or_else(|| "not limited".into())),
+        ("disk free", disk_free_row(report.disk_free, report.reserve)),
         ("options", options.join(", ")),
         ("socket", report.socket.display().to_string()),
         ("version", report.version.clone()),
@@ -604,6 +605,19 @@ pub fn format_table(reports: &[StatusReport]) -> String {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
     }
     out
+}
+
+/// The status row of the data dir's disk: free space, what writes may still take of it, and
+/// a warning once writes fail (the reserve is reached).
+fn disk_free_row(free: u64, reserve: u64) -> String {
+    let writable = free.saturating_sub(reserve);
+    let full = if writable == 0 { "; FULL: writes fail with ENOSPC until files are deleted" } else { "" };
+    format!(
+        "{} ({} for writes, {} kept for metadata{full})",
+        format_bytes(free),
+        format_bytes(writable),
+        format_bytes(reserve)
+    )
 }
 
 /// `1536` → `1.5 KiB`.
@@ -820,6 +834,8 @@ mod tests {
             open_files: 2,
             data_bytes: 1536,
             cache_size: Some(10 << 30),
+            disk_free: 3 << 30,
+            reserve: 256 << 20,
             store: None,
             cold: None,
             remote: None,
@@ -853,10 +869,20 @@ mod tests {
             "1h 2m 3s",
             "1.5 KiB (1536 bytes)",
             "10.0 GiB",
+            "3.0 GiB (2.8 GiB for writes, 256.0 MiB kept for metadata)",
             "writeback cache, allow_other",
         ] {
             assert!(text.contains(needle), "{needle:?} missing in\n{text}");
         }
+        assert!(!text.contains("FULL"), "{text}");
+    }
+
+    #[test]
+    fn status_says_when_the_disk_is_full_for_writes() {
+        let mut r = report("/m");
+        r.disk_free = 100 << 20;
+        let text = format_status(&r);
+        assert!(text.contains("100.0 MiB (0 B for writes, 256.0 MiB kept for metadata; FULL"), "{text}");
     }
 
     #[test]

@@ -123,6 +123,12 @@ pub struct StatusReport {
     pub open_files: u64,
     pub data_bytes: u64,
     pub cache_size: Option<u64>,
+    /// Free bytes on the data dir's disk, and how many of them writes leave for the metadata
+    /// (`--reserve`): writes fail with ENOSPC once `disk_free` reaches `reserve`.
+    #[serde(default)]
+    pub disk_free: u64,
+    #[serde(default)]
+    pub reserve: u64,
     /// The store file, when the mount has a cold tier.
     #[serde(default)]
     pub store: Option<PathBuf>,
@@ -399,6 +405,8 @@ mod tests {
                 open_files: 4,
                 data_bytes: 5,
                 cache_size: None,
+                disk_free: 6,
+                reserve: 7,
                 store: None,
                 cold: None,
                 remote: None,

@@ -811,6 +811,8 @@ impl ControlHandler for Served {
             open_files: stats.open_files,
             data_bytes: stats.data_bytes,
             cache_size: stats.cache_size,
+            disk_free: stats.disk_free,
+            reserve: stats.reserve,
             store: self.config.store.clone(),
             cold: stats.cold,
             remote: self.committer.as_ref().map(|c| c.stats()),

@@ -127,6 +127,10 @@ fn writes_stop_at_the_reserve_with_enospc_and_the_metadata_keeps_working() {
     assert!(disk_free >= 120 << 20, "the reserve was eaten: {disk_free} bytes left on the data disk");
     let avail = statvfs_avail(&w.p(""));
     assert!(avail < 16 << 20, "statfs of the mount still offers {avail} bytes");
+    let status = w.fx().status();
+    assert_eq!(status["reserve"].as_u64(), Some(128 << 20), "{status}");
+    let free = status["disk_free"].as_u64().unwrap_or_else(|| panic!("no disk_free in {status}"));
+    assert!((120 << 20..(128 + 16) << 20).contains(&free), "status: {free} bytes free at the reserve");
 
     // Full for data, not for metadata: everything that frees space or only renames works.
     fs::create_dir(w.p("dir")).expect("mkdir on a full disk");
