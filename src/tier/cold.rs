@@ -652,6 +652,14 @@ impl ColdTier {
         }
     }
 
+    /// Whether every chunk of the first `size` bytes of `ino` is sealed (in the store, not
+    /// written since): then its data file holds nothing the store does not have.
+    pub fn all_sealed(&self, ino: Ino, size: u64) -> bool {
+        let st = self.state.lock();
+        let Some(f) = st.files.get(&ino) else { return false };
+        chunks_of(&(0..size)).all(|i| f.chunks.get(&i).is_some_and(|c| c.rec.is_some() && !c.dirty))
+    }
+
     /// Bytes of `ino` that live only in the store (counted in `st_blocks`).
     pub fn evicted_bytes(&self, ino: Ino) -> u64 {
         let st = self.state.lock();

@@ -9,6 +9,8 @@
 //! - a data file never holds bytes the metadata does not account for: writers write data
 //!   first and then commit the new size; the data file of an open inode is trimmed to its
 //!   recorded size when it is opened, so bytes of an interrupted write never show up later;
+//! - a missing data file is recreated empty only where that loses nothing the caller knows
+//!   of; otherwise opening it is [`HotTierError::DataFileMissing`] (EIO), never zeros;
 //! - the data directory is used by one process at a time ([`DataDirLock`]);
 //! - writes never take the last [`SpaceReserve`] bytes of the disk: the metadata store lives
 //!   on the same disk, and a full disk must still let it commit (unlink, rmdir, rename and
@@ -47,6 +49,12 @@ pub enum HotTierError {
          for metadata (delete files, or mount with a smaller --reserve)"
     )]
     NoSpace { dir: PathBuf, free: u64, reserve: u64 },
+    #[error(
+        "the data file of inode {ino} ({size} bytes) is missing from the data directory ({path}): \
+         its contents are lost (removed behind tierfs's back, or not on disk yet at a power loss); \
+         delete the file, or truncate it to 0 to use it again"
+    )]
+    DataFileMissing { ino: Ino, size: u64, path: PathBuf },
 }
 
 impl HotTierError {
@@ -57,6 +65,7 @@ impl HotTierError {
             HotTierError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             HotTierError::InUse { .. } => libc::EBUSY,
             HotTierError::NoSpace { .. } => libc::ENOSPC,
+            HotTierError::DataFileMissing { .. } => libc::EIO,
         }
     }
 }
@@ -196,10 +205,20 @@ impl HotTier {
         self.root.join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"))
     }
 
-    /// Opens the data file of `ino` for reading and writing, creating it if missing, and trims
-    /// or extends it to `size` (see the module invariants).
-    pub fn open_file(&self, ino: Ino, size: u64) -> Result<File> {
+    /// Opens the data file of `ino` for reading and writing and trims or extends it to `size`
+    /// (see the module invariants). A missing data file is created when `create_missing`;
+    /// otherwise it is [`HotTierError::DataFileMissing`]: the caller knows bytes were there.
+    pub fn open_file(&self, ino: Ino, size: u64, create_missing: bool) -> Result<File> {
         let path = self.path(ino);
+        if !create_missing {
+            match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(file) => return self.sized(file, &path, size),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(HotTierError::DataFileMissing { ino, size, path });
+                }
+                Err(e) => return Err(HotTierError::Io { op: "open", path, source: e }),
+            }
+        }
         self.unsynced_dirs[(ino as usize) % FANOUT].store(true, Ordering::Relaxed);
         let open = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);
         let file = match open(&path) {
@@ -212,9 +231,13 @@ impl HotTier {
             }
             Err(e) => return Err(HotTierError::Io { op: "open", path, source: e }),
         };
-        let len = file.metadata().map_err(io_err("stat", &path))?.len();
+        self.sized(file, &path, size)
+    }
+
+    fn sized(&self, file: File, path: &Path, size: u64) -> Result<File> {
+        let len = file.metadata().map_err(io_err("stat", path))?.len();
         if len != size {
-            file.set_len(size).map_err(io_err("truncate", &path))?;
+            file.set_len(size).map_err(io_err("truncate", path))?;
         }
         Ok(file)
     }

@@ -350,7 +350,7 @@ impl Vfs {
             if size > MAX_FILE_SIZE {
                 return Err(VfsError::TooBig);
             }
-            let file = self.file_for(ino, a.size)?;
+            let file = self.file_for(ino, size > 0)?;
             if let Some(cold) = &self.cold {
                 // Growing changes the old last chunk and adds holes; shrinking drops chunks
                 // and changes the new last one: all of them are dirty until sealed again.
@@ -803,12 +803,23 @@ impl Vfs {
     }
 
     /// The data file of `ino`: the shared open one, or (for a file nobody has open, e.g.
-    /// `truncate(2)` by path) a temporary one sized to `size`.
-    fn file_for(&self, ino: Ino, size: u64) -> VfsResult<Arc<File>> {
+    /// `truncate(2)` by path) a temporary one. `keep`: the caller needs the bytes (false for
+    /// a truncate to 0, which may recreate a lost data file).
+    fn file_for(&self, ino: Ino, keep: bool) -> VfsResult<Arc<File>> {
         if let Some(oi) = self.open.read().get(&ino).cloned() {
-            return self.file_of(&oi, ino);
+            return self.file_of_for(&oi, ino, keep);
         }
-        Ok(Arc::new(self.hot.open_file(ino, size)?))
+        Ok(Arc::new(self.open_data_file(ino, keep)?))
+    }
+
+    /// Opens the data file of `ino`, sized to its record. A missing one is created, except
+    /// when bytes of the file can only have lived there (`keep`, not empty, never had a hole,
+    /// and not every chunk is in the store): then it is an error, never a file of zeros.
+    fn open_data_file(&self, ino: Ino, keep: bool) -> VfsResult<File> {
+        let rec = self.record(ino)?;
+        let size = rec.attr.size;
+        let only_here = keep && size > 0 && rec.dense && self.cold.as_ref().is_none_or(|c| !c.all_sealed(ino, size));
+        Ok(self.hot.open_file(ino, size, !only_here)?)
     }
 
     fn open_inode(&self, ino: Ino) -> VfsResult<Arc<OpenInode>> {
@@ -817,12 +828,15 @@ impl Vfs {
 
     /// The data file of an open inode, opened (and sized to the record) on first use.
     fn file_of(&self, oi: &OpenInode, ino: Ino) -> VfsResult<Arc<File>> {
+        self.file_of_for(oi, ino, true)
+    }
+
+    fn file_of_for(&self, oi: &OpenInode, ino: Ino, keep: bool) -> VfsResult<Arc<File>> {
         let mut slot = oi.file.lock();
         if let Some(f) = slot.as_ref() {
             return Ok(f.clone());
         }
-        let size = self.record(ino)?.attr.size;
-        let f = Arc::new(self.hot.open_file(ino, size)?);
+        let f = Arc::new(self.open_data_file(ino, keep)?);
         *slot = Some(f.clone());
         Ok(f)
     }

@@ -1,0 +1,81 @@
+//! A data file removed from the data directory behind tierfs's back (a partly wiped scratch
+//! disk, a careless cleanup): reading the file is an error that names the loss, never a file
+//! of zeros, and the file can still be deleted or truncated and used again. With a store,
+//! bytes the store has are fetched back instead.
+
+mod common;
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::Fixture;
+
+/// Where the hot tier keeps the data file of `ino` (docs/ARCHITECTURE.md, "Data").
+fn data_file(data_dir: &Path, ino: u64) -> PathBuf {
+    data_dir.join("data").join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"))
+}
+
+fn write_synced(path: &Path, data: &[u8]) -> u64 {
+    let mut f = File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    f.write_all(data).expect("write");
+    f.sync_all().expect("fsync");
+    f.metadata().expect("fstat").ino()
+}
+
+#[test]
+fn a_removed_data_file_reads_as_an_error_not_as_zeros_and_the_file_can_be_reused() {
+    let mut fx = Fixture::mounted();
+    let data = vec![0x5au8; 300_000];
+    let ino = write_synced(&fx.p("precious"), &data);
+    fx.umount();
+    fs::remove_file(data_file(&fx.data_dir, ino)).expect("removing the data file behind tierfs's back");
+
+    fx.mount();
+    assert_eq!(fs::metadata(fx.p("precious")).expect("stat").len(), data.len() as u64, "the size is still known");
+    let err = fs::read(fx.p("precious")).expect_err("reading a file whose bytes are gone");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    let log = fs::read_to_string(fx.data_dir.join("daemon.log")).expect("daemon log");
+    assert!(
+        log.lines().any(|l| l.contains("WARN") && l.contains("is missing from the data directory")),
+        "the daemon log does not name the loss:\n{log}"
+    );
+
+    // Truncated to 0 (O_TRUNC) it is an ordinary file again.
+    let mut f = File::create(fx.p("precious")).expect("O_TRUNC reopens a file whose data file is gone");
+    f.write_all(b"new contents").expect("write");
+    drop(f);
+    assert_eq!(fs::read(fx.p("precious")).expect("read"), b"new contents");
+
+    // Another one: deleting it works too.
+    let ino = write_synced(&fx.p("other"), b"other bytes");
+    fx.umount();
+    fs::remove_file(data_file(&fx.data_dir, ino)).expect("remove");
+    fx.mount();
+    fs::remove_file(fx.p("other")).expect("unlink of a file whose data file is gone");
+    assert!(!fx.p("other").exists());
+}
+
+#[test]
+fn with_a_store_a_removed_data_file_is_fetched_back_from_it() {
+    let mut fx = Fixture::new();
+    let store = fx.tmp.path().join("store.toml");
+    let mut init = fx.tierfs();
+    init.args(["init", "--store"]).arg(&store).arg("--key-file").arg(fx.tmp.path().join("store.key"));
+    init.arg("--backend").arg(format!("file://{}", fx.tmp.path().join("objects").display()));
+    common::run(&mut init, Duration::from_secs(60)).assert_success("tierfs init");
+    fx.mount_args = vec!["--store".into(), store.to_str().expect("utf-8 path").into()];
+    fx.mount();
+
+    let data: Vec<u8> = (0..9u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let ino = write_synced(&fx.p("model.bin"), &data);
+    fx.umount(); // seals and uploads everything
+    fs::remove_file(data_file(&fx.data_dir, ino)).expect("removing the data file behind tierfs's back");
+
+    fx.mount();
+    let mut got = Vec::new();
+    File::open(fx.p("model.bin")).and_then(|mut f| f.read_to_end(&mut got)).expect("read model.bin");
+    assert!(got == data, "model.bin came back different ({} bytes)", got.len());
+}
