@@ -168,6 +168,9 @@ struct Queue {
     failed: Option<String>,
     /// The next segment number handed out by [`Journal::take`].
     next_segment: u64,
+    /// Callers in [`Journal::wait_durable`]: while there are any, segments are not held back
+    /// for group commit.
+    waiters: usize,
 }
 
 /// A snapshot of the queue for `tierfs status`.
@@ -251,13 +254,25 @@ impl Journal {
 
     /// Waits up to `timeout` for pending batches (or for `wake` to be called), then takes up
     /// to `max_bytes` of them as the next segment. `None` if nothing is pending.
-    pub fn take(&self, timeout: Duration, max_bytes: usize) -> Option<Taken> {
+    ///
+    /// Group commit: a segment is taken once its oldest batch is `window` old, unless it is
+    /// full (`max_bytes`) or someone waits for durability (`fsync` with remote durability,
+    /// `tierfs sync`), so a stream of small operations makes a few segments a second instead
+    /// of one per round trip to the store.
+    pub fn take(&self, timeout: Duration, max_bytes: usize, window: Duration) -> Option<Taken> {
         let mut q = self.queue.lock();
         if q.pending.is_empty() {
             self.changed.wait_for(&mut q, timeout);
         }
         if q.pending.is_empty() {
             return None;
+        }
+        while q.waiters == 0 && q.pending_bytes < max_bytes {
+            let Some(due) = q.oldest.map(|t| t + window) else { break };
+            if Instant::now() >= due {
+                break;
+            }
+            self.changed.wait_until(&mut q, due);
         }
         let mut bytes = 0;
         let mut n = 0;
@@ -270,6 +285,11 @@ impl Journal {
         }
         let batches: Vec<JournalBatch> = q.pending.drain(..n).collect();
         q.pending_bytes -= bytes;
+        if q.pending.is_empty() {
+            // The next batch starts the next group's window (what is left, if any, is as old
+            // as what was taken, so it keeps its time and goes next).
+            q.oldest = None;
+        }
         let segment = q.next_segment;
         q.next_segment += 1;
         Some(Taken { segment, batches })
@@ -310,6 +330,20 @@ impl Journal {
     pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         let mut q = self.queue.lock();
+        q.waiters += 1;
+        self.changed.notify_all(); // a committer holding a segment back takes it now
+        let result = self.wait_durable_locked(&mut q, seq, deadline, timeout);
+        q.waiters -= 1;
+        result
+    }
+
+    fn wait_durable_locked(
+        &self,
+        q: &mut parking_lot::MutexGuard<'_, Queue>,
+        seq: u64,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<(), String> {
         loop {
             if q.durable_seq >= seq {
                 return Ok(());
@@ -324,7 +358,7 @@ impl Journal {
                     q.durable_seq
                 ));
             }
-            self.changed.wait_until(&mut q, deadline.min(Instant::now() + Duration::from_millis(200)));
+            self.changed.wait_until(q, deadline.min(Instant::now() + Duration::from_millis(200)));
         }
     }
 
@@ -383,7 +417,7 @@ mod tests {
         })
         .expect("append");
         assert!(j.wait_durable(11, Duration::from_millis(10)).is_err());
-        let t = j.take(Duration::ZERO, 1 << 20).expect("pending");
+        let t = j.take(Duration::ZERO, 1 << 20, Duration::ZERO).expect("pending");
         assert_eq!((t.segment, t.batches.len()), (1, 1));
         j.mark_durable(11);
         j.wait_durable(11, Duration::ZERO).expect("durable");
@@ -397,5 +431,42 @@ mod tests {
         j.append(vec![JournalOp::Delete { key: b"b".to_vec() }], |_| Ok(())).expect("append");
         j.fail("taken over".into());
         assert_eq!(j.wait_durable(12, Duration::from_secs(5)).expect_err("failed"), "taken over");
+    }
+
+    #[test]
+    fn segments_gather_batches_for_the_window_unless_someone_waits() {
+        let j = std::sync::Arc::new(Journal::default());
+        j.enable(0, 1);
+        let put = |k: &[u8]| j.append(vec![JournalOp::Delete { key: k.to_vec() }], |_| Ok(())).expect("append");
+        put(b"a");
+        let window = Duration::from_millis(300);
+        let appender = {
+            let j = j.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                j.append(vec![JournalOp::Delete { key: b"b".to_vec() }], |_| Ok(())).expect("append");
+            })
+        };
+        let started = Instant::now();
+        let t = j.take(Duration::ZERO, 1 << 20, window).expect("pending");
+        appender.join().expect("appender");
+        assert!(started.elapsed() >= Duration::from_millis(250), "taken after {:?}", started.elapsed());
+        assert_eq!(t.batches.len(), 2, "the batch of 50 ms later went into the same segment");
+        j.mark_durable(t.batches[1].seq);
+
+        // A waiter for durability: the segment goes at once.
+        put(b"c");
+        let waiter = {
+            let j = j.clone();
+            std::thread::spawn(move || j.wait_durable(3, Duration::from_secs(10)))
+        };
+        while j.queue.lock().waiters == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let started = Instant::now();
+        let t = j.take(Duration::ZERO, 1 << 20, Duration::from_secs(30)).expect("pending");
+        assert!(started.elapsed() < Duration::from_secs(5), "held back {:?} with a waiter", started.elapsed());
+        j.mark_durable(t.batches[0].seq);
+        waiter.join().expect("waiter").expect("durable");
     }
 }

@@ -26,6 +26,12 @@ const SEGMENTS_PER_CHECKPOINT: u64 = 256;
 /// ...but not more often than this (nor than ten times the last one took).
 const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long a journal segment may gather batches before it is written, when nobody waits
+/// for durability: 200 ms keeps the store's copy of the metadata less than half a second
+/// behind, and an untar of 7.6k files writes 30-35 segments instead of 4400-6900 (one PUT
+/// each; one file each in a `file://` store, later deleted by compaction).
+const GROUP_COMMIT: Duration = Duration::from_millis(200);
+
 /// After a restore: a file whose size reaches past the data that made it to the store (the
 /// last writer stopped between committing a write's new size and uploading its bytes) is cut
 /// back to the end of its stored data, so it shows an earlier state of the file — the appends
@@ -248,7 +254,7 @@ impl Committer {
             }
             let o = journal_owner.clone();
             let taken = tokio::task::spawn_blocking(move || {
-                o.meta.journal().take(Duration::from_millis(200), super::MAX_SEGMENT_BYTES)
+                o.meta.journal().take(Duration::from_millis(200), super::MAX_SEGMENT_BYTES, GROUP_COMMIT)
             })
             .await
             .ok()
