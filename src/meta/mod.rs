@@ -54,6 +54,13 @@ pub enum MetaError {
     SchemaTooNew { path: PathBuf, found: u32, supported: u32 },
     #[error("corrupt metadata: {0}")]
     Corrupt(String),
+    #[error(
+        "the metadata in {path} is damaged ({detail}). With a store: move the data directory \
+         aside and mount again, and the workspace is restored from the store. Without one, the \
+         files' bytes are still in the data directory's data/ (one file per inode) but their \
+         names are not"
+    )]
+    Damaged { path: PathBuf, detail: String },
 }
 
 impl MetaError {
@@ -86,7 +93,10 @@ impl MetaStore {
         // Point-in-time recovery: after a crash the store is a prefix of the acknowledged
         // batches, never a state with a hole in the middle.
         opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
-        let db = DB::open(&opts, dir)?;
+        let db = DB::open(&opts, dir).map_err(|e| match e.kind() {
+            rocksdb::ErrorKind::Corruption => MetaError::Damaged { path: dir.to_path_buf(), detail: e.to_string() },
+            _ => MetaError::Rocks(e),
+        })?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(false);
         let store = MetaStore { db, write_opts, journal: Journal::default() };
@@ -464,6 +474,17 @@ impl MetaBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn damaged_metadata_is_refused_with_what_to_do() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(MetaStore::open(dir.path()).expect("open"));
+        std::fs::write(dir.path().join("CURRENT"), b"garbage\n").expect("damage CURRENT");
+        let err = MetaStore::open(dir.path()).err().expect("a damaged store must not open");
+        assert!(matches!(err, MetaError::Damaged { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("move the data directory aside") && msg.contains("restored from the store"), "{msg}");
+    }
 
     #[test]
     fn newer_schema_is_refused_with_a_clear_error() {

@@ -807,7 +807,7 @@ fn warmup(cli: &Cli, cmd: &WarmupCommand) -> Result<()> {
     if cli.json {
         return print_json(&serde_json::json!({ "files": files, "bytes": bytes }));
     }
-    println!("warmed up {files} files ({})", format_bytes(bytes));
+    println!("warmed up {files} file{} ({})", if files == 1 { "" } else { "s" }, format_bytes(bytes));
     Ok(())
 }
 
