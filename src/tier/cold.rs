@@ -237,7 +237,16 @@ pub struct ColdTier {
     hot: Arc<HotTier>,
     config: ColdConfig,
     state: Mutex<State>,
+    /// Waiters on the state: fetches, throttled writers, flushes, truncates.
     changed: Condvar,
+    /// Uploaders wait here: woken (one at a time) by a finished write or a closed file, all
+    /// at once by a flush; they also look every 100 ms. Apart from `changed`, so that each
+    /// write does not wake every worker thread (a file of an untar woke nine).
+    work: Condvar,
+    /// Read-ahead threads wait here, woken when chunks are queued ahead of a reader.
+    ahead: Condvar,
+    /// The evictor's 200 ms tick (woken early only to stop).
+    tick: Condvar,
     counters: Counters,
     last_error: Mutex<Option<String>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -274,7 +283,8 @@ impl Drop for WriteGuard<'_> {
             }
         }
         drop(st);
-        self.tier.changed.notify_all();
+        // Only an uploader cares: the chunk may be sealable now.
+        self.tier.work.notify_one();
     }
 }
 
@@ -375,6 +385,9 @@ impl ColdTier {
             config,
             state: Mutex::new(st),
             changed: Condvar::new(),
+            work: Condvar::new(),
+            ahead: Condvar::new(),
+            tick: Condvar::new(),
             counters: Counters::default(),
             last_error: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
@@ -399,7 +412,9 @@ impl ColdTier {
     /// Stops the worker threads (after [`ColdTier::flush`] if nothing may stay behind).
     pub fn shutdown(&self) {
         self.state.lock().stopping = true;
-        self.changed.notify_all();
+        for c in [&self.changed, &self.work, &self.ahead, &self.tick] {
+            c.notify_all();
+        }
         let threads = std::mem::take(&mut *self.threads.lock());
         for t in threads {
             let _ = t.join();
@@ -569,7 +584,7 @@ impl ColdTier {
                 }
             }
             drop(st);
-            self.changed.notify_all();
+            self.ahead.notify_all();
         }
         Ok(guard)
     }
@@ -648,7 +663,7 @@ impl ColdTier {
         }
         drop(st);
         if !open {
-            self.changed.notify_all();
+            self.work.notify_one(); // a closed file is sealed at once
         }
     }
 
@@ -674,7 +689,7 @@ impl ColdTier {
         let deadline = Instant::now() + timeout;
         let mut st = self.state.lock();
         st.flush = true;
-        self.changed.notify_all();
+        self.work.notify_all();
         let result = loop {
             let busy = st.files.values().any(|f| f.dirty_chunks > 0);
             if !busy {
@@ -695,7 +710,7 @@ impl ColdTier {
         let deadline = Instant::now() + timeout;
         let mut st = self.state.lock();
         *st.urgent.entry(ino).or_default() += 1;
-        self.changed.notify_all();
+        self.work.notify_all();
         let result = loop {
             let dirty = st
                 .files
@@ -997,7 +1012,7 @@ impl ColdTier {
                         }
                         break (ino, idxs);
                     }
-                    self.changed.wait_for(&mut st, Duration::from_millis(500));
+                    self.ahead.wait_for(&mut st, Duration::from_millis(500));
                 }
             };
             match self.hot.open_existing(ino) {
@@ -1023,7 +1038,7 @@ impl ColdTier {
                     if st.stopping {
                         return;
                     }
-                    self.changed.wait_for(&mut st, Duration::from_millis(100));
+                    self.work.wait_for(&mut st, Duration::from_millis(100));
                 }
             };
             match self.seal(&claims) {
@@ -1231,7 +1246,7 @@ impl ColdTier {
                 if st.stopping {
                     return;
                 }
-                self.changed.wait_for(&mut st, Duration::from_millis(200));
+                self.tick.wait_for(&mut st, Duration::from_millis(200));
                 if st.stopping {
                     return;
                 }
