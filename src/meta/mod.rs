@@ -100,27 +100,23 @@ impl MetaStore {
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(false);
         let store = MetaStore { db, write_opts, journal: Journal::default() };
-        match store.db.get(codec::SCHEMA_KEY)? {
-            None => {
-                let mut b = WriteBatch::default();
-                b.put(codec::SCHEMA_KEY, SCHEMA_VERSION.to_le_bytes());
-                store.db.write_opt(b, &store.write_opts)?;
-            }
-            Some(v) => {
-                let found = v
-                    .as_slice()
+        let found = match store.db.get(codec::SCHEMA_KEY)? {
+            None => None,
+            Some(v) => Some(
+                v.as_slice()
                     .try_into()
                     .map(u32::from_le_bytes)
-                    .map_err(|_| MetaError::Corrupt("schema version key".into()))?;
-                if found > SCHEMA_VERSION {
-                    return Err(MetaError::SchemaTooNew { path: dir.to_path_buf(), found, supported: SCHEMA_VERSION });
-                }
-                if found < SCHEMA_VERSION {
-                    let mut b = WriteBatch::default();
-                    b.put(codec::SCHEMA_KEY, SCHEMA_VERSION.to_le_bytes());
-                    store.db.write_opt(b, &store.write_opts)?;
-                }
-            }
+                    .map_err(|_| MetaError::Corrupt("schema version key".into()))?,
+            ),
+        };
+        if let Some(found) = found.filter(|&f| f > SCHEMA_VERSION) {
+            return Err(MetaError::SchemaTooNew { path: dir.to_path_buf(), found, supported: SCHEMA_VERSION });
+        }
+        // A new store, or an older one upgraded in place (see SCHEMA_VERSION).
+        if found != Some(SCHEMA_VERSION) {
+            let mut b = WriteBatch::default();
+            b.put(codec::SCHEMA_KEY, SCHEMA_VERSION.to_le_bytes());
+            store.db.write_opt(b, &store.write_opts)?;
         }
         Ok(store)
     }

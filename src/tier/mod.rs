@@ -189,8 +189,7 @@ impl HotTier {
         if fresh && s.budget.fetch_sub(len, Ordering::Relaxed) >= len {
             return Ok(());
         }
-        let st = self.disk_stats()?;
-        let free = st.f_bavail.saturating_mul(st.f_frsize);
+        let free = self.free_bytes()?;
         let budget = i64::try_from(free.saturating_sub(s.reserve)).unwrap_or(i64::MAX);
         s.measured_ms.store(now, Ordering::Relaxed);
         if budget < len {
@@ -212,13 +211,10 @@ impl HotTier {
     pub fn open_file(&self, ino: Ino, size: u64, create_missing: bool) -> Result<File> {
         let path = self.path(ino);
         if !create_missing {
-            match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(file) => return self.sized(file, &path, size),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(HotTierError::DataFileMissing { ino, size, path });
-                }
-                Err(e) => return Err(HotTierError::Io { op: "open", path, source: e }),
-            }
+            return match self.open_existing(ino)? {
+                Some(file) => sized(file, &path, size),
+                None => Err(HotTierError::DataFileMissing { ino, size, path }),
+            };
         }
         self.unsynced_dirs[(ino as usize) % FANOUT].store(true, Ordering::Relaxed);
         let open = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);
@@ -232,15 +228,7 @@ impl HotTier {
             }
             Err(e) => return Err(HotTierError::Io { op: "open", path, source: e }),
         };
-        self.sized(file, &path, size)
-    }
-
-    fn sized(&self, file: File, path: &Path, size: u64) -> Result<File> {
-        let len = file.metadata().map_err(io_err("stat", path))?.len();
-        if len != size {
-            file.set_len(size).map_err(io_err("truncate", path))?;
-        }
-        Ok(file)
+        sized(file, &path, size)
     }
 
     /// Opens the data file of `ino` as it is (no trimming), or `None` if it does not exist:
@@ -302,6 +290,12 @@ impl HotTier {
         total
     }
 
+    /// Bytes of the data files' disk that an unprivileged writer may still take.
+    pub fn free_bytes(&self) -> Result<u64> {
+        let st = self.disk_stats()?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+
     /// `statvfs` of the disk holding the data files.
     pub fn disk_stats(&self) -> Result<libc::statvfs> {
         use std::os::unix::ffi::OsStrExt;
@@ -324,6 +318,15 @@ impl HotTier {
     }
 }
 
+/// `file` (the data file at `path`) trimmed or extended to `size`.
+fn sized(file: File, path: &Path, size: u64) -> Result<File> {
+    let len = file.metadata().map_err(io_err("stat", path))?.len();
+    if len != size {
+        file.set_len(size).map_err(io_err("truncate", path))?;
+    }
+    Ok(file)
+}
+
 /// ext2/3/4's "top of directory hierarchies" inode flag (`FS_TOPDIR_FL`, `chattr +T`).
 const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
 
@@ -337,11 +340,7 @@ const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
 fn spread_subdirectories(dir: &Path) {
     let set = || -> std::io::Result<()> {
         let d = File::open(dir)?;
-        let mut flags: libc::c_int = 0;
-        // SAFETY: FS_IOC_GETFLAGS writes one int through a valid pointer on a valid descriptor.
-        if unsafe { libc::ioctl(d.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let mut flags = inode_flags(&d)?;
         if flags & FS_TOPDIR_FL != 0 {
             return Ok(());
         }
@@ -355,6 +354,16 @@ fn spread_subdirectories(dir: &Path) {
     if let Err(e) = set() {
         tracing::debug!("chattr +T {}: {e} (not ext2/3/4? harmless)", dir.display());
     }
+}
+
+/// The inode flags of `file` (`lsattr`), where its filesystem has them.
+fn inode_flags(file: &File) -> std::io::Result<libc::c_int> {
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int through a valid pointer on a valid descriptor.
+    if unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(flags)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
@@ -477,9 +486,7 @@ mod tests {
         }
         let _hot = HotTier::open(dir.path(), 0).expect("open");
         let d = File::open(dir.path().join("data")).expect("open data/");
-        let mut flags: libc::c_int = 0;
-        // SAFETY: FS_IOC_GETFLAGS writes one int through a valid pointer on a valid descriptor.
-        assert_eq!(unsafe { libc::ioctl(d.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) }, 0);
+        let flags = inode_flags(&d).expect("FS_IOC_GETFLAGS on ext4");
         assert_ne!(flags & FS_TOPDIR_FL, 0, "data/ is not marked as a top of directory hierarchies");
     }
 
@@ -488,8 +495,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let free = {
             let hot = HotTier::open(dir.path(), 0).expect("open");
-            let st = hot.disk_stats().expect("statvfs");
-            st.f_bavail * st.f_frsize
+            hot.free_bytes().expect("statvfs")
         };
         assert!(free > 1 << 30, "the test needs 1 GiB of free disk space, {free} bytes here");
 

@@ -79,9 +79,7 @@ impl VfsError {
             VfsError::NotDurable(_) => libc::EIO,
         }
     }
-}
 
-impl VfsError {
     /// True when the operation failed because something underneath failed (metadata store,
     /// disk, store) rather than because of what the program asked: worth a line in the log.
     pub fn is_fault(&self) -> bool {

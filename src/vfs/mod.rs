@@ -1373,7 +1373,7 @@ impl Vfs {
             data_bytes: self.hot.allocated_bytes(),
             cache_size: self.config.cache_size,
             data_dir: self.config.data_dir.clone(),
-            disk_free: self.hot.disk_stats().map_or(0, |st| st.f_bavail.saturating_mul(st.f_frsize)),
+            disk_free: self.hot.free_bytes().unwrap_or(0),
             reserve: self.hot.reserve(),
             cold: self.cold.as_ref().map(|c| c.stats()),
         }

@@ -575,8 +575,6 @@ pub enum MountStore {
 }
 
 impl MountArgs {
-    /// Which store this mount uses. `--data-dir` without `--store` stays hot tier only, as
-    /// tests and benchmarks rely on; `--snapshot` needs a store, so it always has one.
     /// How old dirty data of an open file may get before it is uploaded: as `--dirty-age`
     /// says, else 0.5 s for a given store and 30 s for the embedded one (see `--dirty-age`).
     pub fn dirty_age(&self) -> Duration {
@@ -595,6 +593,8 @@ impl MountArgs {
         }
     }
 
+    /// Which store this mount uses. `--data-dir` without `--store` stays hot tier only, as
+    /// tests and benchmarks rely on; `--snapshot` needs a store, so it always has one.
     pub fn store_choice(&self) -> MountStore {
         match (&self.store, self.no_store, &self.snapshot, &self.data_dir) {
             (Some(file), _, _, _) => MountStore::Given(file.clone()),
@@ -754,12 +754,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
-/// Parses a duration in seconds with an optional decimal fraction (`30`, `0.5`,
-/// `1.000000001`), exactly to the nanosecond.
+/// Parses `--fencing`: `conditional` or `lease` (see `store::Fencing`).
 pub fn parse_fencing(s: &str) -> Result<tierfs::store::Fencing, String> {
     s.parse().map_err(|e: tierfs::store::StoreError| e.to_string())
 }
 
+/// Parses a duration in seconds with an optional decimal fraction (`30`, `0.5`,
+/// `1.000000001`), exactly to the nanosecond.
 fn parse_secs(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     let (whole, fraction) = match trimmed.split_once('.') {

@@ -291,7 +291,7 @@ fn a_cached_chunk_corrupted_on_local_disk_is_detected_and_fetched_again() {
     c.fx.umount(); // uploads everything; the chunks stay cached
 
     // Flip bytes in both chunks of the cached copy, behind tierfs's back.
-    let data_file = c.fx.data_dir.join("data").join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"));
+    let data_file = common::data_file(&c.fx.data_dir, ino);
     let f = fs::OpenOptions::new().write(true).open(&data_file).expect("open the cached data file");
     f.write_all_at(b"bitrot", 100).expect("corrupt chunk 0");
     f.write_all_at(b"bitrot", (4 << 20) + 100).expect("corrupt chunk 1");

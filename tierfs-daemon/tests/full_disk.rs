@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::Fixture;
+use common::{Fixture, getxattr, setxattr, write_synced};
 
 /// A fixture whose data directory is a tmpfs of `size`; dropping it unmounts tierfs first,
 /// then the tmpfs.
@@ -81,7 +81,7 @@ fn fill(path: &Path, limit: u64) -> (std::io::Error, u64) {
 }
 
 fn statvfs_avail(path: &Path) -> u64 {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
+    let c = common::cpath(path);
     // SAFETY: zeroed statvfs is valid plain data; `c` is a valid C string.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers, see above.
@@ -89,36 +89,11 @@ fn statvfs_avail(path: &Path) -> u64 {
     st.f_bavail * st.f_frsize
 }
 
-fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
-    let n = std::ffi::CString::new(name).expect("name without NUL");
-    // SAFETY: valid C strings and a buffer of `value.len()` bytes.
-    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
-}
-
-fn get_xattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
-    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
-    let n = std::ffi::CString::new(name).expect("name without NUL");
-    let mut buf = vec![0u8; 65536];
-    // SAFETY: valid C strings and a writable buffer of `buf.len()` bytes.
-    let rc = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    buf.truncate(rc as usize);
-    Ok(buf)
-}
-
 #[test]
 fn writes_stop_at_the_reserve_with_enospc_and_the_metadata_keeps_working() {
     let mut w = OnSmallDisk::new("384m", &["--reserve", "128M"]);
     let keep = b"acknowledged before the disk filled up\n";
-    {
-        let mut f = File::create(w.p("keep")).expect("create keep");
-        f.write_all(keep).expect("write keep");
-        f.sync_all().expect("fsync keep");
-    }
+    write_synced(&w.p("keep"), keep);
 
     let (err, written) = fill(&w.p("big"), 384 << 20);
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "a full disk is ENOSPC, not {err}");
@@ -178,12 +153,11 @@ fn a_disk_filled_by_another_program_fails_metadata_with_enospc_and_recovers_when
     let mut made = Vec::new();
     let mut failure = None;
     for i in 0..5_000 {
-        match set_xattr(&w.p("x"), &format!("user.k{i}"), &value) {
-            Ok(()) => made.push(i),
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
+        if setxattr(&w.p("x"), &format!("user.k{i}"), &value, 0) == 0 {
+            made.push(i);
+        } else {
+            failure = Some(std::io::Error::last_os_error());
+            break;
         }
     }
     let failure = failure.expect("5000 xattrs of 60 kB on a full disk all succeeded");
@@ -209,7 +183,7 @@ fn a_disk_filled_by_another_program_fails_metadata_with_enospc_and_recovers_when
     assert_eq!(fs::read(w.p("before")).expect("before"), b"before");
     for i in &made {
         let got =
-            get_xattr(&w.p("x"), &format!("user.k{i}")).unwrap_or_else(|e| panic!("xattr {i} acknowledged, now {e}"));
+            getxattr(&w.p("x"), &format!("user.k{i}")).unwrap_or_else(|e| panic!("xattr {i} acknowledged, now {e}"));
         assert!(got == value, "xattr {i} changed");
     }
     assert_eq!(fs::read(w.p("after/file")).expect("after/file"), b"after");

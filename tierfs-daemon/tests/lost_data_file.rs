@@ -7,23 +7,9 @@ mod common;
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::Fixture;
-
-/// Where the hot tier keeps the data file of `ino` (docs/ARCHITECTURE.md, "Data").
-fn data_file(data_dir: &Path, ino: u64) -> PathBuf {
-    data_dir.join("data").join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"))
-}
-
-fn write_synced(path: &Path, data: &[u8]) -> u64 {
-    let mut f = File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
-    f.write_all(data).expect("write");
-    f.sync_all().expect("fsync");
-    f.metadata().expect("fstat").ino()
-}
+use common::{Fixture, data_file, write_synced};
 
 #[test]
 fn a_removed_data_file_reads_as_an_error_not_as_zeros_and_the_file_can_be_reused() {

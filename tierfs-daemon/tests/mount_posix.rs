@@ -29,7 +29,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Fixture, Rng, assert_errno, assert_io_errno, cpath, is_mounted, run};
+use common::{Fixture, Rng, assert_errno, assert_io_errno, cpath, getxattr, is_mounted, run, setxattr};
 
 const MIB: u64 = 1 << 20;
 
@@ -93,34 +93,10 @@ fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> i64 {
     unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags) }
 }
 
-fn setxattr(path: &Path, name: &str, value: &[u8], flags: i32) -> i64 {
-    let (p, n) = (cpath(path), CString::new(name).expect("xattr name"));
-    // SAFETY: valid C strings and a value buffer of the given length.
-    (unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) }) as i64
-}
-
 fn lsetxattr(path: &Path, name: &str, value: &[u8], flags: i32) -> i64 {
     let (p, n) = (cpath(path), CString::new(name).expect("xattr name"));
     // SAFETY: valid C strings and a value buffer of the given length.
     (unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) }) as i64
-}
-
-/// getxattr with a probe for the size first, as programs do.
-fn getxattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
-    let (p, n) = (cpath(path), CString::new(name).expect("xattr name"));
-    // SAFETY: a NULL buffer of size 0 asks for the value's size.
-    let size = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
-    if size < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut buf = vec![0u8; size as usize];
-    // SAFETY: buf is valid for buf.len() bytes.
-    let got = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(got as usize);
-    Ok(buf)
 }
 
 fn listxattr(path: &Path) -> BTreeSet<String> {

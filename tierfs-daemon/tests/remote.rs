@@ -194,10 +194,7 @@ fn a_second_writer_is_refused_and_a_takeover_fences_the_first() {
     let servers = MotoServer::start_many(1, BUCKET);
     let mut a = Node::init(&servers, BUCKET, "rt");
     a.mount(&[]);
-    let mut f = fs::File::create(a.fx.p("before")).expect("create");
-    f.write_all(b"from a").expect("write");
-    f.sync_all().expect("fsync");
-    drop(f);
+    common::write_synced(&a.fx.p("before"), b"from a");
 
     let mut b = Node::new(&a.store_file);
     let refused = b.try_mount(&[]);
@@ -238,10 +235,7 @@ fn a_lease_fenced_store_keeps_one_writer_and_never_takes_over_a_live_one() {
     a.mount(&[]);
     let status = a.fx.status();
     assert_eq!(status["remote"]["fencing"], "lease", "{status}");
-    let mut f = fs::File::create(a.fx.p("kept")).expect("create");
-    f.write_all(b"from a").expect("write");
-    f.sync_all().expect("fsync");
-    drop(f);
+    common::write_synced(&a.fx.p("kept"), b"from a");
 
     let mut b = Node::new(&a.store_file);
     let refused = b.try_mount(&[]);

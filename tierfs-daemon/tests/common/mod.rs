@@ -396,6 +396,47 @@ pub fn cpath(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("path without NUL bytes")
 }
 
+/// setxattr(2); returns its return value (check `errno()` on -1).
+pub fn setxattr(path: &Path, name: &str, value: &[u8], flags: i32) -> i64 {
+    let (p, n) = (cpath(path), CString::new(name).expect("xattr name"));
+    // SAFETY: valid C strings and a value buffer of the given length.
+    (unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) }) as i64
+}
+
+/// getxattr with a probe for the size first, as programs do.
+pub fn getxattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
+    let (p, n) = (cpath(path), CString::new(name).expect("xattr name"));
+    // SAFETY: a NULL buffer of size 0 asks for the value's size.
+    let size = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+    if size < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = vec![0u8; size as usize];
+    // SAFETY: buf is valid for buf.len() bytes.
+    let got = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(got as usize);
+    Ok(buf)
+}
+
+/// Creates (or truncates) `path` with `data` and fsyncs it; returns its inode number.
+pub fn write_synced(path: &Path, data: &[u8]) -> u64 {
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+    let mut f = fs::File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    f.write_all(data).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    f.sync_all().unwrap_or_else(|e| panic!("fsync {}: {e}", path.display()));
+    f.metadata().expect("fstat").ino()
+}
+
+/// Where the hot tier keeps the data file of inode `ino` of the data dir `data_dir`
+/// (docs/ARCHITECTURE.md, "Data"), for tests that damage it behind tierfs's back.
+pub fn data_file(data_dir: &Path, ino: u64) -> PathBuf {
+    data_dir.join("data").join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"))
+}
+
 /// The errno of the last failed libc call.
 pub fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
