@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run fsx (random file operations, every read verified) on files in a fresh
 # tierfs mount, then unmount, mount again and check that every file kept its
-# content.
+# content. With POSIX_STORE=1 (scripts/lib.sh) the mount has a store: the
+# runs must fetch evicted data back from it, and a mount on a fresh data dir
+# must restore every file from the store alone.
 #
 # Usage: scripts/fsx.sh [--dir DIR]
 #   --dir DIR   run in DIR instead of a tierfs mount (same as POSIX_DIR=DIR)
@@ -117,6 +119,23 @@ for run in "${RUNS[@]}"; do
 done
 log "all runs: $total_ops operations in $((SECONDS - start_all))s"
 
+# With a store (POSIX_STORE=1), the runs must have gone through the cold
+# tier: data evicted from the cache and fetched back from the store while
+# fsx checked every read. A cache big enough to hold everything would pass
+# without testing that, so it fails instead.
+if [[ -n ${POSIX_STORE:-} && -z ${POSIX_DIR:-} ]]; then
+    for field in uploaded_bytes evicted_bytes fetched_bytes; do
+        printf -v "cold_$field" '%s' "$(posix_cold_stat "$field")"
+    done
+    # shellcheck disable=SC2154 # set by the printf -v above
+    log "cold tier: uploaded $cold_uploaded_bytes, evicted $cold_evicted_bytes, fetched $cold_fetched_bytes bytes"
+    if ((cold_fetched_bytes == 0)); then
+        failed+=(cold-tier)
+        posix_fail
+        log "cold tier: FAILED: nothing was fetched back from the store; make --cache-size smaller than the files"
+    fi
+fi
+
 # Durability across a clean unmount: every file must read back the same
 # after unmount and mount (tierfs reopens its data directory). Skipped when
 # nothing was mounted.
@@ -133,6 +152,21 @@ if [[ -z ${POSIX_DIR:-} ]]; then
         sed 's/^/    /' "$POSIX_LOGS/after-remount.txt"
     fi
     posix_umount || die "unmount failed; logs: $POSIX_LOGS"
+    # With a store: a fresh node (an empty data dir, as after a runtime reset)
+    # restores the workspace from the store alone and reads the same bytes.
+    if [[ -n ${POSIX_STORE:-} ]]; then
+        mv "$POSIX_DATA" "$POSIX_WORK/data-before-reset"
+        posix_mount
+        if (cd "$POSIX_MNT" && sha256sum --quiet -c "$POSIX_LOGS/before-umount.sha256") >"$POSIX_LOGS/after-reset.txt" 2>&1; then
+            log "fresh data dir: all files restored from the store unchanged"
+        else
+            failed+=(restore)
+            posix_fail
+            log "fresh data dir: FAILED: files restored from the store differ:"
+            sed 's/^/    /' "$POSIX_LOGS/after-reset.txt"
+        fi
+        posix_umount || die "unmount failed; logs: $POSIX_LOGS"
+    fi
 else
     # In a directory of someone else's: leave nothing behind on success.
     ((${#failed[@]} > 0)) || rm -f "$POSIX_MNT"/fsx-*

@@ -15,6 +15,10 @@
 #                            POSIX_UMOUNT_CMD='fusermount3 -u "$POSIX_MNT"'
 #   TIERFS_BIN=PATH        the tierfs CLI (default: $CARGO_TARGET_DIR/debug/tierfs)
 #   POSIX_MOUNT_ARGS=ARGS  extra `tierfs mount` options (word-split), e.g. --writeback-cache
+#   POSIX_STORE=1          mount with a store: a `file://` store made in the work
+#                          directory (unlocked by a key file there), so that the cold
+#                          tier (seal, upload, evict, fetch) is under test too; add a
+#                          small --cache-size to POSIX_MOUNT_ARGS to make it evict
 #   POSIX_MOUNT_TIMEOUT=S  seconds to wait for the mount to appear (default 30)
 #   POSIX_UMOUNT_TIMEOUT=S seconds the unmount (with its flush) may take (default 120)
 #   POSIX_KEEP=1           keep the work directory even when everything passed
@@ -136,6 +140,25 @@ posix_tierfs_env() {
     [[ -d $XDG_RUNTIME_DIR ]] || mkdir -m 0700 "$XDG_RUNTIME_DIR"
 }
 
+# posix_store_init: create the POSIX_STORE store once per work directory
+# (later mounts, also from a fresh data dir, reuse it).
+posix_store_init() {
+    [[ -f $POSIX_WORK/store.toml ]] && return 0
+    if ! "$TIERFS_BIN" init --store "$POSIX_WORK/store.toml" --backend "file://$POSIX_WORK/objects" \
+        --key-file "$POSIX_WORK/store.key" </dev/null >"$POSIX_LOGS/init.log" 2>&1; then
+        cat "$POSIX_LOGS/init.log" >&2
+        die "tierfs init failed"
+    fi
+    log "store: $POSIX_WORK/store.toml (file://$POSIX_WORK/objects)"
+}
+
+# posix_cold_stat FIELD: a counter of the mount's cold tier from
+# `tierfs --json status` (fetched_bytes, evicted_bytes, uploaded_bytes, ...).
+posix_cold_stat() {
+    "$TIERFS_BIN" --json status "$POSIX_MNT" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["cold"][sys.argv[1]])' "$1"
+}
+
 # posix_mount: mount the filesystem under test on $POSIX_MNT (no-op with
 # POSIX_DIR) and wait until it is there.
 posix_mount() {
@@ -155,6 +178,11 @@ posix_mount() {
         # must be world-searchable for the same reason (0755, as mkdir).
         # shellcheck disable=SC2016 # expanded by the bash -c below
         cmd='"$TIERFS_BIN" mount --allow-other ${POSIX_MOUNT_ARGS:-} --data-dir "$POSIX_DATA" "$POSIX_MNT"'
+        if [[ -n ${POSIX_STORE:-} ]]; then
+            posix_store_init
+            # shellcheck disable=SC2016 # expanded by the bash -c below
+            cmd+=' --store "$POSIX_WORK/store.toml"'
+        fi
     fi
     log "mounting: $cmd"
     # stdout/stderr go to a file, never to our own stdout: a background

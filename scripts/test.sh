@@ -5,7 +5,9 @@
 #
 # Usage: scripts/test.sh [STEP...]
 #   Steps, in order: setup fmt clippy build test pjdfstest fsx pjdfstest-writeback
-#   fsx-writeback (default: all; the last two run the suites on a --writeback-cache mount).
+#   fsx-writeback pjdfstest-store fsx-store (default: all; the *-writeback steps run the
+#   suites on a --writeback-cache mount, the *-store steps on a mount with a store and a
+#   4 MiB cache).
 #   `scripts/test.sh fmt clippy` runs just those two.
 #
 # Every step runs even when an earlier one failed, except that nothing runs
@@ -25,7 +27,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback)
+ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback pjdfstest-store fsx-store)
 if (($# > 0)); then
     for s in "$@"; do
         [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || die "unknown step '$s' (steps: ${ALL_STEPS[*]})"
@@ -147,5 +149,13 @@ step fsx 1200 scripts/fsx.sh || true
 # timestamps of writes and flushes dirty pages late).
 step pjdfstest-writeback 1200 env POSIX_MOUNT_ARGS=--writeback-cache scripts/pjdfstest.sh || true
 step fsx-writeback 1200 env POSIX_MOUNT_ARGS=--writeback-cache scripts/fsx.sh || true
+# The same suites on a mount with a store (a file:// store in the work dir): the metadata goes
+# to its journal too, and fsx's files outgrow the 4 MiB cache, so their data is sealed,
+# uploaded, evicted and fetched back while fsx checks every read (the step fails if nothing
+# was fetched), and a mount on a fresh data dir must restore every file from the store.
+# A quarter of fsx's operations: each msync/fsync re-uploads the chunks it changed (~3 GB).
+step pjdfstest-store 1200 env POSIX_STORE=1 scripts/pjdfstest.sh || true
+step fsx-store 1200 env POSIX_STORE=1 POSIX_MOUNT_ARGS="--cache-size 4M --dirty-age 1" FSX_OPS_PERCENT=25 \
+    scripts/fsx.sh || true
 
 summary
