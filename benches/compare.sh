@@ -19,6 +19,9 @@
 #               drop the page cache (there is no cold tier yet), noted in the table.
 #   PEER_MOUNT_<peer> / PEER_UMOUNT_<peer>  commands to mount/unmount a peer (override the
 #               built-in ones); the mount command must print the mountpoint on stdout
+#   ROUNDS      [1] run every peer this many times, interleaved (local, bindfs, tierfs, local,
+#               ...); the table shows medians and judges the targets on the median of the
+#               per-round ratios, listing each round's (harness/table.py)
 #   + every knob of harness/workloads.sh: FIO_SIZE [1G], FIO_RAND_S [20], META_FILES [10000],
 #     SMALL_FILES [2000], PHASE_MAX_S [60 here], WORKLOADS (subset, space-separated)
 # Output: OUTDIR/<peer>.jsonl (raw), OUTDIR/<peer>.log (workload log), OUTDIR/*.fio.json,
@@ -100,7 +103,7 @@ esac
   echo "bench root: $BENCH_ROOT ($(df -h --output=source,fstype "$BENCH_ROOT" | tail -1 | tr -s ' '))"
   echo "S3 backend: $S3_BACKEND ${S3_ENDPOINT:-}"
   echo "peers: $PEERS  (RCLONE_EXTRA_OPTS=${RCLONE_EXTRA_OPTS:-} BINDFS_OPTS=${BINDFS_OPTS:-})"
-  echo "FIO_SIZE=${FIO_SIZE:-1G} FIO_RAND_S=${FIO_RAND_S:-20} META_FILES=${META_FILES:-10000} SMALL_FILES=${SMALL_FILES:-2000} PHASE_MAX_S=$PHASE_MAX_S"
+  echo "ROUNDS=${ROUNDS:-1} FIO_SIZE=${FIO_SIZE:-1G} FIO_RAND_S=${FIO_RAND_S:-20} META_FILES=${META_FILES:-10000} SMALL_FILES=${SMALL_FILES:-2000} PHASE_MAX_S=$PHASE_MAX_S"
   [[ -n ${WORKLOADS:-} ]] && echo "WORKLOADS=$WORKLOADS"
   if [[ " $PEERS " == *" tierfs "* ]]; then
     echo "tierfs: $("$TIERFS_BIN" --version) ($TIERFS_BIN), git $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo none)$(cd "$REPO" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' (dirty tree)')"
@@ -121,7 +124,12 @@ cleanup() { for p in $PEERS; do _unmount "$p"; done; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM   # EXIT trap then unmounts (stop a run: kill the compare.sh PID, then its children)
 
+ROUNDS=${ROUNDS:-1}
+tierfs_data_base=${TIERFS_DATA:-}
+for round in $(seq 1 "$ROUNDS"); do
 for p in $PEERS; do
+  # each round on a fresh tierfs data dir (the unmount removes it)
+  [[ $p == tierfs && -n $tierfs_data_base && $ROUNDS -gt 1 ]] && export TIERFS_DATA=$tierfs_data_base-r$round
   v="PEER_MOUNT_$p"
   if [[ -n ${!v:-} ]]; then mnt=$(bash -c "${!v}") || { echo "mount $p failed" >&2; continue; }
   else mnt=$(mount_peer "$p" cmp) || { echo "mount $p failed" >&2; continue; }; fi
@@ -135,11 +143,12 @@ for p in $PEERS; do
     tierfs)
       cold=$TIERFS_COLD_CMD note=$TIERFS_COLD_NOTE ;;
   esac
-  echo "=== $p on $mnt (S3: ${S3_SERVER:-none})" >&2
+  echo "=== $p on $mnt (S3: ${S3_SERVER:-none}), round $round of $ROUNDS" >&2
   t0=$(date +%s)
   DRAIN_CMD=$drain COLD_CMD=$cold COLD_NOTE=$note "$H/workloads.sh" "$mnt" "$p" "$OUTDIR"
   echo "=== $p done in $(( $(date +%s) - t0 )) s" >&2
   _unmount "$p"
+done
 done
 echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUTDIR/env.txt"
 

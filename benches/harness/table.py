@@ -10,6 +10,13 @@ operations FAILED (see "errors"/"first_error" in the raw JSON); ERR a workload t
 
 When the peer named by $TARGET_PEER (default: tierfs) is in the table, a second table checks
 it against the performance targets in TARGETS (ratio to `local` or `bindfs`, >= the minimum).
+
+Several rounds (compare.sh ROUNDS=N: every peer once per round, peers interleaved) append
+several results per workload to a peer's .jsonl. The first table then shows each metric's
+median over the rounds (ratios are ratios of those medians; a mark means some round had it).
+The target table judges the median of the per-round ratios (each round's tierfs value over
+the same round's baseline, measured minutes apart rather than a whole run apart) and lists
+every round's ratio beside it.
 """
 import json
 import os
@@ -71,6 +78,19 @@ def get(d, path):
     return d
 
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def value(rounds, path):
+    """Median of a metric over a peer's rounds of one workload (None: no round has it)."""
+    return median([get(m, path) for m in rounds if not m.get("error")])
+
+
 def truncated(d, path):
     head = path.split(".")[0]
     sub = d.get(head) if isinstance(d, dict) else None
@@ -106,7 +126,7 @@ def main():
         if os.path.exists(f):
             for line in open(f):
                 r = json.loads(line)
-                data[p][r["workload"]] = r["metrics"]
+                data[p].setdefault(r["workload"], []).append(r["metrics"])
                 params[p][r["workload"]] = r.get("params") or {}
     notes = []  # footnotes: (peer, workload, text)
     for p in peers:
@@ -121,17 +141,17 @@ def main():
     for wl, path, label, direction in METRICS:
         vals, marks = {}, {}
         for p in peers:
-            m = data[p].get(wl)
-            vals[p] = get(m, path) if m else None
-            tr = truncated(m, path) if m else False
-            marks[p] = "!" if tr == "!" else ("*" if tr else "")
-            if m and m.get("error"):
+            rounds = data[p].get(wl) or []
+            vals[p] = value(rounds, path)
+            trs = [truncated(m, path) for m in rounds]
+            marks[p] = "!" if "!" in trs else ("*" if any(trs) else "")
+            if rounds and all(m.get("error") for m in rounds):
                 vals[p], marks[p] = None, "ERR"
         if all(v in (None, 0) for v in vals.values()) and path.endswith("drain_s"):
             continue
         # "until durable in S3" = the plain wall-clock metric when no peer has a drain step
         if path in ("durable_MiBps", "wall_plus_drain_s") and \
-                all(not (data[p].get(wl) or {}).get("drain_s") for p in peers):
+                all(not m.get("drain_s") for p in peers for m in data[p].get(wl) or []):
             continue
         for p in peers:
             if any(n[0] == p and n[1] == wl for n in notes) and marks[p] != "ERR":
@@ -148,20 +168,32 @@ def main():
             print("+ %s %s: %s" % (p, wl, text))
     tp = os.environ.get("TARGET_PEER", "tierfs")
     if tp in peers:
+        n_rounds = max((len(r) for r in data[tp].values()), default=1)
         print()
-        print("| target (%s) | %s | baseline | ratio | need | met |" % (tp, tp))
-        print("|---|---|---|---|---|---|")
+        if n_rounds > 1:
+            print("| target (%s), median of %d rounds | %s | baseline | ratio | need | met | ratio per round |"
+                  % (tp, n_rounds, tp))
+            print("|---|---|---|---|---|---|---|")
+        else:
+            print("| target (%s) | %s | baseline | ratio | need | met |" % (tp, tp))
+            print("|---|---|---|---|---|---|")
         for wl, path, label, base, need in TARGETS:
-            m, bm = data[tp].get(wl), data.get(base, {}).get(wl)
-            v = get(m, path) if m and not m.get("error") else None
-            b = get(bm, path) if bm and not bm.get("error") else None
-            if v is None or not b:
+            mine, theirs = data[tp].get(wl) or [], data.get(base, {}).get(wl) or []
+            v, b = value(mine, path), value(theirs, path)
+            per_round = []
+            for m, bm in zip(mine, theirs):
+                x = get(m, path) if not m.get("error") else None
+                y = get(bm, path) if not bm.get("error") else None
+                per_round.append(x / y if x is not None and y else None)
+            r = median(per_round)
+            if r is None:
                 ratio, ok = "-", "n/a"
             else:
-                r = v / b
                 ratio, ok = "%.2f" % r, ("yes" if r >= need else "NO")
-            print("| %s | %s | %s %s | %s | >= %.1fx %s | %s |" % (
-                label, fmt(v), base, fmt(b), ratio, need, base, ok))
+            row = "| %s | %s | %s %s | %s | >= %.1fx %s | %s |" % (label, fmt(v), base, fmt(b), ratio, need, base, ok)
+            if n_rounds > 1:
+                row += " %s |" % " ".join("-" if x is None else "%.2f" % x for x in per_round)
+            print(row)
 
 
 if __name__ == "__main__":
