@@ -12,6 +12,7 @@
 //! The store is unaware of POSIX rules; `vfs` decides what to write, this module only encodes
 //! and stores it (key layout in [`codec`] and docs/FORMAT.md).
 
+pub mod cache;
 pub mod codec;
 pub mod journal;
 
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
 use crate::vfs::{FileKind, Ino};
+use cache::{InodeCache, Lookup, Touched};
 pub use codec::{ChunkRecord, InodeRecord};
 pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
 
@@ -34,6 +36,27 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+/// The inode records `ops` write or delete.
+fn touched_inodes(ops: &[JournalOp]) -> Touched {
+    let mut inos = Vec::new();
+    for op in ops {
+        match op {
+            JournalOp::Put { key, .. } | JournalOp::Delete { key } => {
+                if key.len() == 9 && key[..1] == codec::INODE_TABLE {
+                    inos.extend(codec::key_ino(key).ok());
+                }
+            }
+            // The inode table is [b"I", b"J").
+            JournalOp::DeleteRange { from, to } => {
+                if from.as_slice() < b"J".as_slice() && to.as_slice() > codec::INODE_TABLE.as_slice() {
+                    return Touched::All;
+                }
+            }
+        }
+    }
+    Touched::Inodes(inos)
 }
 
 /// The metadata schema this build writes and understands. Version 2: inode records may be
@@ -81,6 +104,9 @@ pub struct MetaStore {
     db: DB,
     write_opts: WriteOptions,
     journal: Journal,
+    /// Inode records read recently (see [`cache`]): every write of one goes through
+    /// [`MetaStore::commit`] or [`MetaStore::import`], which keep it current.
+    inodes: InodeCache,
 }
 
 impl MetaStore {
@@ -99,7 +125,7 @@ impl MetaStore {
         })?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(false);
-        let store = MetaStore { db, write_opts, journal: Journal::default() };
+        let store = MetaStore { db, write_opts, journal: Journal::default(), inodes: InodeCache::default() };
         let found = match store.db.get(codec::SCHEMA_KEY)? {
             None => None,
             Some(v) => Some(
@@ -122,9 +148,17 @@ impl MetaStore {
     }
 
     pub fn inode(&self, ino: Ino) -> Result<Option<InodeRecord>> {
+        let generation = match self.inodes.lookup(ino) {
+            Lookup::Hit(rec) => return Ok(Some(rec)),
+            Lookup::Miss(generation) => generation,
+        };
         match self.db.get_pinned(codec::inode_key(ino))? {
             None => Ok(None),
-            Some(v) => codec::decode_inode(ino, &v).map(Some),
+            Some(v) => {
+                let rec = codec::decode_inode(ino, &v)?;
+                self.inodes.fill(ino, generation, &rec);
+                Ok(Some(rec))
+            }
         }
     }
 
@@ -286,13 +320,17 @@ impl MetaStore {
     /// Applies one batch atomically (numbered and queued for the store when journaling).
     pub fn commit(&self, batch: MetaBatch) -> Result<()> {
         let MetaBatch(mut wb, ops) = batch;
-        self.journal.append(ops, |seq| {
+        let touched = touched_inodes(&ops);
+        self.inodes.invalidate(&touched);
+        let result = self.journal.append(ops, |seq| {
             if let Some(seq) = seq {
                 wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
             }
             self.db.write_opt(wb, &self.write_opts)?;
             Ok(())
-        })
+        });
+        self.inodes.invalidate(&touched);
+        result
     }
 
     /// The journal of shared changes (idle until [`MetaStore::enable_journal`]).
@@ -363,8 +401,11 @@ impl MetaStore {
             }
         }
         wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
-        self.db.write_opt(wb, &self.write_opts)?;
-        Ok(())
+        let touched = touched_inodes(ops);
+        self.inodes.invalidate(&touched);
+        let result = self.db.write_opt(wb, &self.write_opts);
+        self.inodes.invalidate(&touched);
+        Ok(result?)
     }
 
     /// Whether the store holds no shared state at all (a node that never had this workspace).
@@ -470,6 +511,44 @@ impl MetaBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_name_the_inode_records_they_touch() {
+        let mut b = MetaBatch::new();
+        b.delete_inode(5);
+        b.put_dentry(5, b"x", 6, FileKind::File);
+        b.delete_xattr(7, b"user.a");
+        assert_eq!(touched_inodes(&b.1), Touched::Inodes(vec![5]));
+        let range = |from: &[u8], to: &[u8]| vec![JournalOp::DeleteRange { from: from.to_vec(), to: to.to_vec() }];
+        assert_eq!(touched_inodes(&range(b"A", b"Z")), Touched::All);
+        assert_eq!(touched_inodes(&range(&codec::inode_key(3), &codec::inode_key(9))), Touched::All);
+        assert_eq!(touched_inodes(&range(b"D", b"E")), Touched::Inodes(vec![]));
+        assert_eq!(touched_inodes(&range(b"J", b"K")), Touched::Inodes(vec![]));
+    }
+
+    #[test]
+    fn inode_reads_see_every_commit_and_import() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(dir.path()).expect("open");
+        let mut rec = cache::tests::rec(9, 1);
+        let mut b = MetaBatch::new();
+        b.put_inode(&rec);
+        store.commit(b).expect("commit");
+        assert_eq!(store.inode(9).expect("read").map(|r| r.attr.size), Some(1)); // fills the cache
+        rec.attr.size = 2;
+        let mut b = MetaBatch::new();
+        b.put_inode(&rec);
+        store.commit(b).expect("commit");
+        assert_eq!(store.inode(9).expect("read").map(|r| r.attr.size), Some(2));
+        rec.attr.size = 3;
+        let value = codec::encode_inode(&rec);
+        store.import(&[JournalOp::Put { key: codec::inode_key(9), value }], 1).expect("import");
+        assert_eq!(store.inode(9).expect("read").map(|r| r.attr.size), Some(3));
+        let mut b = MetaBatch::new();
+        b.delete_inode(9);
+        store.commit(b).expect("commit");
+        assert_eq!(store.inode(9).expect("read"), None);
+    }
 
     #[test]
     fn damaged_metadata_is_refused_with_what_to_do() {
