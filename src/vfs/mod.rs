@@ -122,6 +122,31 @@ struct OpenInode {
     orphaned: AtomicBool,
 }
 
+/// The data file of an inode that an unlink or rename just freed, still to be removed.
+///
+/// The metadata batch that freed the inode is already committed, so the removal can wait
+/// until the kernel has its reply: the mount calls [`finish`](Self::finish) after replying.
+/// Removing a data file whose ext4 inode is no longer cached costs a disk read (unlinks in
+/// an `rm -rf` of a tree gone cold took 154 us instead of 35 us), which the program then
+/// does not wait for. Inode numbers are never reused, so a late removal cannot hit a newer
+/// file. Dropped unfinished, the data file stays behind as a leftover (as after a crash
+/// between the two steps), never as lost data.
+#[must_use = "finish() removes the freed inode's data file"]
+pub struct DataFileRemoval<'a> {
+    hot: &'a HotTier,
+    ino: Option<Ino>,
+}
+
+impl DataFileRemoval<'_> {
+    /// Removes the data file, if the operation freed one.
+    pub fn finish(self) -> VfsResult<()> {
+        match self.ino {
+            Some(ino) => Ok(self.hot.remove(ino)?),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The filesystem of one workspace on this node.
 pub struct Vfs {
     config: VfsConfig,
@@ -577,7 +602,7 @@ impl Vfs {
         Ok(())
     }
 
-    fn remove_entry(&self, parent: Ino, name: &[u8], want_dir: bool) -> VfsResult<()> {
+    fn remove_entry(&self, parent: Ino, name: &[u8], want_dir: bool) -> VfsResult<DataFileRemoval<'_>> {
         if name.len() > NAME_MAX {
             return Err(VfsError::NameTooLong);
         }
@@ -611,17 +636,23 @@ impl Vfs {
         self.meta.commit(b)?;
         if freed {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
-            self.hot.remove(ino)?;
         }
-        Ok(())
+        // A directory has no data file.
+        Ok(DataFileRemoval { hot: &self.hot, ino: (freed && !want_dir).then_some(ino) })
     }
 
-    pub fn unlink(&self, _caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<()> {
+    pub fn unlink(&self, caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<()> {
+        self.unlink_deferred(caller, parent, name)?.finish()
+    }
+
+    /// `unlink`, leaving the removal of a freed inode's data file to the caller (see
+    /// [`DataFileRemoval`]): the mount replies first and removes the file after.
+    pub fn unlink_deferred(&self, _caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<DataFileRemoval<'_>> {
         self.remove_entry(parent, name, false)
     }
 
     pub fn rmdir(&self, _caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<()> {
-        self.remove_entry(parent, name, true)
+        self.remove_entry(parent, name, true)?.finish()
     }
 
     /// True if directory `ancestor` is `dir` or one of its ancestors.
@@ -639,13 +670,27 @@ impl Vfs {
 
     pub fn rename(
         &self,
-        _caller: &Caller,
+        caller: &Caller,
         parent: Ino,
         name: &[u8],
         new_parent: Ino,
         new_name: &[u8],
         flags: RenameFlags,
     ) -> VfsResult<()> {
+        self.rename_deferred(caller, parent, name, new_parent, new_name, flags)?.finish()
+    }
+
+    /// `rename`, leaving the removal of a replaced inode's data file to the caller (see
+    /// [`DataFileRemoval`]).
+    pub fn rename_deferred(
+        &self,
+        _caller: &Caller,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> VfsResult<DataFileRemoval<'_>> {
         check_name(new_name)?;
         if name.len() > NAME_MAX {
             return Err(VfsError::NameTooLong);
@@ -688,7 +733,7 @@ impl Vfs {
         if flags.exchange {
             let (dst_ino, dst_kind) = dst.ok_or(VfsError::NotFound)?;
             if dst_ino == src {
-                return Ok(());
+                return Ok(DataFileRemoval { hot: &self.hot, ino: None });
             }
             load(dst_ino, &mut recs)?;
             let dst_is_dir = dst_kind == FileKind::Dir;
@@ -721,7 +766,7 @@ impl Vfs {
                 }
                 if dst_ino == src {
                     // Two names of one inode: POSIX says do nothing.
-                    return Ok(());
+                    return Ok(DataFileRemoval { hot: &self.hot, ino: None });
                 }
                 let dst_is_dir = dst_kind == FileKind::Dir;
                 if src_is_dir && !dst_is_dir {
@@ -768,11 +813,10 @@ impl Vfs {
             b.put_inode(r);
         }
         self.meta.commit(b)?;
-        if let Some(ino) = freed {
+        if freed.is_some() {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
-            self.hot.remove(ino)?;
         }
-        Ok(())
+        Ok(DataFileRemoval { hot: &self.hot, ino: freed.filter(|_| !src_is_dir) })
     }
 
     // ---- file contents --------------------------------------------------------------------

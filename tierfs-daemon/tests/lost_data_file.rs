@@ -1,13 +1,16 @@
-//! A data file removed from the data directory behind tierfs's back (a partly wiped scratch
-//! disk, a careless cleanup): reading the file is an error that names the loss, never a file
-//! of zeros, and the file can still be deleted or truncated and used again. With a store,
-//! bytes the store has are fetched back instead.
+//! Data files and their loss. A data file removed from the data directory behind tierfs's
+//! back (a partly wiped scratch disk, a careless cleanup): reading the file is an error that
+//! names the loss, never a file of zeros, and the file can still be deleted or truncated and
+//! used again. With a store, bytes the store has are fetched back instead. The other way
+//! round: the data file of a deleted or replaced file goes away (removed just after the
+//! reply), and one that cannot be removed is logged without failing the delete.
 
 mod common;
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::{Fixture, data_file, write_synced};
 
@@ -64,4 +67,61 @@ fn with_a_store_a_removed_data_file_is_fetched_back_from_it() {
     let mut got = Vec::new();
     File::open(fx.p("model.bin")).and_then(|mut f| f.read_to_end(&mut got)).expect("read model.bin");
     assert!(got == data, "model.bin came back different ({} bytes)", got.len());
+}
+
+/// Waits up to 10 s for `path` to be gone.
+fn gone_soon(path: &std::path::Path) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while path.exists() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+#[test]
+fn deleted_and_replaced_files_leave_no_data_file_behind() {
+    let fx = Fixture::mounted();
+    let deleted = write_synced(&fx.p("deleted"), b"to be deleted");
+    let replaced = write_synced(&fx.p("replaced"), b"to be replaced");
+    let kept = write_synced(&fx.p("new"), b"replaces it");
+    assert!(data_file(&fx.data_dir, deleted).exists(), "a written file has a data file");
+
+    fs::remove_file(fx.p("deleted")).expect("unlink");
+    fs::rename(fx.p("new"), fx.p("replaced")).expect("rename over a file");
+    assert!(gone_soon(&data_file(&fx.data_dir, deleted)), "the unlinked file's data file stayed");
+    assert!(gone_soon(&data_file(&fx.data_dir, replaced)), "the replaced file's data file stayed");
+    assert!(data_file(&fx.data_dir, kept).exists(), "the renamed file lost its data file");
+    assert_eq!(fs::read(fx.p("replaced")).expect("read"), b"replaces it");
+}
+
+#[test]
+fn a_data_file_that_cannot_be_removed_is_logged_and_the_delete_still_succeeds() {
+    let fx = Fixture::mounted();
+    let ino = write_synced(&fx.p("stuck"), b"bytes");
+    let path = data_file(&fx.data_dir, ino);
+    // The immutable flag makes unlink fail even for root (ext4, xfs, btrfs).
+    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(&path).status();
+    match chattr("+i") {
+        Ok(st) if st.success() => {}
+        other => {
+            eprintln!("skipped: `chattr +i` on the data dir failed ({other:?}); needs ext4/xfs/btrfs and root");
+            return;
+        }
+    }
+    let unlinked = fs::remove_file(fx.p("stuck"));
+    let _ = chattr("-i");
+    unlinked.expect("the delete succeeds: the name is gone even though its data file stays");
+    assert!(!fx.p("stuck").exists(), "the name is still there");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = fs::read_to_string(fx.data_dir.join("daemon.log")).expect("daemon log");
+        if log.lines().any(|l| l.contains("WARN") && l.contains("op=\"unlink\"")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no WARN line for the data file left behind:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

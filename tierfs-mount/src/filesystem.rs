@@ -19,7 +19,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
     TimeOrNow, WriteFlags,
 };
-use tierfs::vfs::{Attr, Caller, SetAttr, Vfs, VfsError};
+use tierfs::vfs::{Attr, Caller, DataFileRemoval, SetAttr, Vfs, VfsError};
 
 use crate::MountOptions;
 use crate::convert::{
@@ -107,6 +107,20 @@ fn fail(op: &'static str, err: &VfsError) -> Errno {
 fn empty_result(op: &'static str, result: Result<(), VfsError>, reply: ReplyEmpty) {
     match result {
         Ok(()) => reply.ok(),
+        Err(err) => reply.error(fail(op, &err)),
+    }
+}
+
+/// Replies to an unlink or rename, then removes the data file it freed: the program need
+/// not wait for that, and a failure to remove it is logged (the name is gone either way).
+fn removal_result(op: &'static str, result: Result<DataFileRemoval<'_>, VfsError>, reply: ReplyEmpty) {
+    match result {
+        Ok(removal) => {
+            reply.ok();
+            if let Err(err) = removal.finish() {
+                fail(op, &err);
+            }
+        }
         Err(err) => reply.error(fail(op, &err)),
     }
 }
@@ -248,7 +262,7 @@ impl Filesystem for TierFuse {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty_result("unlink", self.vfs.unlink(&caller(req), parent.0, name.as_bytes()), reply);
+        removal_result("unlink", self.vfs.unlink_deferred(&caller(req), parent.0, name.as_bytes()), reply);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -275,8 +289,9 @@ impl Filesystem for TierFuse {
             Ok(flags) => flags,
             Err(errno) => return reply.error(errno),
         };
-        let result = self.vfs.rename(&caller(req), parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags);
-        empty_result("rename", result, reply);
+        let result =
+            self.vfs.rename_deferred(&caller(req), parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags);
+        removal_result("rename", result, reply);
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
