@@ -139,33 +139,30 @@ fi
 # Durability across a clean unmount: every file must read back the same
 # after unmount and mount (tierfs reopens its data directory). Skipped when
 # nothing was mounted.
+# mount_and_compare NAME WHAT: mount, compare every file with the checksums
+# taken before the first unmount, unmount. A difference fails the run as NAME.
+mount_and_compare() {
+    posix_mount
+    if (cd "$POSIX_MNT" && sha256sum --quiet -c "$POSIX_LOGS/before-umount.sha256") >"$POSIX_LOGS/after-$1.txt" 2>&1; then
+        log "$2: all files read back unchanged"
+    else
+        failed+=("$1")
+        posix_fail
+        log "$2: FAILED: files differ:"
+        sed 's/^/    /' "$POSIX_LOGS/after-$1.txt"
+    fi
+    posix_umount || die "unmount failed; logs: $POSIX_LOGS"
+}
+
 if [[ -z ${POSIX_DIR:-} ]]; then
     (cd "$POSIX_MNT" && sha256sum fsx-*) >"$POSIX_LOGS/before-umount.sha256"
     posix_umount || die "unmount failed; logs: $POSIX_LOGS"
-    posix_mount
-    if (cd "$POSIX_MNT" && sha256sum --quiet -c "$POSIX_LOGS/before-umount.sha256") >"$POSIX_LOGS/after-remount.txt" 2>&1; then
-        log "remount: all files read back unchanged"
-    else
-        failed+=(remount)
-        posix_fail
-        log "remount: FAILED: files differ after unmount and mount:"
-        sed 's/^/    /' "$POSIX_LOGS/after-remount.txt"
-    fi
-    posix_umount || die "unmount failed; logs: $POSIX_LOGS"
+    mount_and_compare remount "remount"
     # With a store: a fresh node (an empty data dir, as after a runtime reset)
     # restores the workspace from the store alone and reads the same bytes.
     if [[ -n ${POSIX_STORE:-} ]]; then
         mv "$POSIX_DATA" "$POSIX_WORK/data-before-reset"
-        posix_mount
-        if (cd "$POSIX_MNT" && sha256sum --quiet -c "$POSIX_LOGS/before-umount.sha256") >"$POSIX_LOGS/after-reset.txt" 2>&1; then
-            log "fresh data dir: all files restored from the store unchanged"
-        else
-            failed+=(restore)
-            posix_fail
-            log "fresh data dir: FAILED: files restored from the store differ:"
-            sed 's/^/    /' "$POSIX_LOGS/after-reset.txt"
-        fi
-        posix_umount || die "unmount failed; logs: $POSIX_LOGS"
+        mount_and_compare restore "fresh data dir, restored from the store"
     fi
 else
     # In a directory of someone else's: leave nothing behind on success.

@@ -105,33 +105,9 @@ impl InodeCache {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::vfs::{Attr, FileKind, Timestamp};
-
-    /// A regular file's record.
-    pub(crate) fn rec(ino: Ino, size: u64) -> InodeRecord {
-        let t = Timestamp { secs: 1, nanos: 0 };
-        InodeRecord {
-            attr: Attr {
-                ino,
-                kind: FileKind::File,
-                perm: 0o644,
-                nlink: 1,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-                size,
-                blocks: 0,
-                atime: t,
-                mtime: t,
-                ctime: t,
-                crtime: t,
-            },
-            parent: 1,
-            dense: true,
-        }
-    }
+    use crate::meta::codec::test_file_record as rec;
 
     fn hit(cache: &InodeCache, ino: Ino) -> Option<u64> {
         match cache.lookup(ino) {

@@ -215,6 +215,31 @@ pub fn decode_u64(bytes: &[u8]) -> Result<u64, MetaError> {
         .map_err(|_| MetaError::Corrupt(format!("counter of {} bytes", bytes.len())))
 }
 
+/// A regular file's record, for tests.
+#[cfg(test)]
+pub(crate) fn test_file_record(ino: Ino, size: u64) -> InodeRecord {
+    let t = Timestamp { secs: 1, nanos: 0 };
+    InodeRecord {
+        attr: Attr {
+            ino,
+            kind: FileKind::File,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+        },
+        parent: 1,
+        dense: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -530,7 +530,7 @@ mod tests {
     fn inode_reads_see_every_commit_and_import() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = MetaStore::open(dir.path()).expect("open");
-        let mut rec = cache::tests::rec(9, 1);
+        let mut rec = codec::test_file_record(9, 1);
         let mut b = MetaBatch::new();
         b.put_inode(&rec);
         store.commit(b).expect("commit");

@@ -463,28 +463,12 @@ impl Committer {
 mod tests {
     use super::*;
     use crate::block::CHUNK_SIZE;
-    use crate::meta::{ChunkRecord, InodeRecord, MetaBatch};
-    use crate::vfs::{Attr, FileKind, Timestamp};
+    use crate::meta::codec::test_file_record;
+    use crate::meta::{ChunkRecord, MetaBatch};
 
     fn file(meta: &MetaStore, ino: u64, size: u64, chunks: &[(u64, u32)]) {
-        let t = Timestamp::now();
-        let attr = Attr {
-            ino,
-            kind: FileKind::File,
-            perm: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size,
-            blocks: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-        };
         let mut b = MetaBatch::new();
-        b.put_inode(&InodeRecord { attr, parent: 1, dense: false });
+        b.put_inode(&test_file_record(ino, size));
         for &(idx, len) in chunks {
             b.put_chunk(ino, idx, &ChunkRecord { block: [7; 32], len, resident: false });
         }
