@@ -279,9 +279,11 @@ mod tests {
     async fn lease_fencing_refuses_to_take_over_a_writer_that_renews() {
         let t = tempfile::tempdir().expect("tempdir");
         let ws = lease_fenced_workspace(t.path()).await;
-        let a = Arc::new(Lease::new(ws.clone(), "a:1", Duration::from_secs(3)));
-        let b = Lease::new(ws.clone(), "b:2", Duration::from_secs(3));
-        assert_eq!(a.fresh_for(), Some(Duration::ZERO), "a 3 s lease is never fresh past a 5 s margin");
+        // 5 s: a's acquire takes the 2 s settle and expiry is in whole seconds, so a shorter
+        // lease could run out before b looks on a loaded machine (it did with 3 s, in CI).
+        let a = Arc::new(Lease::new(ws.clone(), "a:1", Duration::from_secs(5)));
+        let b = Lease::new(ws.clone(), "b:2", Duration::from_secs(5));
+        assert_eq!(a.fresh_for(), Some(Duration::ZERO), "a 5 s lease is never fresh past a 5 s margin");
         a.acquire(false).await.expect("a takes the free lease");
         assert!(matches!(b.acquire(false).await, Err(RemoteError::Held { .. })), "a holds it");
         // b waits the lease out; a renews meanwhile: a is alive and keeps the workspace.

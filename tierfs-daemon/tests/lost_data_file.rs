@@ -103,17 +103,23 @@ fn a_data_file_that_cannot_be_removed_is_logged_and_the_delete_still_succeeds() 
     let ino = write_synced(&fx.p("stuck"), b"bytes");
     let path = data_file(&fx.data_dir, ino);
     // The immutable flag makes unlink fail even for root (ext4, xfs, btrfs).
-    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(&path).status();
-    match chattr("+i") {
+    match Command::new("chattr").arg("+i").arg(&path).status() {
         Ok(st) if st.success() => {}
         other => {
             eprintln!("skipped: `chattr +i` on the data dir failed ({other:?}); needs ext4/xfs/btrfs and root");
             return;
         }
     }
-    let unlinked = fs::remove_file(fx.p("stuck"));
-    let _ = chattr("-i");
-    unlinked.expect("the delete succeeds: the name is gone even though its data file stays");
+    // The flag stays until the daemon has tried (it removes the data file after replying),
+    // and goes in the end whatever happened, so the temporary directory can be removed.
+    struct Unfreeze(std::path::PathBuf);
+    impl Drop for Unfreeze {
+        fn drop(&mut self) {
+            let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+        }
+    }
+    let _unfreeze = Unfreeze(path.clone());
+    fs::remove_file(fx.p("stuck")).expect("the delete succeeds: the name is gone even though its data file stays");
     assert!(!fx.p("stuck").exists(), "the name is still there");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -124,4 +130,5 @@ fn a_data_file_that_cannot_be_removed_is_logged_and_the_delete_still_succeeds() 
         assert!(Instant::now() < deadline, "no WARN line for the data file left behind:\n{log}");
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(path.exists(), "the data file that could not be removed is still there");
 }
