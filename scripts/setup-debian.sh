@@ -35,7 +35,9 @@ fi
 # python3-venv: the virtualenv that holds moto (the S3 server of the
 #   integration tests, below); Debian's pip refuses installs into the system
 #   Python (PEP 668), and the venv brings its own pip.
-PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv)
+# e2fsprogs: chattr, with which a test makes a data file impossible to remove
+#   (the test skips without it; Debian installs it by default).
+PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv e2fsprogs)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
