@@ -2502,3 +2502,34 @@ fn a_full_disk_does_not_make_a_sequential_read_fetch_chunks_again() {
     let fetched = fs.stats().cold.expect("cold").fetched_bytes;
     assert!(fetched <= SIZE * 3 / 2, "{fetched} bytes fetched for a {SIZE}-byte sequential read");
 }
+
+/// A data file whose removal never happened (a crash between an unlink's commit and the
+/// removal, simulated by dropping the removal unfinished) is found and removed by the sweep;
+/// live files, including one unlinked while open, keep theirs.
+#[test]
+fn leftover_data_files_are_swept_and_live_ones_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = |ino: u64| dir.path().join("data").join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"));
+    let fs = Vfs::new(VfsConfig::new(dir.path())).expect("open");
+    let mut inos = Vec::new();
+    for name in [&b"gone"[..], b"kept", b"open"] {
+        let (attr, fh) = fs.create(ME, ROOT_INO, name, 0o644, UMASK, libc::O_RDWR).expect("create");
+        fs.write(attr.ino, fh, 0, b"bytes").expect("write");
+        inos.push((attr.ino, fh));
+    }
+    let [(gone, gone_fh), (kept, kept_fh), (open, open_fh)] = inos[..] else { unreachable!() };
+    fs.release(gone, gone_fh).expect("release");
+    fs.release(kept, kept_fh).expect("release");
+    let removal = fs.unlink_deferred(ME, ROOT_INO, b"gone").expect("unlink");
+    drop(removal); // the crash: the data file is never removed
+    fs.unlink(ME, ROOT_INO, b"open").expect("unlink while open");
+    assert!(data(gone).exists() && data(kept).exists() && data(open).exists());
+
+    assert_eq!(fs.sweep_leftover_data_files().expect("sweep"), 1);
+    assert!(!data(gone).exists(), "the leftover stayed");
+    assert!(data(kept).exists(), "a live file lost its data file");
+    assert!(data(open).exists(), "a file unlinked while open lost its data file");
+    assert_eq!(fs.read(open, open_fh, 0, 5).expect("read the open file"), b"bytes");
+    fs.release(open, open_fh).expect("release");
+    assert_eq!(fs.sweep_leftover_data_files().expect("sweep"), 0, "nothing left to sweep");
+}

@@ -274,6 +274,25 @@ impl HotTier {
         }
     }
 
+    /// The inode numbers of every data file (walks the tree; other names are skipped).
+    pub fn data_file_inos(&self) -> Result<Vec<Ino>> {
+        let mut inos = Vec::new();
+        for dir in fs::read_dir(&self.root).map_err(io_err("list", &self.root))? {
+            let dir = dir.map_err(io_err("list", &self.root))?.path();
+            if !dir.is_dir() {
+                continue;
+            }
+            for file in fs::read_dir(&dir).map_err(io_err("list", &dir))? {
+                let name = file.map_err(io_err("list", &dir))?.file_name();
+                let name = name.to_string_lossy();
+                if name.len() == 16 {
+                    inos.extend(u64::from_str_radix(&name, 16).ok());
+                }
+            }
+        }
+        Ok(inos)
+    }
+
     /// Bytes allocated by all data files (for status; walks the tree).
     pub fn allocated_bytes(&self) -> u64 {
         use std::os::unix::fs::MetadataExt;

@@ -130,7 +130,7 @@ struct OpenInode {
 /// an `rm -rf` of a tree gone cold took 154 us instead of 35 us), which the program then
 /// does not wait for. Inode numbers are never reused, so a late removal cannot hit a newer
 /// file. Dropped unfinished, the data file stays behind as a leftover (as after a crash
-/// between the two steps), never as lost data.
+/// between the two steps), never as lost data, until [`Vfs::sweep_leftover_data_files`].
 #[must_use = "finish() removes the freed inode's data file"]
 pub struct DataFileRemoval<'a> {
     hot: &'a HotTier,
@@ -600,6 +600,23 @@ impl Vfs {
         self.meta.commit(b)?;
         self.hot.remove(ino)?;
         Ok(())
+    }
+
+    /// Removes the data files of inodes that no longer exist: what a crash between an
+    /// unlink's commit and the removal of its data file left behind (see [`DataFileRemoval`]).
+    /// Looks only at inode numbers handed out before the call: those are never reused, so one
+    /// without a record is gone for good. Returns how many files it removed. The daemon runs
+    /// it on a background thread after each mount.
+    pub fn sweep_leftover_data_files(&self) -> VfsResult<u64> {
+        let below = self.next_ino.load(Ordering::Relaxed);
+        let mut removed = 0;
+        for ino in self.hot.data_file_inos()? {
+            if ino < below && self.meta.inode(ino)?.is_none() {
+                self.hot.remove(ino)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     fn remove_entry(&self, parent: Ino, name: &[u8], want_dir: bool) -> VfsResult<DataFileRemoval<'_>> {

@@ -272,6 +272,9 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
             pid = info.pid,
             "tierfs {VERSION} serving"
         );
+        if !config.read_only {
+            spawn_sweep(vfs.clone());
+        }
 
         let mut session_done = session_done;
         let mut session_ended = None;
@@ -848,5 +851,19 @@ impl Drop for SocketFile {
                 warn!("removing control socket {}: {err}", self.path.display());
             }
         }
+    }
+}
+
+/// Removes, in the background, data files that a crash left behind after their inode was
+/// deleted (`Vfs::sweep_leftover_data_files`); one walk of the data dir per mount.
+fn spawn_sweep(vfs: Arc<Vfs>) {
+    let spawned =
+        std::thread::Builder::new().name("tierfs-sweep".into()).spawn(move || match vfs.sweep_leftover_data_files() {
+            Ok(0) => {}
+            Ok(n) => info!("removed {n} data files left behind by a crash (their files were already deleted)"),
+            Err(e) => warn!("sweeping leftover data files: {e}"),
+        });
+    if let Err(e) = spawned {
+        warn!("cannot start the sweep of leftover data files: {e}");
     }
 }

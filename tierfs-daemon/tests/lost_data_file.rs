@@ -132,3 +132,34 @@ fn a_data_file_that_cannot_be_removed_is_logged_and_the_delete_still_succeeds() 
     }
     assert!(path.exists(), "the data file that could not be removed is still there");
 }
+
+#[test]
+fn a_data_file_left_behind_by_a_crash_is_swept_at_the_next_mount() {
+    let mut fx = Fixture::mounted();
+    let ino = write_synced(&fx.p("deleted"), b"old bytes");
+    let live = write_synced(&fx.p("live"), b"live bytes");
+    fx.umount();
+    let leftover = data_file(&fx.data_dir, ino);
+    let saved = fx.tmp.path().join("saved");
+    fs::copy(&leftover, &saved).expect("save the data file");
+    fx.mount();
+    fs::remove_file(fx.p("deleted")).expect("unlink");
+    fx.umount();
+    // What a crash between the unlink's commit and the data file's removal leaves behind.
+    fs::copy(&saved, &leftover).expect("put the data file back");
+
+    fx.mount();
+    // The sweep logs once it is done.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = fs::read_to_string(fx.data_dir.join("daemon.log")).expect("daemon log");
+        if log.contains("removed 1 data files left behind by a crash") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no sweep reported:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!leftover.exists(), "the leftover data file was not swept");
+    assert!(data_file(&fx.data_dir, live).exists(), "the sweep took a live file's data file");
+    assert_eq!(fs::read(fx.p("live")).expect("read"), b"live bytes");
+}
