@@ -857,12 +857,17 @@ impl Drop for SocketFile {
 /// Removes, in the background, data files that a crash left behind after their inode was
 /// deleted (`Vfs::sweep_leftover_data_files`); one walk of the data dir per mount.
 fn spawn_sweep(vfs: Arc<Vfs>) {
-    let spawned =
-        std::thread::Builder::new().name("tierfs-sweep".into()).spawn(move || match vfs.sweep_leftover_data_files() {
-            Ok(0) => {}
-            Ok(n) => info!("removed {n} data files left behind by a crash (their files were already deleted)"),
+    let spawned = std::thread::Builder::new().name("tierfs-sweep".into()).spawn(move || {
+        let started = std::time::Instant::now();
+        match vfs.sweep_leftover_data_files() {
+            Ok(0) => tracing::debug!(millis = started.elapsed().as_millis(), "no leftover data files"),
+            Ok(n) => info!(
+                millis = started.elapsed().as_millis(),
+                "removed {n} data files left behind by a crash (their files were already deleted)"
+            ),
             Err(e) => warn!("sweeping leftover data files: {e}"),
-        });
+        }
+    });
     if let Err(e) = spawned {
         warn!("cannot start the sweep of leftover data files: {e}");
     }
