@@ -162,6 +162,12 @@ impl MetaStore {
         }
     }
 
+    /// Whether `ino` has a record, read from RocksDB without decoding it or filling the
+    /// inode cache (for walks over many inodes that are not about to be used).
+    pub fn inode_exists(&self, ino: Ino) -> Result<bool> {
+        Ok(self.db.get_pinned(codec::inode_key(ino))?.is_some())
+    }
+
     pub fn dentry(&self, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
         match self.db.get_pinned(codec::dentry_key(parent, name))? {
             None => Ok(None),

@@ -611,7 +611,7 @@ impl Vfs {
         let below = self.next_ino.load(Ordering::Relaxed);
         let mut removed = 0;
         for ino in self.hot.data_file_inos()? {
-            if ino < below && self.meta.inode(ino)?.is_none() {
+            if ino < below && !self.meta.inode_exists(ino)? {
                 self.hot.remove(ino)?;
                 removed += 1;
             }
