@@ -124,21 +124,15 @@ log "all runs: $total_ops operations in $((SECONDS - start_all))s"
 # fsx checked every read. A cache big enough to hold everything would pass
 # without testing that, so it fails instead.
 if [[ -n ${POSIX_STORE:-} && -z ${POSIX_DIR:-} ]]; then
-    for field in uploaded_bytes evicted_bytes fetched_bytes; do
-        printf -v "cold_$field" '%s' "$(posix_cold_stat "$field")"
-    done
-    # shellcheck disable=SC2154 # set by the printf -v above
-    log "cold tier: uploaded $cold_uploaded_bytes, evicted $cold_evicted_bytes, fetched $cold_fetched_bytes bytes"
-    if ((cold_fetched_bytes == 0)); then
+    fetched=$(posix_cold_stat fetched_bytes)
+    log "cold tier: uploaded $(posix_cold_stat uploaded_bytes), evicted $(posix_cold_stat evicted_bytes), fetched $fetched bytes"
+    if ((fetched == 0)); then
         failed+=(cold-tier)
         posix_fail
         log "cold tier: FAILED: nothing was fetched back from the store; make --cache-size smaller than the files"
     fi
 fi
 
-# Durability across a clean unmount: every file must read back the same
-# after unmount and mount (tierfs reopens its data directory). Skipped when
-# nothing was mounted.
 # mount_and_compare NAME WHAT: mount, compare every file with the checksums
 # taken before the first unmount, unmount. A difference fails the run as NAME.
 mount_and_compare() {
@@ -154,6 +148,9 @@ mount_and_compare() {
     posix_umount || die "unmount failed; logs: $POSIX_LOGS"
 }
 
+# Durability across a clean unmount: every file must read back the same
+# after unmount and mount (tierfs reopens its data directory). Skipped when
+# nothing was mounted.
 if [[ -z ${POSIX_DIR:-} ]]; then
     (cd "$POSIX_MNT" && sha256sum fsx-*) >"$POSIX_LOGS/before-umount.sha256"
     posix_umount || die "unmount failed; logs: $POSIX_LOGS"
