@@ -37,7 +37,8 @@ fi
 #   Python (PEP 668), and the venv brings its own pip.
 # e2fsprogs: chattr, with which a test makes a data file impossible to remove
 #   (the test skips without it; Debian installs it by default).
-PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv e2fsprogs)
+# openssl: the Garage start script makes its RPC secret and admin token with it.
+PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv e2fsprogs openssl)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -181,5 +182,28 @@ for tool in pjdfstest fsx; do
         env -u CARGO_TARGET_DIR cargo install --locked "$tool@$want"
     fi
 done
+
+# --- Garage: the distributed S3 engine users run ------------------------------
+# scripts/garage.sh (the `garage` step of scripts/test.sh) runs tierfs against a
+# 3-node Garage cluster on loopback. Garage is not a Debian package: cargo
+# builds it (about 12 minutes on two cores, once; CI's fresh clones reuse the
+# binary under $TOOLS_DIR). Pinned for the same reason as moto: the checks rely
+# on how this release treats conditional writes. SETUP_GARAGE=0 skips it.
+GARAGE_VERSION=2.5.0
+GARAGE_ROOT=$TOOLS_DIR/garage
+if [[ ${SETUP_GARAGE:-1} == 0 ]]; then
+    say "skipping Garage (SETUP_GARAGE=0)"
+else
+    garage_have=$("$GARAGE_ROOT/bin/garage" --version 2>/dev/null | awk '{print $2}' || true)
+    if [[ $garage_have == "cargo:$GARAGE_VERSION" ]]; then
+        say "Garage $GARAGE_VERSION present"
+    else
+        say "installing Garage $GARAGE_VERSION into $GARAGE_ROOT with cargo install (had: ${garage_have:-none}; about 12 minutes)"
+        mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
+        [[ -w $TOOLS_DIR ]] || "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
+        env -u CARGO_TARGET_DIR cargo install --locked --root "$GARAGE_ROOT" "garage@$GARAGE_VERSION"
+    fi
+    say "garage at $GARAGE_ROOT/bin/garage"
+fi
 
 say "done"

@@ -5,9 +5,9 @@
 #
 # Usage: scripts/test.sh [STEP...]
 #   Steps, in order: setup fmt clippy build test pjdfstest fsx pjdfstest-writeback
-#   fsx-writeback pjdfstest-store fsx-store (default: all; the *-writeback steps run the
-#   suites on a --writeback-cache mount, the *-store steps on a mount with a store and a
-#   4 MiB cache).
+#   fsx-writeback pjdfstest-store fsx-store garage (default: all; the *-writeback steps run
+#   the suites on a --writeback-cache mount, the *-store steps on a mount with a store and a
+#   4 MiB cache; garage runs scripts/garage.sh on a 3-node Garage cluster).
 #   `scripts/test.sh fmt clippy` runs just those two.
 #
 # Every step runs even when an earlier one failed, except that nothing runs
@@ -27,7 +27,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback pjdfstest-store fsx-store)
+ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback pjdfstest-store fsx-store garage)
 if (($# > 0)); then
     for s in "$@"; do
         [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || die "unknown step '$s' (steps: ${ALL_STEPS[*]})"
@@ -157,5 +157,9 @@ step fsx-writeback 1200 env POSIX_MOUNT_ARGS=--writeback-cache scripts/fsx.sh ||
 step pjdfstest-store 1200 env POSIX_STORE=1 scripts/pjdfstest.sh || true
 step fsx-store 1200 env POSIX_STORE=1 POSIX_MOUNT_ARGS="--cache-size 4M --dirty-age 1" FSX_OPS_PERCENT=25 \
     scripts/fsx.sh || true
+# tierfs on a 3-node Garage cluster (the distributed S3 engine users run; it ignores
+# conditional writes, so only lease fencing may mount): scripts/garage.sh's checks, small sizes.
+step garage 1200 env TIERFS_BIN_DIR="$CARGO_TARGET_DIR/debug" SIZE_MIB=64 CACHE_MIB=32 \
+    scripts/garage.sh "$(mktemp -d "${TMPDIR:-/tmp}/tierfs-garage-out.XXXXXX")" || true
 
 summary
