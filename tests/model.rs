@@ -1412,10 +1412,13 @@ fn hex_id(id: &[u8; 32]) -> String {
 }
 
 impl Real {
-    fn new(cold: bool) -> Result<Real, String> {
+    fn new(tier: Tier) -> Result<Real, String> {
         let dir = tempfile::tempdir().map_err(|err| format!("tempdir: {err}"))?;
-        let store = cold.then(|| {
+        let store = (tier != Tier::Hot).then(|| {
             let mut config = ColdConfig::new(Some(1));
+            // Every read of an evicted chunk streams (from blocks in memory), or none does
+            // (fetched chunks are written back into the data file).
+            config.stream_above = (tier == Tier::Streamed).then_some(0);
             config.seal_after = std::time::Duration::ZERO;
             config.uploaders = 2;
             config.prefetchers = 1;
@@ -1976,13 +1979,24 @@ fn tally(op: &Op, expect: &Expect) {
 
 /// Runs `ops` on the model and on a fresh `Vfs`, comparing after every step.
 fn run(ops: &[Op]) -> Result<(), String> {
-    run_on(ops, false)
+    run_on(ops, Tier::Hot)
 }
 
-/// The same with a cold tier that evicts everything it has sealed.
-fn run_on(ops: &[Op], cold: bool) -> Result<(), String> {
+/// Where the `Vfs` under test keeps file data.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tier {
+    /// The hot tier only.
+    Hot,
+    /// With a cold tier that evicts everything it seals; reads fetch chunks back into the cache.
+    Cached,
+    /// The same, and reads stream: fetched blocks are served from memory, never cached.
+    Streamed,
+}
+
+/// The same on the given tier.
+fn run_on(ops: &[Op], tier: Tier) -> Result<(), String> {
     let mut model = Model::new();
-    let mut real = Real::new(cold)?;
+    let mut real = Real::new(tier)?;
     let mut ids = Identity::default();
     let mut done: Vec<Op> = Vec::new();
     let mut times = check(&model, &real, &mut ids).map_err(|m| format!("initial state: {m}"))?;
@@ -2231,9 +2245,9 @@ fn arb_op() -> impl Strategy<Value = Op> {
     ])
 }
 
-/// Runs `cases` random sequences (unless PROPTEST_CASES says otherwise), with or without a
-/// cold tier, and panics with the shrunk failure.
-fn run_random_cases(cases: u32, cold: bool) {
+/// Runs `cases` random sequences (unless PROPTEST_CASES says otherwise) on `tier`, and
+/// panics with the shrunk failure.
+fn run_random_cases(cases: u32, tier: Tier) {
     let mut config = Config::default();
     if std::env::var_os("PROPTEST_CASES").is_none() {
         config.cases = cases;
@@ -2242,7 +2256,7 @@ fn run_random_cases(cases: u32, cold: bool) {
     config.failure_persistence = None;
     let mut runner = TestRunner::new(config);
     let result =
-        runner.run(&proptest::collection::vec(arb_op(), 1..=40), |ops| run_on(&ops, cold).map_err(TestCaseError::fail));
+        runner.run(&proptest::collection::vec(arb_op(), 1..=40), |ops| run_on(&ops, tier).map_err(TestCaseError::fail));
     match result {
         Ok(()) => {
             if std::env::var_os("MODEL_STATS").is_some() {
@@ -2258,12 +2272,17 @@ fn run_random_cases(cases: u32, cold: bool) {
 
 #[test]
 fn model_matches_vfs() {
-    run_random_cases(64, false);
+    run_random_cases(64, Tier::Hot);
 }
 
 #[test]
 fn model_matches_vfs_with_a_cold_tier_that_evicts_everything() {
-    run_random_cases(48, true);
+    run_random_cases(48, Tier::Cached);
+}
+
+#[test]
+fn model_matches_vfs_with_a_cold_tier_that_streams_every_read() {
+    run_random_cases(48, Tier::Streamed);
 }
 
 // ---- scenarios and regressions ------------------------------------------------------------
@@ -2501,6 +2520,74 @@ fn a_full_disk_does_not_make_a_sequential_read_fetch_chunks_again() {
     }
     let fetched = fs.stats().cold.expect("cold").fetched_bytes;
     assert!(fetched <= SIZE * 3 / 2, "{fetched} bytes fetched for a {SIZE}-byte sequential read");
+}
+
+/// A file larger than the stream limit (half the cache) is read from the store's blocks in
+/// memory: fetched once, never written into the cache. A write into it is seen at once, and
+/// after a truncate below the limit its chunks are fetched into the cache again.
+#[test]
+fn a_file_larger_than_the_stream_limit_is_read_without_caching_and_writes_are_seen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
+    let open = |cache: u64| {
+        let mut cold = ColdConfig::new(Some(cache));
+        cold.seal_after = std::time::Duration::ZERO;
+        cold.min_free_ratio = 0.0;
+        let mut config = VfsConfig::new(dir.path());
+        config.store = Some(AttachedStore { store: store.clone(), config: cold });
+        Vfs::new(config).expect("open")
+    };
+    const SIZE: u64 = 40 << 20;
+    const READ: u32 = 128 << 10;
+    // Different in every chunk (equal chunks would be one block).
+    let mut data: Vec<u8> = (0..SIZE).map(|i| ((i.wrapping_mul(2654435761) >> 11) ^ (i >> 20)) as u8).collect();
+    let cold = |fs: &Vfs| fs.stats().cold.expect("cold");
+    let ino = {
+        // Written and evicted at once (a 1-byte cache).
+        let fs = open(1);
+        let (attr, fh) = fs.create(&Caller::ROOT, ROOT_INO, b"big", 0o644, 0, libc::O_RDWR).expect("create");
+        for off in (0..SIZE).step_by(1 << 20) {
+            fs.write(attr.ino, fh, off, &data[off as usize..(off + (1 << 20)) as usize]).expect("write");
+        }
+        fs.release(attr.ino, fh).expect("release");
+        fs.flush_to_store(std::time::Duration::from_secs(60)).expect("flush");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while cold(&fs).evicted_bytes < SIZE {
+            assert!(std::time::Instant::now() < deadline, "not evicted: {:?}", fs.stats().cold);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        attr.ino
+    };
+    // A 16 MiB cache: files above 8 MiB stream.
+    let fs = open(16 << 20);
+    let fh = fs.open(&Caller::ROOT, ino, libc::O_RDWR).expect("open");
+    let read_all = |fs: &Vfs, data: &[u8]| {
+        for off in (0..data.len() as u64).step_by(READ as usize) {
+            let got = fs.read(ino, fh, off, READ).expect("read");
+            let want = &data[off as usize..(off as usize + READ as usize).min(data.len())];
+            assert!(got == want, "wrong bytes at {off} ({} bytes, {} wanted)", got.len(), want.len());
+        }
+    };
+    read_all(&fs, &data);
+    let after = cold(&fs);
+    assert!(after.streamed_bytes >= SIZE, "not streamed: {after:?}");
+    assert!(after.fetched_bytes <= SIZE * 3 / 2, "{} bytes fetched for {SIZE}", after.fetched_bytes);
+    assert_eq!(after.resident_bytes, 0, "a streamed read filled the cache: {after:?}");
+    assert_eq!(after.evicted_bytes, SIZE, "{after:?}");
+    // A write into a chunk the stream buffer holds: the chunk is cached and dirty from then on.
+    let at = (5 << 20) + 100;
+    fs.write(ino, fh, at, b"written after streaming").expect("write");
+    data[at as usize..at as usize + 23].copy_from_slice(b"written after streaming");
+    read_all(&fs, &data);
+    // Below the limit the file's chunks are fetched into the cache again.
+    fs.setattr(&Caller::ROOT, ino, &SetAttr { size: Some(6 << 20), ..SetAttr::default() }, Some(fh)).expect("truncate");
+    data.truncate(6 << 20);
+    let streamed = cold(&fs).streamed_bytes;
+    read_all(&fs, &data);
+    let last = cold(&fs);
+    assert_eq!(last.streamed_bytes, streamed, "streamed below the limit: {last:?}");
+    assert!(last.resident_bytes >= 6 << 20, "not cached: {last:?}");
+    fs.release(ino, fh).expect("release");
 }
 
 /// A data file whose removal never happened (a crash between an unlink's commit and the

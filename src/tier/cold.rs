@@ -20,7 +20,12 @@
 //!   fetches it (unless it overwrites the whole chunk);
 //! - an inode with dirty chunks carries a persistent dirty marker, so after a crash its chunks
 //!   are re-sealed (and a stale chunk record is never trusted over newer local bytes);
-//! - writers are throttled, never failed, while dirty bytes exceed the bound.
+//! - writers are throttled, never failed, while dirty bytes exceed the bound;
+//! - a file larger than [`ColdConfig::stream_above`] is *streamed*: the blocks its reads fetch
+//!   go to a small in-memory buffer keyed by block id, not into the data file, and its chunks
+//!   stay evicted. A read is served from that buffer only while its chunk is evicted, clean
+//!   and its record names that block, so the buffer can never show stale bytes (a write first
+//!   fetches the chunk into the data file and marks it dirty).
 //!
 //! The store is reached through [`BlockStore`] (blocking calls from worker threads), so this
 //! layer knows nothing of backends, encryption or async runtimes.
@@ -121,6 +126,11 @@ pub struct ColdConfig {
     pub prefetch_chunks: u64,
     /// Evict until at least this fraction of the disk is free.
     pub min_free_ratio: f64,
+    /// Reads of a file larger than this stream: fetched blocks stay in memory for the reader
+    /// and are not written to the hot tier (a file that cannot stay cached would only push
+    /// everything else out, and writing it costs the reader a copy through the page cache).
+    /// `None`: every fetched block is cached.
+    pub stream_above: Option<u64>,
 }
 
 impl ColdConfig {
@@ -134,6 +144,7 @@ impl ColdConfig {
             prefetchers: 4,
             prefetch_chunks: 16,
             min_free_ratio: 0.05,
+            stream_above: cache_size.map(|c| c / 2),
         }
     }
 }
@@ -155,6 +166,9 @@ pub struct ColdStats {
     /// Cached chunks that failed their check against the store at start (fetched again).
     #[serde(default)]
     pub verify_failures: u64,
+    /// Of `fetched_bytes`, those fetched for streamed reads (kept in memory, not cached).
+    #[serde(default)]
+    pub streamed_bytes: u64,
     pub last_error: Option<String>,
 }
 
@@ -202,6 +216,9 @@ struct FileState {
     dirty_since: Option<Instant>,
     open: bool,
     marked_dirty: bool,
+    /// Larger than [`ColdConfig::stream_above`] when last read: read-ahead fetches into the
+    /// stream buffer, not into the data file.
+    streaming: bool,
 }
 
 #[derive(Default)]
@@ -218,6 +235,32 @@ struct State {
     /// Files that may have dirty chunks (a superset: cleaned up as the uploaders look), so
     /// claiming work does not walk every file of a large workspace on every wake-up.
     dirty_inos: HashSet<Ino>,
+    /// Blocks fetched for streamed files (see the module invariants).
+    streamed: StreamBuffer,
+}
+
+/// Verified plaintext of recently fetched blocks of streamed files, by block id, least
+/// recently used dropped first. Content-addressed, so an entry is never stale; whether it may
+/// serve a read is decided by the chunk's state.
+#[derive(Default)]
+struct StreamBuffer {
+    blocks: HashMap<BlockId, (Arc<Vec<u8>>, u64)>,
+}
+
+impl StreamBuffer {
+    fn get(&mut self, id: &BlockId, tick: u64) -> Option<Arc<Vec<u8>>> {
+        let (data, used) = self.blocks.get_mut(id)?;
+        *used = tick;
+        Some(data.clone())
+    }
+
+    fn insert(&mut self, id: BlockId, data: Arc<Vec<u8>>, tick: u64, cap: usize) {
+        while self.blocks.len() >= cap.max(1) && !self.blocks.contains_key(&id) {
+            let Some(oldest) = self.blocks.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k) else { break };
+            self.blocks.remove(&oldest);
+        }
+        self.blocks.insert(id, (data, tick));
+    }
 }
 
 #[derive(Default)]
@@ -228,6 +271,7 @@ struct Counters {
     evictions: AtomicU64,
     upload_errors: AtomicU64,
     verify_failures: AtomicU64,
+    streamed_bytes: AtomicU64,
 }
 
 /// The cold tier of one workspace.
@@ -589,6 +633,157 @@ impl ColdTier {
         Ok(guard)
     }
 
+    /// Reads `range` of a file of `size` bytes that is larger than
+    /// [`ColdConfig::stream_above`] straight from the store's blocks, without caching them:
+    /// missed chunks are fetched into the stream buffer, read-ahead goes there too.
+    /// `None`: the file is not streamed, or part of the range is resident, dirty or a hole
+    /// with no record; the caller reads through [`ColdTier::begin_read`] instead.
+    pub fn read_streamed(&self, ino: Ino, range: Range<u64>, size: u64) -> Result<Option<Vec<u8>>, ColdError> {
+        if self.config.stream_above.is_none_or(|limit| size <= limit) {
+            return Ok(None);
+        }
+        let range = range.start..range.end.min(size);
+        if range.is_empty() {
+            return Ok(None);
+        }
+        let chunks = chunks_of(&range);
+        // The second pass finds what the first one fetched (unless other streams pushed it out
+        // of the buffer meanwhile: then the caller's cached read takes over).
+        for pass in 0..2 {
+            let missing = {
+                let mut st = self.state.lock();
+                let State { files, tick, streamed, prefetch, .. } = &mut *st;
+                *tick += 1;
+                let Some(f) = files.get_mut(&ino) else { return Ok(None) };
+                f.streaming = true;
+                let mut parts = Vec::new();
+                let mut missing = Vec::new();
+                for idx in chunks.clone() {
+                    let Some(rec) = f.chunks.get(&idx).filter(|c| c.evicted() && !c.dirty).and_then(|c| c.rec) else {
+                        return Ok(None);
+                    };
+                    if rec.block == ZERO_BLOCK {
+                        parts.push((idx, rec, None));
+                    } else if let Some(data) = streamed.get(&rec.block, *tick) {
+                        parts.push((idx, rec, Some(data)));
+                    } else {
+                        missing.push(idx);
+                    }
+                }
+                if missing.is_empty() {
+                    // Read-ahead once per chunk (when the read covers its first byte), or
+                    // after a miss.
+                    let queued = if pass > 0 || range.start % CHUNK_SIZE == 0 {
+                        self.queue_streamed_ahead(f, streamed, prefetch, ino, chunks.end)
+                    } else {
+                        false
+                    };
+                    drop(st);
+                    if queued {
+                        self.ahead.notify_all();
+                    }
+                    return Ok(Some(assemble(&range, &parts)));
+                }
+                missing
+            };
+            if pass > 0 {
+                break;
+            }
+            for idx in missing {
+                self.fetch_streamed(ino, idx)?;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Queues the chunks of a streamed file after `next` that are neither in the stream buffer
+    /// nor being fetched; whether anything was queued.
+    fn queue_streamed_ahead(
+        &self,
+        f: &FileState,
+        streamed: &StreamBuffer,
+        prefetch: &mut VecDeque<(Ino, u64)>,
+        ino: Ino,
+        next: u64,
+    ) -> bool {
+        let mut queued = false;
+        for idx in next..next + self.config.prefetch_chunks {
+            let Some(c) = f.chunks.get(&idx) else { break };
+            let wanted = c.evicted()
+                && !c.dirty
+                && !c.fetching
+                && c.rec.is_some_and(|r| r.block != ZERO_BLOCK && !streamed.blocks.contains_key(&r.block));
+            if wanted && !prefetch.contains(&(ino, idx)) {
+                prefetch.push_back((ino, idx));
+                queued = true;
+            }
+        }
+        queued
+    }
+
+    /// Fetches chunk `idx` of a streamed file into the stream buffer, or waits for whoever is
+    /// fetching it (read-ahead, usually) and then looks no further.
+    fn fetch_streamed(&self, ino: Ino, idx: u64) -> Result<(), ColdError> {
+        let rec = {
+            let mut st = self.state.lock();
+            match self.start_fetch(&mut st, ino, idx) {
+                Fetch::Done => return Ok(()),
+                Fetch::Mine(rec) => rec,
+                Fetch::Busy => {
+                    while st.files.get(&ino).and_then(|f| f.chunks.get(&idx)).is_some_and(|c| c.fetching) {
+                        self.changed.wait_for(&mut st, Duration::from_millis(100));
+                    }
+                    return Ok(());
+                }
+            }
+        };
+        let mut results = self.fetch_group(ino, &[(idx, rec)]);
+        let result = results.pop().unwrap_or_else(|| Err(ColdError::Store("not fetched".into())));
+        self.finish_streamed(ino, idx, &rec, result)
+    }
+
+    /// Ends a fetch for a streamed file: the chunk stays evicted, its block goes to the
+    /// stream buffer.
+    fn finish_streamed(
+        &self,
+        ino: Ino,
+        idx: u64,
+        rec: &ChunkRecord,
+        result: Result<Option<Vec<u8>>, ColdError>,
+    ) -> Result<(), ColdError> {
+        let result = result.and_then(|data| match data {
+            Some(data) if data.len() != rec.len as usize => {
+                Err(ColdError::WrongLength { ino, index: idx, got: data.len(), want: rec.len as usize })
+            }
+            other => Ok(other),
+        });
+        let mut st = self.state.lock();
+        st.tick += 1;
+        let State { files, tick, streamed, .. } = &mut *st;
+        if let Some(c) = files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) {
+            c.fetching = false;
+        }
+        let outcome = match result {
+            Ok(Some(data)) => {
+                let len = data.len() as u64;
+                streamed.insert(rec.block, Arc::new(data), *tick, self.stream_buffer_blocks());
+                self.counters.fetched_bytes.fetch_add(len, Ordering::Relaxed);
+                self.counters.streamed_bytes.fetch_add(len, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        drop(st);
+        self.changed.notify_all();
+        outcome
+    }
+
+    /// Blocks the stream buffer holds: what read-ahead keeps in flight, twice.
+    fn stream_buffer_blocks(&self) -> usize {
+        2 * (self.config.prefetch_chunks as usize).max(FETCH_GROUP * self.config.prefetchers.max(1))
+    }
+
     /// Fetches and pins every chunk of `ino` (lseek, warm-up).
     pub fn begin_read_all(&self, ino: Ino, file: &File) -> Result<ReadGuard<'_>, ColdError> {
         let end = match self.state.lock().files.get(&ino) {
@@ -612,6 +807,9 @@ impl ColdTier {
         }
         let State { files, dirty_bytes, resident_bytes, .. } = &mut *st;
         let Some(f) = files.get_mut(&ino) else { return };
+        if self.config.stream_above.is_none_or(|limit| new_size <= limit) {
+            f.streaming = false;
+        }
         let gone: Vec<u64> = f.chunks.range(first_gone..).map(|(i, _)| *i).collect();
         for idx in gone {
             if let Some(c) = f.chunks.remove(&idx) {
@@ -764,6 +962,7 @@ impl ColdTier {
             evictions: self.counters.evictions.load(Ordering::Relaxed),
             upload_errors: self.counters.upload_errors.load(Ordering::Relaxed),
             verify_failures: self.counters.verify_failures.load(Ordering::Relaxed),
+            streamed_bytes: self.counters.streamed_bytes.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
         }
     }
@@ -845,20 +1044,24 @@ impl ColdTier {
     /// Makes chunk `idx` of `ino` resident, fetching its block if it was evicted. Concurrent
     /// callers for one chunk share one fetch.
     fn hydrate(&self, ino: Ino, file: &File, idx: u64) -> Result<(), ColdError> {
-        let rec = {
-            let mut st = self.state.lock();
-            loop {
-                match self.start_fetch(&mut st, ino, idx) {
-                    Fetch::Done => return Ok(()),
-                    Fetch::Mine(rec) => break rec,
-                    Fetch::Busy => {
-                        self.changed.wait_for(&mut st, Duration::from_millis(100));
-                    }
-                }
-            }
-        };
+        let Some(rec) = self.claim_fetch(ino, idx) else { return Ok(()) };
         let result = self.fetch_into(ino, file, idx, &rec);
         self.finish_fetch(ino, idx, rec, result)
+    }
+
+    /// Claims the fetch of chunk `idx` of `ino`, waiting while someone else fetches it;
+    /// `None`: nothing to fetch (any more).
+    fn claim_fetch(&self, ino: Ino, idx: u64) -> Option<ChunkRecord> {
+        let mut st = self.state.lock();
+        loop {
+            match self.start_fetch(&mut st, ino, idx) {
+                Fetch::Done => return None,
+                Fetch::Mine(rec) => return Some(rec),
+                Fetch::Busy => {
+                    self.changed.wait_for(&mut st, Duration::from_millis(100));
+                }
+            }
+        }
     }
 
     /// Claims the fetch of chunk `idx` of `ino` if it is evicted and nobody fetches it yet.
@@ -924,43 +1127,97 @@ impl ColdTier {
     }
 
     /// Writes a fetched block into the chunk's hole.
-    fn store_fetched(&self, ino: Ino, file: &File, idx: u64, rec: &ChunkRecord, data: &[u8]) -> Result<(), ColdError> {
+    /// `fetched`: the bytes came from the store (not from the stream buffer).
+    fn store_fetched(
+        &self,
+        ino: Ino,
+        file: &File,
+        idx: u64,
+        rec: &ChunkRecord,
+        data: &[u8],
+        fetched: bool,
+    ) -> Result<(), ColdError> {
         if data.len() != rec.len as usize {
             return Err(ColdError::WrongLength { ino, index: idx, got: data.len(), want: rec.len as usize });
         }
         DataFile { file, ino }.write_at(idx * CHUNK_SIZE, data)?;
-        self.counters.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        if fetched {
+            self.counters.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
         Ok(())
     }
 
     fn fetch_into(&self, ino: Ino, file: &File, idx: u64, rec: &ChunkRecord) -> Result<(), ColdError> {
         // A zero block: the punched hole already reads as zeros.
         let Some(loc) = self.locate(ino, idx, rec)? else { return Ok(()) };
+        // A streamed file's block may be in memory already (a write into a streamed chunk).
+        let buffered = {
+            let mut st = self.state.lock();
+            let tick = st.tick;
+            st.streamed.get(&rec.block, tick)
+        };
+        if let Some(data) = buffered {
+            return self.store_fetched(ino, file, idx, rec, &data, false);
+        }
         let data = self.store.get_block(&rec.block, &loc)?;
-        self.store_fetched(ino, file, idx, rec, &data)
+        self.store_fetched(ino, file, idx, rec, &data, true)
     }
 
     /// Fetches several chunks of one file at once (read-ahead): blocks that lie next to each
     /// other in one pack come in one ranged GET.
     fn hydrate_group(&self, ino: Ino, file: &File, idxs: &[u64]) {
-        let mine: Vec<(u64, ChunkRecord)> = {
+        let (mine, streaming): (Vec<(u64, ChunkRecord)>, bool) = {
             let mut st = self.state.lock();
-            idxs.iter()
+            let streaming = st.files.get(&ino).is_some_and(|f| f.streaming);
+            let State { files, streamed, .. } = &*st;
+            // A streamed chunk whose block is in the buffer already needs nothing.
+            let buffered = |idx: &u64| {
+                streaming
+                    && files
+                        .get(&ino)
+                        .and_then(|f| f.chunks.get(idx))
+                        .and_then(|c| c.rec)
+                        .is_some_and(|r| streamed.blocks.contains_key(&r.block))
+            };
+            let wanted: Vec<u64> = idxs.iter().copied().filter(|idx| !buffered(idx)).collect();
+            let mine = wanted
+                .iter()
                 .filter_map(|&idx| match self.start_fetch(&mut st, ino, idx) {
                     Fetch::Mine(rec) => Some((idx, rec)),
                     _ => None,
                 })
-                .collect()
+                .collect();
+            (mine, streaming)
         };
+        let results = self.fetch_group(ino, &mine);
+        for ((idx, rec), result) in mine.into_iter().zip(results) {
+            let done = if streaming {
+                // A streamed file: the blocks go to the stream buffer, the chunks stay evicted.
+                self.finish_streamed(ino, idx, &rec, result)
+            } else {
+                let stored = result.and_then(|data| match data {
+                    Some(data) => self.store_fetched(ino, file, idx, &rec, &data, true),
+                    None => Ok(()),
+                });
+                self.finish_fetch(ino, idx, rec, stored)
+            };
+            if let Err(e) = done {
+                tracing::debug!("read-ahead of inode {ino} chunk {idx}: {e}");
+            }
+        }
+    }
+
+    /// The blocks of the claimed chunks `mine` of `ino`, in order (`None`: the zero block).
+    fn fetch_group(&self, ino: Ino, mine: &[(u64, ChunkRecord)]) -> Vec<Result<Option<Vec<u8>>, ColdError>> {
         let mut wanted = Vec::new();
-        let mut results: Vec<Option<Result<(), ColdError>>> = Vec::with_capacity(mine.len());
-        for (idx, rec) in &mine {
+        let mut results: Vec<Option<Result<Option<Vec<u8>>, ColdError>>> = Vec::with_capacity(mine.len());
+        for (idx, rec) in mine {
             match self.locate(ino, *idx, rec) {
                 Ok(Some(loc)) => {
                     wanted.push((results.len(), (rec.block, loc)));
                     results.push(None);
                 }
-                Ok(None) => results.push(Some(Ok(()))),
+                Ok(None) => results.push(Some(Ok(None))),
                 Err(e) => results.push(Some(Err(e))),
             }
         }
@@ -969,8 +1226,7 @@ impl ColdTier {
             match self.store.get_blocks(&blocks) {
                 Ok(datas) => {
                     for ((slot, _), data) in wanted.iter().zip(datas) {
-                        let (idx, rec) = &mine[*slot];
-                        results[*slot] = Some(self.store_fetched(ino, file, *idx, rec, &data));
+                        results[*slot] = Some(Ok(Some(data)));
                     }
                 }
                 Err(e) => {
@@ -981,12 +1237,7 @@ impl ColdTier {
                 }
             }
         }
-        for ((idx, rec), result) in mine.into_iter().zip(results) {
-            let result = result.unwrap_or_else(|| Err(ColdError::Store("not fetched".into())));
-            if let Err(e) = self.finish_fetch(ino, idx, rec, result) {
-                tracing::debug!("read-ahead of inode {ino} chunk {idx}: {e}");
-            }
-        }
+        results.into_iter().map(|r| r.unwrap_or_else(|| Err(ColdError::Store("not fetched".into())))).collect()
     }
 
     fn prefetch_loop(self: Arc<Self>) {
@@ -1371,6 +1622,32 @@ fn punch_out(
     c.local_len = 0;
     batch.set_chunk_residency(ino, idx, &r);
     Ok(())
+}
+
+/// A chunk of a streamed read: its index, record and block (`None`: the zero block).
+type StreamPart = (u64, ChunkRecord, Option<Arc<Vec<u8>>>);
+
+/// The bytes of `range` (inside the file) from the blocks of its chunks; bytes past a block's
+/// end are zeros.
+fn assemble(range: &Range<u64>, parts: &[StreamPart]) -> Vec<u8> {
+    let mut out = Vec::with_capacity((range.end - range.start) as usize);
+    for (idx, rec, data) in parts {
+        let chunk_start = idx * CHUNK_SIZE;
+        let from = range.start.max(chunk_start) - chunk_start;
+        let to = range.end.min(chunk_start + CHUNK_SIZE) - chunk_start;
+        let have = data.as_ref().map_or(0, |d| (u64::from(rec.len)).min(d.len() as u64));
+        if let Some(d) = data {
+            let copy_to = to.min(have);
+            if from < copy_to {
+                out.extend_from_slice(&d[from as usize..copy_to as usize]);
+            }
+        }
+        let zeros_from = from.max(have);
+        if zeros_from < to {
+            out.resize(out.len() + (to - zeros_from) as usize, 0);
+        }
+    }
+    out
 }
 
 fn read_full(file: &File, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<(), ColdError> {

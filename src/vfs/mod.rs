@@ -974,9 +974,17 @@ impl Vfs {
     }
 
     pub fn read(&self, ino: Ino, _fh: u64, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        let range = offset..offset.saturating_add(u64::from(size));
+        if let Some(cold) = &self.cold {
+            // A file too large to stay cached is read from the store's blocks in memory.
+            let file_size = self.record(ino)?.attr.size;
+            if let Some(data) = cold.read_streamed(ino, range.clone(), file_size)? {
+                return Ok(data);
+            }
+        }
         let file = self.open_file(ino)?;
         let _pinned = match &self.cold {
-            Some(cold) => Some(cold.begin_read(ino, &file, offset..offset.saturating_add(u64::from(size)))?),
+            Some(cold) => Some(cold.begin_read(ino, &file, range)?),
             None => None,
         };
         Ok(DataFile { file: &file, ino }.read_at(offset, size as usize)?)

@@ -550,10 +550,11 @@ pub fn format_status(report: &StatusReport) -> String {
         rows.push((
             "uploaded",
             format!(
-                "{} in {} packs; fetched {}",
+                "{} in {} packs; fetched {} ({} streamed, not cached)",
                 format_bytes(c.uploaded_bytes),
                 c.uploaded_packs,
-                format_bytes(c.fetched_bytes)
+                format_bytes(c.fetched_bytes),
+                format_bytes(c.streamed_bytes)
             ),
         ));
         if c.upload_errors > 0 {
