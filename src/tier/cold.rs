@@ -219,6 +219,8 @@ struct FileState {
     /// Larger than [`ColdConfig::stream_above`] when last read: read-ahead fetches into the
     /// stream buffer, not into the data file.
     streaming: bool,
+    /// Never streamed, whatever its size ([`ColdTier::keep_cached`]).
+    keep_cached: bool,
 }
 
 #[derive(Default)]
@@ -655,6 +657,9 @@ impl ColdTier {
                 let State { files, tick, streamed, prefetch, .. } = &mut *st;
                 *tick += 1;
                 let Some(f) = files.get_mut(&ino) else { return Ok(None) };
+                if f.keep_cached {
+                    return Ok(None);
+                }
                 f.streaming = true;
                 let mut parts = Vec::new();
                 let mut missing = Vec::new();
@@ -849,6 +854,14 @@ impl ColdTier {
         batch.delete_dirty(ino);
         drop(st);
         self.changed.notify_all();
+    }
+
+    /// Reads of `ino` are cached from now on, whatever its size (`tierfs warmup`).
+    pub fn keep_cached(&self, ino: Ino) {
+        let mut st = self.state.lock();
+        let f = st.files.entry(ino).or_default();
+        f.keep_cached = true;
+        f.streaming = false;
     }
 
     /// Whether `ino` has open handles (a closed file is sealed at once).

@@ -37,6 +37,11 @@ pub use types::*;
 /// busy inodes rarely share a stripe.
 pub const STRIPES: usize = 64;
 
+/// `ioctl(fd, IOCTL_KEEP_CACHED)` on a file of a tierfs mount (`_IO(0xB7, 1)`): its reads are
+/// cached from now on (until the mount ends) even if it is larger than the stream limit.
+/// `tierfs warmup` uses it, so that warming up a big file really fills the cache.
+pub const IOCTL_KEEP_CACHED: u32 = 0xB701;
+
 /// Most entries one readdir call returns: more than a kernel reply buffer holds, so each call
 /// fills one reply, and a listing of n entries costs O(n) rather than O(n²).
 const READDIR_BATCH: usize = 512;
@@ -1344,6 +1349,17 @@ impl Vfs {
         let mut b = MetaBatch::new();
         b.put_inode(&rec);
         self.meta.commit(b)?;
+        Ok(())
+    }
+
+    /// Reads of `ino` are cached from now on, whatever its size ([`IOCTL_KEEP_CACHED`]).
+    pub fn keep_cached(&self, ino: Ino) -> VfsResult<()> {
+        if self.record(ino)?.attr.kind != FileKind::File {
+            return Err(VfsError::Invalid("only regular files are cached"));
+        }
+        if let Some(cold) = &self.cold {
+            cold.keep_cached(ino);
+        }
         Ok(())
     }
 

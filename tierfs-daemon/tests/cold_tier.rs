@@ -412,3 +412,42 @@ fn copies_still_missing_at_unmount_are_repaired_by_the_next_mount() {
     }
     c.fx.umount();
 }
+
+/// A file larger than half the cache streams: a node with nothing local reads it from the
+/// store without filling its cache. `tierfs warmup` caches it all the same, and a read after
+/// that fetches nothing.
+#[test]
+fn a_file_larger_than_half_the_cache_streams_and_warmup_caches_it() {
+    let servers = servers(1);
+    let mut c = Cold::new(&servers, &[]);
+    c.mount("32M");
+    let big = c.fx.p("big.bin");
+    let data = content(7, 20 << 20);
+    write_file(&big, &data);
+    c.fx.umount();
+    // A fresh node: everything is in the store, nothing local.
+    c.fx.data_dir = c.fx.tmp.path().join("fresh-node");
+    c.mount("32M");
+    let cold =
+        |c: &Cold, field: &str| c.fx.status()["cold"][field].as_u64().unwrap_or_else(|| panic!("no cold.{field}"));
+
+    assert!(read_file(&big) == data, "streamed read differs");
+    let streamed = cold(&c, "streamed_bytes");
+    assert!(streamed >= data.len() as u64, "only {streamed} bytes streamed: {}", c.fx.status());
+    let resident = cold(&c, "resident_bytes");
+    assert!(resident < (data.len() / 2) as u64, "a streamed read filled the cache ({resident} bytes)");
+
+    let mut cmd = env(c.fx.tierfs());
+    cmd.arg("warmup").arg(&big);
+    let out = run(&mut cmd, Duration::from_secs(120));
+    out.assert_success("tierfs warmup");
+    assert!(!out.stderr.contains("warning"), "warmup warned: {}", out.stderr);
+    let resident = cold(&c, "resident_bytes");
+    assert!(resident >= data.len() as u64, "warmup left {resident} bytes cached: {}", c.fx.status());
+    assert_eq!(cold(&c, "streamed_bytes"), streamed, "warmup streamed");
+
+    let fetched = cold(&c, "fetched_bytes");
+    assert!(read_file(&big) == data, "cached read differs");
+    assert_eq!(cold(&c, "fetched_bytes"), fetched, "a warmed-up file was fetched again");
+    c.fx.umount();
+}

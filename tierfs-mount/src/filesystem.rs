@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use tierfs::vfs::{Attr, Caller, DataFileRemoval, SetAttr, Vfs, VfsError};
 
@@ -477,6 +477,26 @@ impl Filesystem for TierFuse {
     }
 
     /// The kernel sends only SEEK_DATA and SEEK_HOLE; it resolves the other whences itself.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if cmd != tierfs::vfs::IOCTL_KEEP_CACHED {
+            return reply.error(Errno::ENOTTY);
+        }
+        match self.vfs.keep_cached(ino.0) {
+            Ok(()) => reply.ioctl(0, &[]),
+            Err(err) => reply.error(fail("ioctl", &err)),
+        }
+    }
+
     fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         // With the writeback cache, written bytes may still sit in the kernel's page cache, and
         // the kernel does not flush them before FUSE_LSEEK: the data file would report a hole
