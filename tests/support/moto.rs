@@ -69,6 +69,8 @@ pub struct MotoServer {
     /// and signal it, and the server can be shared between threads.
     child: Mutex<Option<Child>>,
     launches: u32,
+    /// Answers one request at a time ([`MotoServer::start_serial`]).
+    serial: bool,
 }
 
 /// A response of the raw HTTP client.
@@ -118,14 +120,26 @@ impl MotoServer {
     /// Panics when the binary is missing (naming `scripts/setup-debian.sh`), or when the
     /// server does not come up within [`READY_TIMEOUT`] (with the end of its log).
     pub fn start() -> MotoServer {
+        MotoServer::start_with(false)
+    }
+
+    /// The same, serving one request at a time. moto checks `If-None-Match: *` and then stores
+    /// the object in two steps with no lock between them (moto/s3/responses.py, put_object),
+    /// so two conditional creates that overlap on one threaded server can both succeed; served
+    /// one at a time they cannot, as on S3. For tests that race conditional creates.
+    pub fn start_serial() -> MotoServer {
+        MotoServer::start_with(true)
+    }
+
+    fn start_with(serial: bool) -> MotoServer {
         let binary = moto_server_binary();
         let dir = make_temp_dir();
         let log = dir.join("moto.log");
         for attempt in 1..=START_ATTEMPTS {
             let port = free_port();
-            match launch(&binary, port, &log, attempt) {
+            match launch(&binary, port, &log, attempt, serial) {
                 Ok(child) => {
-                    return MotoServer { binary, port, dir, child: Mutex::new(Some(child)), launches: attempt };
+                    return MotoServer { binary, port, dir, child: Mutex::new(Some(child)), launches: attempt, serial };
                 }
                 Err(LaunchError::Exited(status)) if attempt < START_ATTEMPTS => {
                     eprintln!("moto: {} exited ({status}) on port {port}; trying another port", binary.display());
@@ -147,6 +161,17 @@ impl MotoServer {
         (0..n)
             .map(|_| {
                 let s = MotoServer::start();
+                s.create_bucket(bucket);
+                s
+            })
+            .collect()
+    }
+
+    /// `n` serial servers ([`MotoServer::start_serial`]), each with `bucket` created.
+    pub fn start_many_serial(n: usize, bucket: &str) -> Vec<MotoServer> {
+        (0..n)
+            .map(|_| {
+                let s = MotoServer::start_serial();
                 s.create_bucket(bucket);
                 s
             })
@@ -285,7 +310,7 @@ impl MotoServer {
         self.kill();
         self.launches += 1;
         let log = self.log_path();
-        match launch(&self.binary, self.port, &log, self.launches) {
+        match launch(&self.binary, self.port, &log, self.launches, self.serial) {
             Ok(child) => *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child),
             Err(err) => panic!(
                 "moto_server restart on 127.0.0.1:{} {}; log {}:\n{}",
@@ -404,8 +429,19 @@ fn make_temp_dir() -> PathBuf {
     dir
 }
 
-/// Spawns `moto_server` on `port` (output appended to `log`) and waits until it answers.
-fn launch(binary: &Path, port: u16, log: &Path, launch: u32) -> Result<Child, LaunchError> {
+/// Runs moto's server with werkzeug's `run_simple` told not to start a thread per request
+/// (werkzeug then also speaks HTTP/1.0, one request per connection, so no client can hold
+/// the only worker with a kept-alive connection). Arguments as for `moto_server`.
+const SERIAL_MOTO: &str = "import sys, werkzeug.serving as serving
+run_simple = serving.run_simple
+serving.run_simple = lambda *args, **kwargs: run_simple(*args, **dict(kwargs, threaded=False))
+from moto.server import main
+main(sys.argv[1:])";
+
+/// Spawns `moto_server` on `port` (output appended to `log`) and waits until it answers;
+/// `serial`: one request at a time (see [`MotoServer::start_serial`]), with the Python next
+/// to the `moto_server` script (its virtualenv), else `python3`.
+fn launch(binary: &Path, port: u16, log: &Path, launch: u32, serial: bool) -> Result<Child, LaunchError> {
     let mut out = OpenOptions::new()
         .create(true)
         .append(true)
@@ -413,7 +449,15 @@ fn launch(binary: &Path, port: u16, log: &Path, launch: u32) -> Result<Child, La
         .unwrap_or_else(|e| panic!("moto: open {}: {e}", log.display()));
     let _ = writeln!(out, "--- launch {launch}: {} -H 127.0.0.1 -p {port}", binary.display());
     let err = out.try_clone().unwrap_or_else(|e| panic!("moto: dup log file: {e}"));
-    let mut child = Command::new(binary)
+    let mut command = if serial {
+        let python = binary.with_file_name("python");
+        let mut c = Command::new(if python.exists() { python } else { PathBuf::from("python3") });
+        c.args(["-c", SERIAL_MOTO]);
+        c
+    } else {
+        Command::new(binary)
+    };
+    let mut child = command
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         // Unbuffered, so that the log is complete when a test panics.
         .env("PYTHONUNBUFFERED", "1")
