@@ -2480,6 +2480,23 @@ fn scenario_special_files_links_and_xattrs() {
     ]);
 }
 
+/// Creates `name` in the root with `data` (in 1 MiB writes), closes it, flushes it to the
+/// store and waits until all of it is evicted (the cache of `fs` must be tiny); its inode.
+fn write_and_evict(fs: &Vfs, name: &[u8], data: &[u8]) -> Ino {
+    let (attr, fh) = fs.create(&Caller::ROOT, ROOT_INO, name, 0o644, 0, libc::O_RDWR).expect("create");
+    for (i, piece) in data.chunks(1 << 20).enumerate() {
+        fs.write(attr.ino, fh, (i as u64) << 20, piece).expect("write");
+    }
+    fs.release(attr.ino, fh).expect("release");
+    fs.flush_to_store(std::time::Duration::from_secs(60)).expect("flush");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fs.stats().cold.expect("cold").evicted_bytes < data.len() as u64 {
+        assert!(std::time::Instant::now() < deadline, "not evicted: {:?}", fs.stats().cold);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    attr.ino
+}
+
 /// A disk below the free-space floor (filled by something else: here the floor is 100 %)
 /// must not make a sequential cold read evict what it just fetched and fetch it again.
 #[test]
@@ -2496,22 +2513,8 @@ fn a_full_disk_does_not_make_a_sequential_read_fetch_chunks_again() {
     };
     const SIZE: u64 = 40 << 20;
     let data: Vec<u8> = (0..SIZE).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
-    let ino = {
-        // Written and evicted at once (a 1-byte cache).
-        let fs = open(Some(1), 0.0);
-        let (attr, fh) = fs.create(&Caller::ROOT, ROOT_INO, b"big", 0o644, 0, libc::O_RDWR).expect("create");
-        for off in (0..SIZE).step_by(1 << 20) {
-            fs.write(attr.ino, fh, off, &data[off as usize..(off + (1 << 20)) as usize]).expect("write");
-        }
-        fs.release(attr.ino, fh).expect("release");
-        fs.flush_to_store(std::time::Duration::from_secs(60)).expect("flush");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while fs.stats().cold.expect("cold").evicted_bytes < SIZE {
-            assert!(std::time::Instant::now() < deadline, "not evicted: {:?}", fs.stats().cold);
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        attr.ino
-    };
+    // Written and evicted at once (a 1-byte cache).
+    let ino = write_and_evict(&open(Some(1), 0.0), b"big", &data);
     let fs = open(None, 1.0);
     let fh = fs.open(&Caller::ROOT, ino, libc::O_RDONLY).expect("open");
     for off in (0..SIZE).step_by(256 << 10) {
@@ -2542,22 +2545,8 @@ fn a_file_larger_than_the_stream_limit_is_read_without_caching_and_writes_are_se
     // Different in every chunk (equal chunks would be one block).
     let mut data: Vec<u8> = (0..SIZE).map(|i| ((i.wrapping_mul(2654435761) >> 11) ^ (i >> 20)) as u8).collect();
     let cold = |fs: &Vfs| fs.stats().cold.expect("cold");
-    let ino = {
-        // Written and evicted at once (a 1-byte cache).
-        let fs = open(1);
-        let (attr, fh) = fs.create(&Caller::ROOT, ROOT_INO, b"big", 0o644, 0, libc::O_RDWR).expect("create");
-        for off in (0..SIZE).step_by(1 << 20) {
-            fs.write(attr.ino, fh, off, &data[off as usize..(off + (1 << 20)) as usize]).expect("write");
-        }
-        fs.release(attr.ino, fh).expect("release");
-        fs.flush_to_store(std::time::Duration::from_secs(60)).expect("flush");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while cold(&fs).evicted_bytes < SIZE {
-            assert!(std::time::Instant::now() < deadline, "not evicted: {:?}", fs.stats().cold);
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        attr.ino
-    };
+    // Written and evicted at once (a 1-byte cache).
+    let ino = write_and_evict(&open(1), b"big", &data);
     // A 16 MiB cache: files above 8 MiB stream.
     let fs = open(16 << 20);
     let fh = fs.open(&Caller::ROOT, ino, libc::O_RDWR).expect("open");
