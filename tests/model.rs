@@ -2579,6 +2579,43 @@ fn a_file_larger_than_the_stream_limit_is_read_without_caching_and_writes_are_se
     fs.release(ino, fh).expect("release");
 }
 
+/// Read-ahead of a streamed file works without a data file: a node restored from the store
+/// has none for a file it never cached, and read-ahead used to skip such files, leaving every
+/// chunk to a demand fetch (a fresh node on Garage read at 90 instead of 240 MiB/s).
+#[test]
+fn read_ahead_of_a_streamed_file_needs_no_data_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
+    let open = |cache: u64| {
+        let mut cold = ColdConfig::new(Some(cache));
+        cold.seal_after = std::time::Duration::ZERO;
+        cold.min_free_ratio = 0.0;
+        let mut config = VfsConfig::new(dir.path());
+        config.store = Some(AttachedStore { store: store.clone(), config: cold });
+        Vfs::new(config).expect("open")
+    };
+    const SIZE: u64 = 24 << 20;
+    let data: Vec<u8> = (0..SIZE).map(|i| ((i.wrapping_mul(2654435761) >> 11) ^ (i >> 20)) as u8).collect();
+    let ino = write_and_evict(&open(1), b"big", &data);
+    let data_file = dir.path().join("data").join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"));
+    std::fs::remove_file(&data_file).unwrap_or_else(|e| panic!("remove {}: {e}", data_file.display()));
+    // A 16 MiB cache: the 24 MiB file streams.
+    let fs = open(16 << 20);
+    let fh = fs.open(&Caller::ROOT, ino, libc::O_RDONLY).expect("open");
+    assert!(fs.read(ino, fh, 0, 4096).expect("read") == data[..4096], "first bytes differ");
+    // One demand fetch (chunk 0); the read-ahead threads fetch the rest.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fs.stats().cold.expect("cold").streamed_bytes < SIZE {
+        assert!(std::time::Instant::now() < deadline, "no read-ahead: {:?}", fs.stats().cold);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for off in (0..SIZE).step_by(1 << 20) {
+        assert!(fs.read(ino, fh, off, 1 << 20).expect("read") == data[off as usize..(off + (1 << 20)) as usize]);
+    }
+    assert_eq!(fs.stats().cold.expect("cold").fetched_bytes, SIZE, "fetched twice");
+    fs.release(ino, fh).expect("release");
+}
+
 /// A data file whose removal never happened (a crash between an unlink's commit and the
 /// removal, simulated by dropping the removal unfinished) is found and removed by the sweep;
 /// live files, including one unlinked while open, keep theirs.

@@ -221,6 +221,8 @@ struct FileState {
     streaming: bool,
     /// Never streamed, whatever its size ([`ColdTier::keep_cached`]).
     keep_cached: bool,
+    /// The chunk after the last streamed read that queued read-ahead (plus one; 0: none yet).
+    stream_ahead_from: u64,
 }
 
 #[derive(Default)]
@@ -241,27 +243,41 @@ struct State {
     streamed: StreamBuffer,
 }
 
-/// Verified plaintext of recently fetched blocks of streamed files, by block id, least
-/// recently used dropped first. Content-addressed, so an entry is never stale; whether it may
-/// serve a read is decided by the chunk's state.
+/// Verified plaintext of recently fetched blocks of streamed files, by block id.
+/// Content-addressed, so an entry is never stale; whether it may serve a read is decided by
+/// the chunk's state. When full, blocks that were read already go first (least recently used
+/// first), then blocks fetched ahead and not read yet (oldest first): plain LRU dropped blocks
+/// fetched ahead before their reader got to them, while the blocks behind it, just read,
+/// looked recent.
 #[derive(Default)]
 struct StreamBuffer {
-    blocks: HashMap<BlockId, (Arc<Vec<u8>>, u64)>,
+    blocks: HashMap<BlockId, BufferedBlock>,
+}
+
+struct BufferedBlock {
+    data: Arc<Vec<u8>>,
+    /// Engine tick of the last use (or of the fetch).
+    used: u64,
+    /// Read at least once since it was fetched.
+    read: bool,
 }
 
 impl StreamBuffer {
     fn get(&mut self, id: &BlockId, tick: u64) -> Option<Arc<Vec<u8>>> {
-        let (data, used) = self.blocks.get_mut(id)?;
-        *used = tick;
-        Some(data.clone())
+        let block = self.blocks.get_mut(id)?;
+        block.used = tick;
+        block.read = true;
+        Some(block.data.clone())
     }
 
     fn insert(&mut self, id: BlockId, data: Arc<Vec<u8>>, tick: u64, cap: usize) {
         while self.blocks.len() >= cap.max(1) && !self.blocks.contains_key(&id) {
-            let Some(oldest) = self.blocks.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k) else { break };
-            self.blocks.remove(&oldest);
+            let Some(victim) = self.blocks.iter().min_by_key(|(_, b)| (!b.read, b.used)).map(|(k, _)| *k) else {
+                break;
+            };
+            self.blocks.remove(&victim);
         }
-        self.blocks.insert(id, (data, tick));
+        self.blocks.insert(id, BufferedBlock { data, used: tick, read: false });
     }
 }
 
@@ -676,9 +692,11 @@ impl ColdTier {
                     }
                 }
                 if missing.is_empty() {
-                    // Read-ahead once per chunk (when the read covers its first byte), or
-                    // after a miss.
-                    let queued = if pass > 0 || range.start % CHUNK_SIZE == 0 {
+                    // Read-ahead when the reader moves on to another chunk (wherever its read
+                    // starts: the kernel's read-ahead windows need not start at a chunk's first
+                    // byte), or after a miss.
+                    let queued = if pass > 0 || f.stream_ahead_from != chunks.end + 1 {
+                        f.stream_ahead_from = chunks.end + 1;
                         self.queue_streamed_ahead(f, streamed, prefetch, ino, chunks.end)
                     } else {
                         false
@@ -1178,10 +1196,15 @@ impl ColdTier {
 
     /// Fetches several chunks of one file at once (read-ahead): blocks that lie next to each
     /// other in one pack come in one ranged GET.
-    fn hydrate_group(&self, ino: Ino, file: &File, idxs: &[u64]) {
+    /// `file`: the data file, if there is one (a streamed file needs none: a node that has
+    /// never cached a byte of it has none).
+    fn hydrate_group(&self, ino: Ino, file: Option<&File>, idxs: &[u64]) {
         let (mine, streaming): (Vec<(u64, ChunkRecord)>, bool) = {
             let mut st = self.state.lock();
             let streaming = st.files.get(&ino).is_some_and(|f| f.streaming);
+            if !streaming && file.is_none() {
+                return;
+            }
             let State { files, streamed, .. } = &*st;
             // A streamed chunk whose block is in the buffer already needs nothing.
             let buffered = |idx: &u64| {
@@ -1206,15 +1229,18 @@ impl ColdTier {
         self.extend_to_pack_end(ino, &mut mine, streaming);
         let results = self.fetch_group(ino, &mine);
         for ((idx, rec), result) in mine.into_iter().zip(results) {
-            let done = if streaming {
+            let done = match file {
                 // A streamed file: the blocks go to the stream buffer, the chunks stay evicted.
-                self.finish_streamed(ino, idx, &rec, result)
-            } else {
-                let stored = result.and_then(|data| match data {
-                    Some(data) => self.store_fetched(ino, file, idx, &rec, &data, true),
-                    None => Ok(()),
-                });
-                self.finish_fetch(ino, idx, rec, stored)
+                _ if streaming => self.finish_streamed(ino, idx, &rec, result),
+                Some(file) => {
+                    let stored = result.and_then(|data| match data {
+                        Some(data) => self.store_fetched(ino, file, idx, &rec, &data, true),
+                        None => Ok(()),
+                    });
+                    self.finish_fetch(ino, idx, rec, stored)
+                }
+                // Not streamed and no data file: returned above, before claiming anything.
+                None => self.finish_fetch(ino, idx, rec, Err(ColdError::Store("no data file".into()))),
             };
             if let Err(e) = done {
                 tracing::debug!("read-ahead of inode {ino} chunk {idx}: {e}");
@@ -1310,9 +1336,9 @@ impl ColdTier {
                     self.ahead.wait_for(&mut st, Duration::from_millis(500));
                 }
             };
+            // A streamed file may have no data file (nothing of it was ever cached here).
             match self.hot.open_existing(ino) {
-                Ok(Some(file)) => self.hydrate_group(ino, &file, &idxs),
-                Ok(None) => {}
+                Ok(file) => self.hydrate_group(ino, file.as_ref(), &idxs),
                 Err(e) => tracing::debug!("read-ahead of inode {ino}: {e}"),
             }
         }
