@@ -2497,20 +2497,24 @@ fn write_and_evict(fs: &Vfs, name: &[u8], data: &[u8]) -> Ino {
     attr.ino
 }
 
+/// A `Vfs` on `dir` with a cold tier over `store` (sealing at once), a cache of `cache`
+/// bytes and the given free-space floor.
+fn cold_vfs(dir: &std::path::Path, store: &Arc<MemStore>, cache: Option<u64>, min_free_ratio: f64) -> Vfs {
+    let mut cold = ColdConfig::new(cache);
+    cold.seal_after = std::time::Duration::ZERO;
+    cold.min_free_ratio = min_free_ratio;
+    let mut config = VfsConfig::new(dir);
+    config.store = Some(AttachedStore { store: store.clone(), config: cold });
+    Vfs::new(config).expect("open")
+}
+
 /// A disk below the free-space floor (filled by something else: here the floor is 100 %)
 /// must not make a sequential cold read evict what it just fetched and fetch it again.
 #[test]
 fn a_full_disk_does_not_make_a_sequential_read_fetch_chunks_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
-    let open = |cache: Option<u64>, min_free_ratio: f64| {
-        let mut cold = ColdConfig::new(cache);
-        cold.seal_after = std::time::Duration::ZERO;
-        cold.min_free_ratio = min_free_ratio;
-        let mut config = VfsConfig::new(dir.path());
-        config.store = Some(AttachedStore { store: store.clone(), config: cold });
-        Vfs::new(config).expect("open")
-    };
+    let open = |cache: Option<u64>, min_free_ratio: f64| cold_vfs(dir.path(), &store, cache, min_free_ratio);
     const SIZE: u64 = 40 << 20;
     let data: Vec<u8> = (0..SIZE).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     // Written and evicted at once (a 1-byte cache).
@@ -2532,14 +2536,7 @@ fn a_full_disk_does_not_make_a_sequential_read_fetch_chunks_again() {
 fn a_file_larger_than_the_stream_limit_is_read_without_caching_and_writes_are_seen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
-    let open = |cache: u64| {
-        let mut cold = ColdConfig::new(Some(cache));
-        cold.seal_after = std::time::Duration::ZERO;
-        cold.min_free_ratio = 0.0;
-        let mut config = VfsConfig::new(dir.path());
-        config.store = Some(AttachedStore { store: store.clone(), config: cold });
-        Vfs::new(config).expect("open")
-    };
+    let open = |cache: u64| cold_vfs(dir.path(), &store, Some(cache), 0.0);
     const SIZE: u64 = 40 << 20;
     const READ: u32 = 128 << 10;
     // Different in every chunk (equal chunks would be one block).
@@ -2586,14 +2583,7 @@ fn a_file_larger_than_the_stream_limit_is_read_without_caching_and_writes_are_se
 fn read_ahead_of_a_streamed_file_needs_no_data_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
-    let open = |cache: u64| {
-        let mut cold = ColdConfig::new(Some(cache));
-        cold.seal_after = std::time::Duration::ZERO;
-        cold.min_free_ratio = 0.0;
-        let mut config = VfsConfig::new(dir.path());
-        config.store = Some(AttachedStore { store: store.clone(), config: cold });
-        Vfs::new(config).expect("open")
-    };
+    let open = |cache: u64| cold_vfs(dir.path(), &store, Some(cache), 0.0);
     const SIZE: u64 = 24 << 20;
     let data: Vec<u8> = (0..SIZE).map(|i| ((i.wrapping_mul(2654435761) >> 11) ^ (i >> 20)) as u8).collect();
     let ino = write_and_evict(&open(1), b"big", &data);
