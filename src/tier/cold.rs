@@ -221,8 +221,8 @@ struct FileState {
     streaming: bool,
     /// Never streamed, whatever its size ([`ColdTier::keep_cached`]).
     keep_cached: bool,
-    /// The chunk after the last streamed read that queued read-ahead (plus one; 0: none yet).
-    stream_ahead_from: u64,
+    /// The chunk after the last streamed read that queued read-ahead.
+    stream_ahead_from: Option<u64>,
 }
 
 #[derive(Default)]
@@ -695,8 +695,8 @@ impl ColdTier {
                     // Read-ahead when the reader moves on to another chunk (wherever its read
                     // starts: the kernel's read-ahead windows need not start at a chunk's first
                     // byte), or after a miss.
-                    let queued = if pass > 0 || f.stream_ahead_from != chunks.end + 1 {
-                        f.stream_ahead_from = chunks.end + 1;
+                    let queued = if pass > 0 || f.stream_ahead_from != Some(chunks.end) {
+                        f.stream_ahead_from = Some(chunks.end);
                         self.queue_streamed_ahead(f, streamed, prefetch, ino, chunks.end)
                     } else {
                         false
@@ -775,10 +775,8 @@ impl ColdTier {
         result: Result<Option<Vec<u8>>, ColdError>,
     ) -> Result<(), ColdError> {
         let result = result.and_then(|data| match data {
-            Some(data) if data.len() != rec.len as usize => {
-                Err(ColdError::WrongLength { ino, index: idx, got: data.len(), want: rec.len as usize })
-            }
-            other => Ok(other),
+            Some(data) => check_len(ino, idx, rec, &data).map(|()| Some(data)),
+            None => Ok(None),
         });
         let mut st = self.state.lock();
         st.tick += 1;
@@ -1168,9 +1166,7 @@ impl ColdTier {
         data: &[u8],
         fetched: bool,
     ) -> Result<(), ColdError> {
-        if data.len() != rec.len as usize {
-            return Err(ColdError::WrongLength { ino, index: idx, got: data.len(), want: rec.len as usize });
-        }
+        check_len(ino, idx, rec, data)?;
         DataFile { file, ino }.write_at(idx * CHUNK_SIZE, data)?;
         if fetched {
             self.counters.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -1199,12 +1195,16 @@ impl ColdTier {
     /// `file`: the data file, if there is one (a streamed file needs none: a node that has
     /// never cached a byte of it has none).
     fn hydrate_group(&self, ino: Ino, file: Option<&File>, idxs: &[u64]) {
-        let (mine, streaming): (Vec<(u64, ChunkRecord)>, bool) = {
+        // Where the blocks go: the data file, or (`None`) the stream buffer.
+        let (mut mine, into): (Vec<(u64, ChunkRecord)>, Option<&File>) = {
             let mut st = self.state.lock();
             let streaming = st.files.get(&ino).is_some_and(|f| f.streaming);
-            if !streaming && file.is_none() {
-                return;
-            }
+            let into = match file {
+                _ if streaming => None,
+                Some(file) => Some(file),
+                // Neither streamed nor cached here: nothing to fetch into.
+                None => return,
+            };
             let State { files, streamed, .. } = &*st;
             // A streamed chunk whose block is in the buffer already needs nothing.
             let buffered = |idx: &u64| {
@@ -1223,15 +1223,12 @@ impl ColdTier {
                     _ => None,
                 })
                 .collect();
-            (mine, streaming)
+            (mine, into)
         };
-        let mut mine = mine;
-        self.extend_to_pack_end(ino, &mut mine, streaming);
+        self.extend_to_pack_end(ino, &mut mine, into.is_none());
         let results = self.fetch_group(ino, &mine);
         for ((idx, rec), result) in mine.into_iter().zip(results) {
-            let done = match file {
-                // A streamed file: the blocks go to the stream buffer, the chunks stay evicted.
-                _ if streaming => self.finish_streamed(ino, idx, &rec, result),
+            let done = match into {
                 Some(file) => {
                     let stored = result.and_then(|data| match data {
                         Some(data) => self.store_fetched(ino, file, idx, &rec, &data, true),
@@ -1239,8 +1236,8 @@ impl ColdTier {
                     });
                     self.finish_fetch(ino, idx, rec, stored)
                 }
-                // Not streamed and no data file: returned above, before claiming anything.
-                None => self.finish_fetch(ino, idx, rec, Err(ColdError::Store("no data file".into()))),
+                // A streamed file: the blocks go to the stream buffer, the chunks stay evicted.
+                None => self.finish_streamed(ino, idx, &rec, result),
             };
             if let Err(e) = done {
                 tracing::debug!("read-ahead of inode {ino} chunk {idx}: {e}");
@@ -1692,6 +1689,15 @@ fn punch_out(
     c.local_len = 0;
     batch.set_chunk_residency(ino, idx, &r);
     Ok(())
+}
+
+/// A fetched block must have the length its chunk record names.
+fn check_len(ino: Ino, idx: u64, rec: &ChunkRecord, data: &[u8]) -> Result<(), ColdError> {
+    if data.len() == rec.len as usize {
+        Ok(())
+    } else {
+        Err(ColdError::WrongLength { ino, index: idx, got: data.len(), want: rec.len as usize })
+    }
 }
 
 /// A chunk of a streamed read: its index, record and block (`None`: the zero block).
