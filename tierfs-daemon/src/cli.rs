@@ -22,7 +22,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::mounts;
 use crate::paths;
-use crate::serve::MountConfig;
+use crate::serve::{MountConfig, StreamLimit};
 
 /// Exit status documentation shown at the end of `--help`.
 pub const EXIT_STATUS_HELP: &str = "\
@@ -517,6 +517,14 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub dirty_limit: Option<u64>,
 
+    /// With a store: reads of a file larger than this stream from the store without filling
+    /// the cache (the fetched blocks stay in memory for the reader only), so that one big
+    /// file read once does not push everything else out; `off` caches every read. `tierfs
+    /// warmup` caches a file whatever its size. Same units as --cache-size [default: half
+    /// of --cache-size; off without --cache-size].
+    #[arg(long, value_name = "SIZE|off", value_parser = parse_stream_limit)]
+    pub stream_above: Option<StreamLimit>,
+
     /// With a store: data still being written is uploaded once it is this old, even if its
     /// file stays open (closed files and full 4 MiB chunks go at once) [default: 0.5 with
     /// --store; 30 with the embedded store, which is on the same disk: a file rewritten in
@@ -640,6 +648,7 @@ impl MountArgs {
             snapshot: self.snapshot.clone(),
             fsync_remote: self.fsync_remote(),
             dirty_limit: self.dirty_limit,
+            stream_above: self.stream_above,
             dirty_age: self.dirty_age(),
             takeover: self.takeover,
         })
@@ -690,6 +699,11 @@ impl MountConfig {
         args.extend(["--fsync".into(), if self.fsync_remote { "remote" } else { "local" }.into()]);
         if let Some(limit) = self.dirty_limit {
             args.extend(["--dirty-limit".into(), limit.to_string().into()]);
+        }
+        match self.stream_above {
+            Some(StreamLimit::Off) => args.extend(["--stream-above".into(), "off".into()]),
+            Some(StreamLimit::Above(size)) => args.extend(["--stream-above".into(), size.to_string().into()]),
+            None => {}
         }
         args.extend(["--dirty-age".into(), format_secs(self.dirty_age).into()]);
         if self.takeover {
@@ -754,6 +768,14 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// Parses `--stream-above`: `off` or a size as [`parse_size`] reads it.
+pub fn parse_stream_limit(text: &str) -> Result<StreamLimit, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(StreamLimit::Off);
+    }
+    parse_size(text).map(StreamLimit::Above).map_err(|e| format!("{e} (or `off`)"))
+}
+
 /// Parses `--fencing`: `conditional` or `lease` (see `store::Fencing`).
 pub fn parse_fencing(s: &str) -> Result<tierfs::store::Fencing, String> {
     s.parse().map_err(|e: tierfs::store::StoreError| e.to_string())
@@ -802,6 +824,10 @@ mod tests {
 
     #[test]
     fn sizes() {
+        assert_eq!(parse_stream_limit("off"), Ok(StreamLimit::Off));
+        assert_eq!(parse_stream_limit("OFF"), Ok(StreamLimit::Off));
+        assert_eq!(parse_stream_limit("2G"), Ok(StreamLimit::Above(2 << 30)));
+        assert!(parse_stream_limit("never").unwrap_err().contains("`off`"));
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("4096B"), Ok(4096));
         assert_eq!(parse_size("1k"), Ok(1024));
@@ -937,6 +963,8 @@ mod tests {
             "--nonempty",
             "--flush-timeout",
             "7.5",
+            "--stream-above",
+            "1G",
         ];
         let mountpoint = dir.path().join("-dashed mount");
         let mut argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
@@ -948,6 +976,7 @@ mod tests {
         let config = cmd.mount.resolve(Some(&run)).unwrap();
         assert!(!config.allow_other);
         assert_eq!(config.cache_size, Some(3 << 29));
+        assert_eq!(config.stream_above, Some(StreamLimit::Above(1 << 30)));
 
         let mut daemon_argv: Vec<OsString> = vec!["tierfs-daemon".into()];
         daemon_argv.extend(config.to_daemon_args());

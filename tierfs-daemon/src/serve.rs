@@ -87,12 +87,21 @@ pub struct MountConfig {
     pub fsync_remote: bool,
     /// Bound on bytes written but not uploaded (`None`: the cold tier's default).
     pub dirty_limit: Option<u64>,
+    /// Reads of larger files stream past the cache (`None`: the cold tier's default).
+    pub stream_above: Option<StreamLimit>,
     /// Data of open files is uploaded once this old.
     pub dirty_age: Duration,
     /// Take the workspace over from a live lease.
     pub takeover: bool,
     /// Mount this snapshot read-only (its data dir is rebuilt from the store).
     pub snapshot: Option<String>,
+}
+
+/// `--stream-above`: reads of files larger than a size bypass the cache, or never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamLimit {
+    Off,
+    Above(u64),
 }
 
 impl MountConfig {
@@ -144,6 +153,11 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
             cold.max_dirty = limit.max(2 * tierfs::block::CHUNK_SIZE);
         }
         cold.seal_after = config.dirty_age;
+        match config.stream_above {
+            Some(StreamLimit::Off) => cold.stream_above = None,
+            Some(StreamLimit::Above(size)) => cold.stream_above = Some(size),
+            None => {}
+        }
         AttachedStore { store: Arc::new(blocks), config: cold }
     });
     let data_dir_context = || format!("opening data directory {}", config.data_dir.display());

@@ -40,11 +40,12 @@ impl Cold {
         Cold { fx, store_file }
     }
 
-    fn try_mount(&self, cache: &str, passphrase: &str) -> Output {
+    fn try_mount(&self, cache: &str, passphrase: &str, extra: &[&str]) -> Output {
         let mut cmd = env(self.fx.tierfs());
         cmd.env("TIERFS_PASSPHRASE", passphrase)
             .args(["--json", "mount", "--store"])
             .arg(&self.store_file)
+            .args(extra)
             .args(["--cache-size", cache, "--data-dir"])
             .arg(&self.fx.data_dir)
             .arg(&self.fx.mountpoint);
@@ -52,7 +53,12 @@ impl Cold {
     }
 
     fn mount(&mut self, cache: &str) {
-        let out = self.try_mount(cache, PASSPHRASE);
+        self.mount_with(cache, &[]);
+    }
+
+    /// [`Cold::mount`] with more `tierfs mount` options.
+    fn mount_with(&mut self, cache: &str, extra: &[&str]) {
+        let out = self.try_mount(cache, PASSPHRASE, extra);
         out.assert_success("tierfs mount --store");
         let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("mount --json");
         self.fx.daemon_pid = json["pid"].as_u64().map(|p| p as u32);
@@ -199,7 +205,7 @@ fn a_wrong_passphrase_is_refused_before_mounting() {
     let servers = servers(1);
     let c = Cold::new(&servers, &[]);
     let before = servers[0].dump_bucket(BUCKET);
-    let out = c.try_mount("64M", "not the passphrase");
+    let out = c.try_mount("64M", "not the passphrase", &[]);
     assert!(!out.success(), "mounted with a wrong passphrase");
     assert!(out.stderr.contains("wrong passphrase"), "unclear error: {}", out.stderr);
     assert!(!common::is_mounted(&c.fx.mountpoint), "left a mount behind");
@@ -449,5 +455,14 @@ fn a_file_larger_than_half_the_cache_streams_and_warmup_caches_it() {
     let fetched = cold(&c, "fetched_bytes");
     assert!(read_file(&big) == data, "cached read differs");
     assert_eq!(cold(&c, "fetched_bytes"), fetched, "a warmed-up file was fetched again");
+    c.fx.umount();
+
+    // `--stream-above off`: on another fresh node the same read fills the cache.
+    c.fx.data_dir = c.fx.tmp.path().join("caching-node");
+    c.mount_with("32M", &["--stream-above", "off"]);
+    assert!(read_file(&big) == data, "cached read differs");
+    assert_eq!(cold(&c, "streamed_bytes"), 0, "streamed with --stream-above off: {}", c.fx.status());
+    let fetched = cold(&c, "fetched_bytes");
+    assert!(fetched >= data.len() as u64, "only {fetched} bytes fetched: {}", c.fx.status());
     c.fx.umount();
 }
