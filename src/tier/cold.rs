@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::{DataFile, HotTier, HotTierError};
@@ -255,7 +256,7 @@ struct StreamBuffer {
 }
 
 struct BufferedBlock {
-    data: Arc<Vec<u8>>,
+    data: Bytes,
     /// Engine tick of the last use (or of the fetch).
     used: u64,
     /// Read at least once since it was fetched.
@@ -263,14 +264,14 @@ struct BufferedBlock {
 }
 
 impl StreamBuffer {
-    fn get(&mut self, id: &BlockId, tick: u64) -> Option<Arc<Vec<u8>>> {
+    fn get(&mut self, id: &BlockId, tick: u64) -> Option<Bytes> {
         let block = self.blocks.get_mut(id)?;
         block.used = tick;
         block.read = true;
         Some(block.data.clone())
     }
 
-    fn insert(&mut self, id: BlockId, data: Arc<Vec<u8>>, tick: u64, cap: usize) {
+    fn insert(&mut self, id: BlockId, data: Bytes, tick: u64, cap: usize) {
         while self.blocks.len() >= cap.max(1) && !self.blocks.contains_key(&id) {
             let Some(victim) = self.blocks.iter().min_by_key(|(_, b)| (!b.read, b.used)).map(|(k, _)| *k) else {
                 break;
@@ -656,7 +657,7 @@ impl ColdTier {
     /// missed chunks are fetched into the stream buffer, read-ahead goes there too.
     /// `None`: the file is not streamed, or part of the range is resident, dirty or a hole
     /// with no record; the caller reads through [`ColdTier::begin_read`] instead.
-    pub fn read_streamed(&self, ino: Ino, range: Range<u64>, size: u64) -> Result<Option<Vec<u8>>, ColdError> {
+    pub fn read_streamed(&self, ino: Ino, range: Range<u64>, size: u64) -> Result<Option<Bytes>, ColdError> {
         if self.config.stream_above.is_none_or(|limit| size <= limit) {
             return Ok(None);
         }
@@ -787,7 +788,7 @@ impl ColdTier {
         let outcome = match result {
             Ok(Some(data)) => {
                 let len = data.len() as u64;
-                streamed.insert(rec.block, Arc::new(data), *tick, self.stream_buffer_blocks());
+                streamed.insert(rec.block, Bytes::from(data), *tick, self.stream_buffer_blocks());
                 self.counters.fetched_bytes.fetch_add(len, Ordering::Relaxed);
                 self.counters.streamed_bytes.fetch_add(len, Ordering::Relaxed);
                 Ok(())
@@ -1701,11 +1702,18 @@ fn check_len(ino: Ino, idx: u64, rec: &ChunkRecord, data: &[u8]) -> Result<(), C
 }
 
 /// A chunk of a streamed read: its index, record and block (`None`: the zero block).
-type StreamPart = (u64, ChunkRecord, Option<Arc<Vec<u8>>>);
+type StreamPart = (u64, ChunkRecord, Option<Bytes>);
 
 /// The bytes of `range` (inside the file) from the blocks of its chunks; bytes past a block's
-/// end are zeros.
-fn assemble(range: &Range<u64>, parts: &[StreamPart]) -> Vec<u8> {
+/// end are zeros. A range inside one block's bytes is a view of the block, not a copy.
+fn assemble(range: &Range<u64>, parts: &[StreamPart]) -> Bytes {
+    if let [(idx, rec, Some(d))] = parts {
+        let chunk_start = idx * CHUNK_SIZE;
+        let (from, to) = (range.start - chunk_start, range.end - chunk_start);
+        if to <= u64::from(rec.len).min(d.len() as u64) {
+            return d.slice(from as usize..to as usize);
+        }
+    }
     let mut out = Vec::with_capacity((range.end - range.start) as usize);
     for (idx, rec, data) in parts {
         let chunk_start = idx * CHUNK_SIZE;
@@ -1723,7 +1731,7 @@ fn assemble(range: &Range<u64>, parts: &[StreamPart]) -> Vec<u8> {
             out.resize(out.len() + (to - zeros_from) as usize, 0);
         }
     }
-    out
+    Bytes::from(out)
 }
 
 fn read_full(file: &File, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<(), ColdError> {
@@ -1750,5 +1758,41 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         Ok(h) => h,
         // Thread creation fails only when the process is out of resources; nothing to salvage.
         Err(e) => panic!("cannot start a tierfs worker thread: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(len: u32) -> ChunkRecord {
+        ChunkRecord { block: [7; 32], len, resident: false }
+    }
+
+    #[test]
+    fn a_read_inside_one_block_is_a_view_of_it_and_anything_else_is_assembled() {
+        let block = Bytes::from((0..=255u8).cycle().take(1000).collect::<Vec<u8>>());
+        let base = CHUNK_SIZE; // chunk 1
+        let one = [(1, rec(1000), Some(block.clone()))];
+
+        let view = assemble(&(base + 10..base + 500), &one);
+        assert_eq!(&view[..], &block[10..500]);
+        assert_eq!(view.as_ptr(), block[10..].as_ptr(), "a copy where a view would do");
+
+        // Past the block's bytes: zeros, in a buffer of its own.
+        let past = assemble(&(base + 900..base + 1100), &one);
+        assert_eq!(&past[..100], &block[900..]);
+        assert!(past[100..].iter().all(|&b| b == 0) && past.len() == 200);
+
+        // Two chunks: the end of one block, then the start of the next.
+        let other = Bytes::from(vec![9u8; 64]);
+        let two =
+            [(0, rec(CHUNK_SIZE as u32), Some(Bytes::from(vec![1u8; CHUNK_SIZE as usize]))), (1, rec(64), Some(other))];
+        let joined = assemble(&(CHUNK_SIZE - 4..CHUNK_SIZE + 4), &two);
+        assert_eq!(&joined[..], &[1, 1, 1, 1, 9, 9, 9, 9]);
+
+        // The zero block (no data) reads as zeros.
+        let zero = assemble(&(base..base + 16), &[(1, rec(1000), None)]);
+        assert_eq!(&zero[..], &[0u8; 16]);
     }
 }

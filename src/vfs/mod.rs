@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::meta::{InodeRecord, MetaBatch, MetaStore};
@@ -978,7 +979,13 @@ impl Vfs {
         }
     }
 
-    pub fn read(&self, ino: Ino, _fh: u64, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+    pub fn read(&self, ino: Ino, fh: u64, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        self.read_bytes(ino, fh, offset, size).map(Vec::from)
+    }
+
+    /// [`Vfs::read`] without a copy where the bytes are in memory already (a streamed read
+    /// inside one block is a view of that block).
+    pub fn read_bytes(&self, ino: Ino, _fh: u64, offset: u64, size: u32) -> VfsResult<Bytes> {
         let range = offset..offset.saturating_add(u64::from(size));
         if let Some(cold) = &self.cold {
             // A file too large to stay cached is read from the store's blocks in memory.
@@ -992,7 +999,7 @@ impl Vfs {
             Some(cold) => Some(cold.begin_read(ino, &file, range)?),
             None => None,
         };
-        Ok(DataFile { file: &file, ino }.read_at(offset, size as usize)?)
+        Ok(Bytes::from(DataFile { file: &file, ino }.read_at(offset, size as usize)?))
     }
 
     pub fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> VfsResult<u32> {

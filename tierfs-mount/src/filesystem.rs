@@ -317,7 +317,7 @@ impl Filesystem for TierFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.vfs.read(ino.0, fh.0, offset, size) {
+        match self.vfs.read_bytes(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(err) => reply.error(fail("read", &err)),
         }
