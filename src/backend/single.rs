@@ -299,7 +299,10 @@ impl Backend {
         let path = self.path(key)?;
         let (store, path) = (&self.store, &path);
         let bytes = self
-            .run(Op::Get, key, move || async move { store.get_opts(path, GetOptions::default()).await?.bytes().await })
+            .run(Op::Get, key, move || {
+                let (store, path) = (store.clone(), path.clone());
+                on_runtime(async move { store.get_opts(&path, GetOptions::default()).await?.bytes().await })
+            })
             .await?;
         Ok(self.corrupt_if_faulty(bytes))
     }
@@ -316,9 +319,10 @@ impl Backend {
         }
         let (store, path, r) = (&self.store, &path, &range);
         let bytes = self
-            .run(Op::GetRange, key, move || async move {
+            .run(Op::GetRange, key, move || {
+                let (store, path) = (store.clone(), path.clone());
                 let opts = GetOptions { range: Some(GetRange::Bounded(r.clone())), ..GetOptions::default() };
-                store.get_opts(path, opts).await?.bytes().await
+                on_runtime(async move { store.get_opts(&path, opts).await?.bytes().await })
             })
             .await?;
         let want = range.end - range.start;
@@ -708,6 +712,25 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
         current = next;
     }
     current.to_string()
+}
+
+/// Runs `fut` as a task of the runtime and waits for it; dropped early (a timeout), the task
+/// is aborted. A body read this way is gathered by the runtime thread that reads the socket,
+/// instead of waking a thread blocked on the read (a fetch thread) for every chunk of it.
+async fn on_runtime<T: Send + 'static>(
+    fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
+) -> object_store::Result<T> {
+    struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+    impl<T> Drop for AbortOnDrop<T> {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = AbortOnDrop(tokio::spawn(fut));
+    match (&mut task.0).await {
+        Ok(result) => result,
+        Err(e) => Err(object_store::Error::Generic { store: "tierfs", source: Box::new(e) }),
+    }
 }
 
 #[cfg(test)]
