@@ -1398,9 +1398,11 @@ impl BlockStore for MemStore {
             })
             .collect())
     }
-    fn get_block(&self, id: &[u8; 32], _loc: &BlockLoc) -> Result<Vec<u8>, ColdError> {
+    fn get_block(&self, id: &[u8; 32], _loc: &BlockLoc) -> Result<bytes::Bytes, ColdError> {
         let map = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(id).cloned().ok_or_else(|| ColdError::Store(format!("no block {}", hex_id(id))))
+        map.get(id)
+            .map(|b| bytes::Bytes::copy_from_slice(b))
+            .ok_or_else(|| ColdError::Store(format!("no block {}", hex_id(id))))
     }
     fn pack_size(&self) -> usize {
         1 << 20

@@ -6,8 +6,9 @@
 //! - [`Backend`] wraps one `object_store` client with timeouts, retries with backoff, a circuit
 //!   breaker and test fault injection ([`Fault`]).
 //! - [`RedundantStore`] replicates small objects, replicates or erasure-codes packs, verifies
-//!   every read through a caller-supplied [`Verify`] callback, repairs what it finds damaged and
-//!   scrubs on request.
+//!   every read through a caller-supplied [`Verify`] callback (or, for pack ranges, an [`Open`]
+//!   callback that takes the bytes over and may decrypt them in place), repairs what it finds
+//!   damaged and scrubs on request.
 //!
 //! Bytes passed in are already encrypted by the caller: this layer never sees keys and never
 //! interprets content. All functions are async on the caller's tokio runtime; CPU-heavy erasure
@@ -26,7 +27,8 @@
 //! let store = RedundantStore::new(backends, Redundancy::Erasure { data: 2, parity: 1 })?;
 //! let pack = Bytes::from(vec![7u8; 1000]);
 //! store.put_pack("packs/ab/abcd", pack.clone()).await?;
-//! let part = store.get_pack_range("packs/ab/abcd", 1000, 400..600, &|_| true).await?;
+//! // The check takes the bytes over: it may decrypt them where they lie.
+//! let part = store.get_pack_range("packs/ab/abcd", 1000, 400..600, &Some).await?;
 //! assert_eq!(part, pack.slice(400..600));
 //! # Ok::<(), tierfs::backend::BackendError>(())
 //! # })?;
@@ -42,7 +44,7 @@ mod single;
 mod spec;
 
 pub use error::BackendError;
-pub use redundant::{BackendHealth, CreateOutcome, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
+pub use redundant::{BackendHealth, CreateOutcome, Open, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
 pub use repair::{SavedRepair, SavedSource};
 pub use single::{Backend, Fault, ObjectInfo};
 pub use spec::{BackendOptions, BackendSpec, Credentials, DEFAULT_REGION};

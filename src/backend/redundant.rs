@@ -130,6 +130,11 @@ pub enum CreateOutcome {
 /// The caller's check of bytes read back (AEAD tag, content hash).
 pub type Verify<'a> = &'a (dyn Fn(&[u8]) -> bool + Send + Sync);
 
+/// The caller's check of a pack range read back that takes the bytes over: `Some` with what
+/// it made of them (say, the plaintext, decrypted where the bytes lie), `None` if they fail.
+/// A failed copy's bytes are never used again, so the callback may leave them as it likes.
+pub type Open<'a, T> = &'a (dyn Fn(Bytes) -> Option<T> + Send + Sync);
+
 /// One backend's state, for status displays.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendHealth {
@@ -713,29 +718,35 @@ impl RedundantStore {
 
     // ----- packs -----
 
-    /// Reads `range` of a pack of `pack_len` bytes (the length this layer stored).
+    /// Reads `range` of a pack of `pack_len` bytes (the length this layer stored) and returns
+    /// what `open` makes of it.
     ///
-    /// Replicas: a range GET from the first available replica whose bytes pass `verify`; earlier
+    /// `open` gets each candidate's bytes by value, so it can decrypt them where they lie (a
+    /// body read from one GET is held by nothing else). Replicas: a range GET from the first
+    /// available replica whose bytes pass `open`; earlier
     /// bad or missing replicas are rewritten from a whole copy of the good one. Erasure: range
-    /// GETs of the data shard(s) holding the range; if one fails or `verify` rejects the result,
+    /// GETs of the data shard(s) holding the range; if one fails or `open` rejects the result,
     /// whole shards are fetched, checked by their trailers, the pack rebuilt from any `k` good
     /// ones, the range served and the bad or missing shards rewritten.
-    pub async fn get_pack_range(
+    pub async fn get_pack_range<T>(
         &self,
         key: &str,
         pack_len: u64,
         range: Range<u64>,
-        verify: Verify<'_>,
-    ) -> Result<Bytes, BackendError> {
+        open: Open<'_, T>,
+    ) -> Result<T, BackendError> {
         validate_key(key)?;
         if range.start > range.end || range.end > pack_len {
             return Err(BackendError::BadRange { key: key.to_string(), range, len: pack_len });
         }
         if range.is_empty() {
-            return Ok(Bytes::new());
+            return open(Bytes::new()).ok_or_else(|| BackendError::Corrupt {
+                key: key.to_string(),
+                reason: "an empty range failed verification".into(),
+            });
         }
         let Some(codec) = self.codec.clone() else {
-            return self.get_replicated_range(key, pack_len, range, verify).await;
+            return self.get_replicated_range(key, pack_len, range, open).await;
         };
 
         // Fast path: only the data shards holding the range, no decoding.
@@ -754,8 +765,8 @@ impl RedundantStore {
             } else {
                 Bytes::from(parts.concat())
             };
-            if verify(&bytes) {
-                return Ok(bytes);
+            if let Some(opened) = open(bytes) {
+                return Ok(opened);
             }
             fast_error = Some("range failed verification".to_string());
         } else if let Some(Err(e)) = reads.into_iter().find(Result::is_err) {
@@ -767,17 +778,16 @@ impl RedundantStore {
         let (pack, copies) = self.read_erasure(key, pack_len, true).await?;
         let start = usize::try_from(range.start).map_err(|_| BackendError::Internal("range too large".into()))?;
         let end = usize::try_from(range.end).map_err(|_| BackendError::Internal("range too large".into()))?;
-        let bytes = Bytes::copy_from_slice(&pack[start..end]);
-        if !verify(&bytes) {
+        let Some(opened) = open(Bytes::copy_from_slice(&pack[start..end])) else {
             return Err(BackendError::Corrupt {
                 key: key.to_string(),
                 reason: "the range rebuilt from shards with valid hashes fails verification; the pack was stored \
                          damaged"
                     .into(),
             });
-        }
+        };
         self.repair_shards(key, pack, &copies).await;
-        Ok(bytes)
+        Ok(opened)
     }
 
     /// The whole pack (used by scrub and repacking); `verify` is called on the whole pack.
@@ -799,26 +809,26 @@ impl RedundantStore {
         Ok(Bytes::from(pack))
     }
 
-    async fn get_replicated_range(
+    async fn get_replicated_range<T>(
         &self,
         key: &str,
         pack_len: u64,
         range: Range<u64>,
-        verify: Verify<'_>,
-    ) -> Result<Bytes, BackendError> {
+        open: Open<'_, T>,
+    ) -> Result<T, BackendError> {
         let placement = self.object_placement(key);
         let mut damaged = Vec::new();
         let mut bad = Vec::new();
         let mut unreachable = Vec::new();
         for b in self.read_order(&placement) {
-            match self.backends[b].get_range(key, range.clone()).await {
-                Ok(bytes) if verify(&bytes) => {
+            match self.backends[b].get_range(key, range.clone()).await.map(open) {
+                Ok(Some(opened)) => {
                     if !damaged.is_empty() {
                         self.repair_from(b, key, pack_len, &damaged).await;
                     }
-                    return Ok(bytes);
+                    return Ok(opened);
                 }
-                Ok(_) => {
+                Ok(None) => {
                     bad.push(format!("{}: range failed verification", self.backends[b].name()));
                     damaged.push(b);
                 }
@@ -850,11 +860,8 @@ impl RedundantStore {
         // Missing everywhere it should be: maybe stored before the backend list changed.
         let whole = self.get_replicated(key, Some(pack_len), &|_| true).await?;
         let part = whole.slice(range.start as usize..range.end as usize);
-        if verify(&part) {
-            Ok(part)
-        } else {
-            Err(BackendError::Corrupt { key: key.to_string(), reason: "range failed verification".into() })
-        }
+        open(part)
+            .ok_or_else(|| BackendError::Corrupt { key: key.to_string(), reason: "range failed verification".into() })
     }
 
     /// Copies the whole object from backend `source` to `targets` (read repair after a range read).
@@ -1394,6 +1401,11 @@ mod tests {
         move |got: &[u8]| got == &want[..]
     }
 
+    /// `exactly` for `get_pack_range`: the bytes themselves when they are `want`.
+    fn exact_range(want: Bytes) -> impl Fn(Bytes) -> Option<Bytes> + Send + Sync {
+        move |got: Bytes| (got == want).then_some(got)
+    }
+
     async fn raw(s: &RedundantStore, b: usize, key: &str) -> Option<Bytes> {
         s.backends()[b].get(key).await.ok()
     }
@@ -1538,18 +1550,20 @@ mod tests {
         s.put_pack("packs/aa/p1", data.clone()).await.unwrap();
         let p = s.object_placement("packs/aa/p1");
         let want = data.slice(100..4000);
-        assert_eq!(s.get_pack_range("packs/aa/p1", 5000, 100..4000, &exactly(want.clone())).await.unwrap(), want);
+        assert_eq!(s.get_pack_range("packs/aa/p1", 5000, 100..4000, &exact_range(want.clone())).await.unwrap(), want);
 
         s.backends()[p[0]].put("packs/aa/p1", pack(5000, 9)).await.unwrap();
-        assert_eq!(s.get_pack_range("packs/aa/p1", 5000, 100..4000, &exactly(want.clone())).await.unwrap(), want);
+        assert_eq!(s.get_pack_range("packs/aa/p1", 5000, 100..4000, &exact_range(want.clone())).await.unwrap(), want);
         assert_eq!(raw(&s, p[0], "packs/aa/p1").await, Some(data.clone()), "whole copy repaired");
 
         assert_eq!(s.get_pack("packs/aa/p1", 5000, &exactly(data.clone())).await.unwrap(), data);
         let short = s.get_pack("packs/aa/p1", 4999, &|_| true).await.unwrap_err();
         assert!(matches!(short, BackendError::Corrupt { .. }), "{short:?}");
-        let bad = s.get_pack_range("packs/aa/p1", 5000, 10..5001, &|_| true).await.unwrap_err();
+        let bad = s.get_pack_range("packs/aa/p1", 5000, 10..5001, &Some).await.unwrap_err();
         assert!(matches!(bad, BackendError::BadRange { .. }), "{bad:?}");
-        assert_eq!(s.get_pack_range("packs/aa/p1", 5000, 7..7, &|_| false).await.unwrap(), Bytes::new());
+        assert_eq!(s.get_pack_range("packs/aa/p1", 5000, 7..7, &Some).await.unwrap(), Bytes::new());
+        let empty_refused = s.get_pack_range("packs/aa/p1", 5000, 7..7, &|_| None::<Bytes>).await.unwrap_err();
+        assert!(matches!(empty_refused, BackendError::Corrupt { .. }), "{empty_refused:?}");
     }
 
     async fn check_erasure_round_trip(s: &RedundantStore, len: usize) {
@@ -1564,7 +1578,7 @@ mod tests {
         let n = len as u64;
         for r in [0..n, 0..1, n - 1..n, n / 3..n / 3 * 2, 1..n - 1].into_iter().filter(|r| r.start < r.end) {
             let want = data.slice(r.start as usize..r.end as usize);
-            let got = s.get_pack_range(&key, n, r.clone(), &exactly(want.clone())).await.unwrap();
+            let got = s.get_pack_range(&key, n, r.clone(), &exact_range(want.clone())).await.unwrap();
             assert_eq!(got, want, "range {r:?} of {len}");
         }
         assert_eq!(s.get_pack(&key, n, &exactly(data.clone())).await.unwrap(), data);
@@ -1594,7 +1608,8 @@ mod tests {
         s.put_pack("packs/big/1", data.clone()).await.unwrap();
         s.backends()[s.shard_backend("packs/big/1", 0)].delete("packs/big/1.s0").await.unwrap();
         let want = data.slice(1_000_000..2_000_000);
-        let got = s.get_pack_range("packs/big/1", 3 << 20, 1_000_000..2_000_000, &exactly(want.clone())).await.unwrap();
+        let got =
+            s.get_pack_range("packs/big/1", 3 << 20, 1_000_000..2_000_000, &exact_range(want.clone())).await.unwrap();
         assert_eq!(got, want);
         assert!(raw(&s, s.shard_backend("packs/big/1", 0), "packs/big/1.s0").await.is_some(), "shard rebuilt");
     }
@@ -2021,7 +2036,7 @@ mod tests {
         send(s.put_object("k", Bytes::new()));
         send(s.put_pack("k", Bytes::new()));
         send(s.get_object("k", v));
-        send(s.get_pack_range("k", 1, 0..1, v));
+        send(s.get_pack_range("k", 1, 0..1, &Some));
         send(s.get_pack("k", 1, v));
         send(s.scrub_object("k", v, true));
         send(s.scrub_pack("k", 1, v, true));
@@ -2082,7 +2097,7 @@ mod tests {
                 let a = range.0.index(len) as u64;
                 let z = a + 1 + range.1.index(len - a as usize) as u64;
                 let want = data.slice(a as usize..z as usize);
-                let got = s.get_pack_range("packs/pp/x", len as u64, a..z, &exactly(want.clone())).await.unwrap();
+                let got = s.get_pack_range("packs/pp/x", len as u64, a..z, &exact_range(want.clone())).await.unwrap();
                 assert_eq!(got, want);
                 assert_eq!(s.get_pack("packs/pp/x", len as u64, &exactly(data.clone())).await.unwrap(), data);
 

@@ -22,7 +22,7 @@
 //! Invariants: a pack and its index segment are written before any metadata refers to their
 //! blocks; packs are never modified after upload (only deleted by garbage collection).
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::crypto::{CryptoError, Hash, Keys, ObjectKind, sealed_len};
 
@@ -198,6 +198,24 @@ impl PackBuilder {
 /// plaintext must hash to `id` under this store's key.
 pub fn open_block(keys: &Keys, id: &BlockId, sealed: &[u8]) -> Result<Vec<u8>> {
     let plain = keys.open(ObjectKind::Block, id, sealed)?;
+    if &keys.block_id(&plain) != id {
+        return Err(BlockError::BadBlock { block: hex::encode(id), reason: "content does not match its id".into() });
+    }
+    Ok(plain)
+}
+
+/// Like [`open_block`], but decrypting where the bytes lie when nothing else holds them (a
+/// body just read from a backend), and in a copy only when they are shared. The plaintext is
+/// a view of that buffer.
+pub fn open_block_bytes(keys: &Keys, id: &BlockId, sealed: Bytes) -> Result<Bytes> {
+    open_block_in(keys, id, sealed.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..])))
+}
+
+/// [`open_block`] on a buffer of its own: decrypted in place, checked against `id`, and the
+/// plaintext returned as a view of the same memory.
+pub fn open_block_in(keys: &Keys, id: &BlockId, mut sealed: BytesMut) -> Result<Bytes> {
+    let plain = keys.open_in_place(ObjectKind::Block, id, &mut sealed)?;
+    let plain = sealed.freeze().slice(plain);
     if &keys.block_id(&plain) != id {
         return Err(BlockError::BadBlock { block: hex::encode(id), reason: "content does not match its id".into() });
     }

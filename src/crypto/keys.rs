@@ -22,6 +22,7 @@
 //!   `aes-gcm`, which only wraps data keys now): every stored byte passes through it twice.
 //!   ring does not wipe its key schedule on drop; the data key and subkeys are wiped.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
@@ -180,6 +181,25 @@ impl Keys {
     }
 }
 
+impl Keys {
+    /// Like [`Keys::open`], decrypting the envelope where it lies instead of in a copy: on
+    /// success the plaintext is `sealed[range]` for the returned range; on failure nothing of
+    /// what AES-GCM left after the header is kept (it is zeroed). Same errors as `open`.
+    pub fn open_in_place(&self, kind: ObjectKind, name: &[u8], sealed: &mut [u8]) -> Result<Range<usize>, CryptoError> {
+        let Envelope { nonce, body, .. } = split_envelope(kind, sealed)?;
+        let (nonce, plain) = (*nonce, HEADER_LEN..HEADER_LEN + body.len());
+        // Ciphertext and tag follow the header back to back, as ring wants them.
+        let body_and_tag = &mut sealed[HEADER_LEN..];
+        match self.aead.open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad(kind, name)), body_and_tag) {
+            Ok(_) => Ok(plain),
+            Err(ring::error::Unspecified) => {
+                body_and_tag.zeroize();
+                Err(CryptoError::Authentication { kind })
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Keys { .. }")
@@ -238,6 +258,33 @@ mod tests {
         fn check<T: Send + Sync + Clone + 'static>() {}
         check::<Keys>();
         assert_eq!(format!("{:?}", keys(1)), "Keys { .. }");
+    }
+
+    #[test]
+    fn opening_in_place_matches_open_and_refuses_what_open_refuses() {
+        let k = keys(1);
+        for len in [0, 1, 17, 4096, 1 << 20] {
+            let plaintext: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let sealed = k.seal(ObjectKind::Block, b"name", &plaintext);
+            let mut buf = sealed.clone();
+            let range = k.open_in_place(ObjectKind::Block, b"name", &mut buf).unwrap();
+            assert_eq!(&buf[range], &plaintext[..]);
+
+            // Another name, a flipped bit, another key: refused, and no plaintext is left.
+            for (key, name, flip) in
+                [(&k, &b"other"[..], None), (&k, &b"name"[..], Some(sealed.len() / 2)), (&keys(2), &b"name"[..], None)]
+            {
+                let mut buf = sealed.clone();
+                if let Some(at) = flip {
+                    buf[at] ^= 1;
+                }
+                let err = key.open_in_place(ObjectKind::Block, name, &mut buf).unwrap_err();
+                assert!(matches!(err, CryptoError::Authentication { .. }), "{err:?}");
+                assert!(buf[HEADER_LEN..].iter().all(|&b| b == 0), "the failed body is zeroed");
+            }
+        }
+        let mut short = vec![0u8; HEADER_LEN + TAG_LEN - 1];
+        assert!(matches!(k.open_in_place(ObjectKind::Block, b"n", &mut short), Err(CryptoError::Truncated { .. })));
     }
 
     #[test]

@@ -25,7 +25,7 @@
 
 pub mod config;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redundancy, RedundantStore, ScrubOutcome};
@@ -234,28 +234,19 @@ impl Store {
         Ok(pack.blocks)
     }
 
-    /// Fetches one block with a range GET of its pack, verified before it is returned.
-    pub async fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Vec<u8>> {
-        let plain = parking_lot::Mutex::new(None);
-        let verify = |bytes: &[u8]| match block::open_block(&self.keys, id, bytes) {
-            Ok(p) => {
-                *plain.lock() = Some(p);
-                true
-            }
-            Err(_) => false,
-        };
+    /// Fetches one block with a range GET of its pack, verified before it is returned. The
+    /// block is decrypted in the buffer the body was read into.
+    pub async fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes> {
+        let open = |sealed: Bytes| block::open_block_bytes(&self.keys, id, sealed).ok();
         let key = block::pack_key(&loc.pack);
-        self.backend.get_pack_range(&key, loc.pack_len, loc.range(), &verify).await?;
-        plain.into_inner().ok_or_else(|| {
-            StoreError::Block(BlockError::BadBlock { block: hex::encode(id), reason: "no verified copy".into() })
-        })
+        Ok(self.backend.get_pack_range(&key, loc.pack_len, loc.range(), &open).await?)
     }
 
     /// Fetches several blocks, in order. Runs of blocks that lie back to back in one pack are
-    /// read with one range GET (then each is verified on its own); a run whose read or check
-    /// fails falls back to one verified read per block.
-    pub async fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Vec<u8>>> {
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; blocks.len()];
+    /// read with one range GET (then each is decrypted in its part of the body and verified on
+    /// its own); a run whose read or check fails falls back to one verified read per block.
+    pub async fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>> {
+        let mut out: Vec<Option<Bytes>> = vec![None; blocks.len()];
         let mut i = 0;
         while i < blocks.len() {
             let mut j = i + 1;
@@ -267,27 +258,23 @@ impl Store {
             }
             if j - i > 1 {
                 let run = &blocks[i..j];
-                let start = run[0].1.offset;
-                let plain = parking_lot::Mutex::new(Vec::new());
-                let verify = |bytes: &[u8]| {
+                // The run's envelopes lie back to back: each is split off the front in turn.
+                let open = |sealed: Bytes| {
+                    let mut rest = sealed.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]));
                     let mut opened = Vec::with_capacity(run.len());
                     for (id, loc) in run {
-                        let r = loc.range();
-                        let Some(sealed) = bytes.get((r.start - start) as usize..(r.end - start) as usize) else {
-                            return false;
-                        };
-                        match block::open_block(&self.keys, id, sealed) {
-                            Ok(p) => opened.push(p),
-                            Err(_) => return false,
+                        let len = loc.sealed_len as usize;
+                        if len > rest.len() {
+                            return None;
                         }
+                        opened.push(block::open_block_in(&self.keys, id, rest.split_to(len)).ok()?);
                     }
-                    *plain.lock() = opened;
-                    true
+                    rest.is_empty().then_some(opened)
                 };
                 let key = block::pack_key(&run[0].1.pack);
-                let range = start..run[run.len() - 1].1.range().end;
-                if self.backend.get_pack_range(&key, run[0].1.pack_len, range, &verify).await.is_ok() {
-                    for (k, p) in plain.into_inner().into_iter().enumerate() {
+                let range = run[0].1.offset..run[run.len() - 1].1.range().end;
+                if let Ok(opened) = self.backend.get_pack_range(&key, run[0].1.pack_len, range, &open).await {
+                    for (k, p) in opened.into_iter().enumerate() {
                         out[i + k] = Some(p);
                     }
                 }

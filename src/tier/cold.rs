@@ -75,10 +75,10 @@ pub trait BlockStore: Send + Sync {
     /// Stores the blocks (one pack) and returns where each landed, after they are durable.
     fn put_blocks(&self, blocks: &[(BlockId, &[u8])]) -> Result<Vec<(BlockId, BlockLoc)>, ColdError>;
     /// Fetches and verifies one block.
-    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Vec<u8>, ColdError>;
+    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, ColdError>;
     /// Fetches and verifies several blocks (in order); blocks next to each other in one pack
     /// may come in one request.
-    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Vec<u8>>, ColdError> {
+    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, ColdError> {
         blocks.iter().map(|(id, loc)| self.get_block(id, loc)).collect()
     }
     /// Target bytes per pack.
@@ -250,9 +250,17 @@ struct State {
 /// first), then blocks fetched ahead and not read yet (oldest first): plain LRU dropped blocks
 /// fetched ahead before their reader got to them, while the blocks behind it, just read,
 /// looked recent.
+///
+/// The blocks of one fetch may share one buffer (a range GET decrypted where it was
+/// received), which is freed only when the last of them goes. So the cap counts fetch
+/// groups: a group weighs all the blocks it came with until its last one is dropped, and the
+/// buffer's memory stays within `cap` blocks whatever order they are read and dropped in.
 #[derive(Default)]
 struct StreamBuffer {
     blocks: HashMap<BlockId, BufferedBlock>,
+    /// Per fetch group: (blocks fetched together, how many of them are still here).
+    groups: HashMap<u64, (usize, usize)>,
+    next_group: u64,
 }
 
 struct BufferedBlock {
@@ -261,6 +269,8 @@ struct BufferedBlock {
     used: u64,
     /// Read at least once since it was fetched.
     read: bool,
+    /// The fetch it came with.
+    group: u64,
 }
 
 impl StreamBuffer {
@@ -271,14 +281,38 @@ impl StreamBuffer {
         Some(block.data.clone())
     }
 
-    fn insert(&mut self, id: BlockId, data: Bytes, tick: u64, cap: usize) {
-        while self.blocks.len() >= cap.max(1) && !self.blocks.contains_key(&id) {
-            let Some(victim) = self.blocks.iter().min_by_key(|(_, b)| (!b.read, b.used)).map(|(k, _)| *k) else {
-                break;
-            };
-            self.blocks.remove(&victim);
+    /// A new fetch group of `size` blocks, to pass to [`StreamBuffer::insert`] with each.
+    fn new_group(&mut self, size: usize) -> (u64, usize) {
+        self.next_group += 1;
+        (self.next_group, size.max(1))
+    }
+
+    /// Blocks' worth of memory held: every group with a block left, at its full size.
+    fn retained(&self) -> usize {
+        self.groups.values().map(|&(size, _)| size).sum()
+    }
+
+    fn insert(&mut self, id: BlockId, data: Bytes, tick: u64, cap: usize, (group, size): (u64, usize)) {
+        self.remove(&id);
+        let new_weight = if self.groups.contains_key(&group) { 0 } else { size };
+        while self.retained() + new_weight > cap.max(1) {
+            // Only other groups' blocks: dropping one of this group's frees nothing.
+            let victim = self.blocks.iter().filter(|(_, b)| b.group != group).min_by_key(|(_, b)| (!b.read, b.used));
+            let Some(victim) = victim.map(|(k, _)| *k) else { break };
+            self.remove(&victim);
         }
-        self.blocks.insert(id, BufferedBlock { data, used: tick, read: false });
+        self.groups.entry(group).or_insert((size, 0)).1 += 1;
+        self.blocks.insert(id, BufferedBlock { data, used: tick, read: false, group });
+    }
+
+    fn remove(&mut self, id: &BlockId) {
+        let Some(block) = self.blocks.remove(id) else { return };
+        if let Some(g) = self.groups.get_mut(&block.group) {
+            g.1 -= 1;
+            if g.1 == 0 {
+                self.groups.remove(&block.group);
+            }
+        }
     }
 }
 
@@ -763,7 +797,8 @@ impl ColdTier {
         };
         let mut results = self.fetch_group(ino, &[(idx, rec)]);
         let result = results.pop().unwrap_or_else(|| Err(ColdError::Store("not fetched".into())));
-        self.finish_streamed(ino, idx, &rec, result)
+        let group = self.state.lock().streamed.new_group(1);
+        self.finish_streamed(ino, idx, &rec, result, group)
     }
 
     /// Ends a fetch for a streamed file: the chunk stays evicted, its block goes to the
@@ -773,7 +808,8 @@ impl ColdTier {
         ino: Ino,
         idx: u64,
         rec: &ChunkRecord,
-        result: Result<Option<Vec<u8>>, ColdError>,
+        result: Result<Option<Bytes>, ColdError>,
+        group: (u64, usize),
     ) -> Result<(), ColdError> {
         let result = result.and_then(|data| match data {
             Some(data) => check_len(ino, idx, rec, &data).map(|()| Some(data)),
@@ -788,7 +824,7 @@ impl ColdTier {
         let outcome = match result {
             Ok(Some(data)) => {
                 let len = data.len() as u64;
-                streamed.insert(rec.block, Bytes::from(data), *tick, self.stream_buffer_blocks());
+                streamed.insert(rec.block, data, *tick, self.stream_buffer_blocks(), group);
                 self.counters.fetched_bytes.fetch_add(len, Ordering::Relaxed);
                 self.counters.streamed_bytes.fetch_add(len, Ordering::Relaxed);
                 Ok(())
@@ -1228,6 +1264,7 @@ impl ColdTier {
         };
         self.extend_to_pack_end(ino, &mut mine, into.is_none());
         let results = self.fetch_group(ino, &mine);
+        let group = self.state.lock().streamed.new_group(mine.len());
         for ((idx, rec), result) in mine.into_iter().zip(results) {
             let done = match into {
                 Some(file) => {
@@ -1238,7 +1275,7 @@ impl ColdTier {
                     self.finish_fetch(ino, idx, rec, stored)
                 }
                 // A streamed file: the blocks go to the stream buffer, the chunks stay evicted.
-                None => self.finish_streamed(ino, idx, &rec, result),
+                None => self.finish_streamed(ino, idx, &rec, result, group),
             };
             if let Err(e) = done {
                 tracing::debug!("read-ahead of inode {ino} chunk {idx}: {e}");
@@ -1276,9 +1313,9 @@ impl ColdTier {
     }
 
     /// The blocks of the claimed chunks `mine` of `ino`, in order (`None`: the zero block).
-    fn fetch_group(&self, ino: Ino, mine: &[(u64, ChunkRecord)]) -> Vec<Result<Option<Vec<u8>>, ColdError>> {
+    fn fetch_group(&self, ino: Ino, mine: &[(u64, ChunkRecord)]) -> Vec<Result<Option<Bytes>, ColdError>> {
         let mut wanted = Vec::new();
-        let mut results: Vec<Option<Result<Option<Vec<u8>>, ColdError>>> = Vec::with_capacity(mine.len());
+        let mut results: Vec<Option<Result<Option<Bytes>, ColdError>>> = Vec::with_capacity(mine.len());
         for (idx, rec) in mine {
             match self.locate(ino, *idx, rec) {
                 Ok(Some(loc)) => {
@@ -1767,6 +1804,43 @@ mod tests {
 
     fn rec(len: u32) -> ChunkRecord {
         ChunkRecord { block: [7; 32], len, resident: false }
+    }
+
+    #[test]
+    fn the_stream_buffer_counts_a_fetch_group_whole_until_its_last_block_goes() {
+        let id = |n: u8| [n; 32];
+        let block = |n: u8| Bytes::from(vec![n; 16]);
+        let mut buf = StreamBuffer::default();
+        // Group a: four blocks (one buffer, say), three of them read.
+        let a = buf.new_group(4);
+        for n in 1..=4 {
+            buf.insert(id(n), block(n), u64::from(n), 8, a);
+        }
+        for n in 1..=3 {
+            assert_eq!(buf.get(&id(n), 10 + u64::from(n)), Some(block(n)));
+        }
+        let b = buf.new_group(4);
+        for n in 11..=14 {
+            buf.insert(id(n), block(n), 20 + u64::from(n), 8, b);
+        }
+        assert_eq!((buf.blocks.len(), buf.retained()), (8, 8));
+        // A block of group c: five blocks would fit a count of blocks, but group a holds its
+        // whole buffer while any of its blocks is here, so all of a goes (the read blocks
+        // first, then the unread one), and b stays.
+        let c = buf.new_group(4);
+        buf.insert(id(21), block(21), 40, 8, c);
+        assert!((1..=4).all(|n| !buf.blocks.contains_key(&id(n))), "group a dropped whole");
+        assert!((11..=14).all(|n| buf.blocks.contains_key(&id(n))), "group b kept");
+        assert_eq!((buf.blocks.len(), buf.retained()), (5, 8));
+        // The rest of c needs no more room; a group larger than the cap still gets in.
+        for n in 22..=24 {
+            buf.insert(id(n), block(n), 40 + u64::from(n), 8, c);
+        }
+        assert_eq!((buf.blocks.len(), buf.retained()), (8, 8));
+        let big = buf.new_group(9);
+        buf.insert(id(31), block(31), 60, 8, big);
+        assert_eq!((buf.blocks.len(), buf.retained()), (1, 9));
+        assert_eq!(buf.get(&id(31), 61), Some(block(31)));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use bytes::Bytes;
 use serde::Serialize;
 use tierfs::block::{BlockId, BlockLoc};
 use tierfs::crypto::{self, KdfParams, Secret};
@@ -217,11 +218,11 @@ impl BlockStore for StoreBlocks {
         self.handle.block_on(self.store.put_blocks(blocks)).map_err(|e| ColdError::Store(e.to_string()))
     }
 
-    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Vec<u8>, ColdError> {
+    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, ColdError> {
         self.handle.block_on(self.store.get_block(id, loc)).map_err(|e| ColdError::Store(e.to_string()))
     }
 
-    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Vec<u8>>, ColdError> {
+    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, ColdError> {
         self.handle.block_on(self.store.get_blocks(blocks)).map_err(|e| ColdError::Store(e.to_string()))
     }
 
