@@ -179,9 +179,7 @@ impl Keys {
             }
         }
     }
-}
 
-impl Keys {
     /// Like [`Keys::open`], decrypting the envelope where it lies instead of in a copy: on
     /// success the plaintext is `sealed[range]` for the returned range; on failure nothing of
     /// what AES-GCM left after the header is kept (it is zeroed). Same errors as `open`.
