@@ -512,6 +512,10 @@ for n, runs in per_round.items():
         continue
     mid = sorted(good, key=lambda d: d["mib_s"])[(len(good) - 1) // 2]  # the lower median: a real round
     res[n] = dict(mid, rounds=[d["mib_s"] if ok(d) else None for d in runs], median_of=len(good))
+    # The content check runs once, after the last round, and is recorded in round 1's JSON.
+    checked = [d["verified"] for d in good if "verified" in d]
+    if checked:
+        res[n]["verified"] = all(checked)
 paired = [t["mib_s"] / g["mib_s"] for g, t in zip(per_round["raw_get"], per_round["tierfs_cold_read"]) if ok(g) and ok(t)]
 def rate(n):
     d = res.get(n)
