@@ -198,17 +198,29 @@ impl PackBuilder {
 /// plaintext must hash to `id` under this store's key.
 pub fn open_block(keys: &Keys, id: &BlockId, sealed: &[u8]) -> Result<Vec<u8>> {
     let plain = keys.open(ObjectKind::Block, id, sealed)?;
-    if &keys.block_id(&plain) != id {
+    check_id(keys, id, &plain)?;
+    Ok(plain)
+}
+
+/// The plaintext of a block must hash to its id under this store's key.
+fn check_id(keys: &Keys, id: &BlockId, plain: &[u8]) -> Result<()> {
+    if &keys.block_id(plain) != id {
         return Err(BlockError::BadBlock { block: hex::encode(id), reason: "content does not match its id".into() });
     }
-    Ok(plain)
+    Ok(())
 }
 
 /// Like [`open_block`], but decrypting where the bytes lie when nothing else holds them (a
 /// body just read from a backend), and in a copy only when they are shared. The plaintext is
 /// a view of that buffer.
 pub fn open_block_bytes(keys: &Keys, id: &BlockId, sealed: Bytes) -> Result<Bytes> {
-    open_block_in(keys, id, sealed.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..])))
+    open_block_in(keys, id, into_owned(sealed))
+}
+
+/// The bytes as a buffer of their own, to decrypt in place: the same memory when nothing else
+/// holds it (a body just read from a backend), a copy when it is shared.
+pub fn into_owned(bytes: Bytes) -> BytesMut {
+    bytes.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]))
 }
 
 /// [`open_block`] on a buffer of its own: decrypted in place, checked against `id`, and the
@@ -216,9 +228,7 @@ pub fn open_block_bytes(keys: &Keys, id: &BlockId, sealed: Bytes) -> Result<Byte
 pub fn open_block_in(keys: &Keys, id: &BlockId, mut sealed: BytesMut) -> Result<Bytes> {
     let plain = keys.open_in_place(ObjectKind::Block, id, &mut sealed)?;
     let plain = sealed.freeze().slice(plain);
-    if &keys.block_id(&plain) != id {
-        return Err(BlockError::BadBlock { block: hex::encode(id), reason: "content does not match its id".into() });
-    }
+    check_id(keys, id, &plain)?;
     Ok(plain)
 }
 

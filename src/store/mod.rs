@@ -25,7 +25,7 @@
 
 pub mod config;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redundancy, RedundantStore, ScrubOutcome};
@@ -260,7 +260,7 @@ impl Store {
                 let run = &blocks[i..j];
                 // The run's envelopes lie back to back: each is split off the front in turn.
                 let open = |sealed: Bytes| {
-                    let mut rest = sealed.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+                    let mut rest = block::into_owned(sealed);
                     let mut opened = Vec::with_capacity(run.len());
                     for (id, loc) in run {
                         let len = loc.sealed_len as usize;
