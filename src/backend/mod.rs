@@ -1,7 +1,7 @@
 //! The object-storage layer: one [`Backend`] per URL, and the [`RedundantStore`] that spreads
 //! objects over several of them (DESIGN.md §4.3, layout §6).
 //!
-//! - [`BackendSpec`] parses `s3://bucket/prefix?endpoint=…&region=…` and `file:///path`;
+//! - [`BackendSpec`] parses `s3://bucket/prefix?endpoint=…&region=…&payload=…` and `file:///path`;
 //!   [`Credentials`] and [`BackendOptions`] complete what [`Backend::open`] needs.
 //! - [`Backend`] wraps one `object_store` client with timeouts, retries with backoff, a circuit
 //!   breaker and test fault injection ([`Fault`]).
@@ -47,4 +47,4 @@ pub use error::BackendError;
 pub use redundant::{BackendHealth, CreateOutcome, Open, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
 pub use repair::{SavedRepair, SavedSource};
 pub use single::{Backend, Fault, ObjectInfo};
-pub use spec::{BackendOptions, BackendSpec, Credentials, DEFAULT_REGION};
+pub use spec::{BackendOptions, BackendSpec, Credentials, DEFAULT_REGION, PayloadCheck};

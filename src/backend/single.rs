@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, Checksum, S3ConditionalPut};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 use super::breaker::{CircuitBreaker, Refusal};
 use super::error::BackendError;
 use super::redundant::BackendHealth;
-use super::spec::{BackendOptions, BackendSpec, Credentials, check_segment};
+use super::spec::{BackendOptions, BackendSpec, Credentials, PayloadCheck, check_segment};
 
 /// One object stored on a backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,7 +130,7 @@ impl Backend {
     pub fn open(spec: &BackendSpec, creds: &Credentials, opts: &BackendOptions) -> Result<Backend, BackendError> {
         let name = spec.to_url();
         match spec {
-            BackendSpec::S3 { bucket, prefix, endpoint, region } => {
+            BackendSpec::S3 { bucket, prefix, endpoint, region, payload } => {
                 let resolved = creds.resolve(region.as_deref(), &|var| std::env::var(var).ok())?;
                 let (retry, deadline) = s3_retry(opts);
                 let mut builder = AmazonS3Builder::new()
@@ -143,6 +143,12 @@ impl Backend {
                             .with_connect_timeout(opts.connect_timeout),
                     )
                     .with_conditional_put(S3ConditionalPut::ETagMatch);
+                builder = match payload {
+                    PayloadCheck::Crc64Nvme => {
+                        builder.with_unsigned_payload(true).with_checksum_algorithm(Checksum::CRC64NVME)
+                    }
+                    PayloadCheck::Signed => builder.with_unsigned_payload(false),
+                };
                 if let Some(endpoint) = endpoint {
                     builder = builder
                         .with_endpoint(endpoint)
@@ -803,6 +809,93 @@ mod tests {
         assert_eq!(b.name(), spec.to_url());
         exercise(&b).await;
         assert!(root.join("config").is_file());
+    }
+
+    /// CRC-64/NVME, bit by bit (the reference the test holds the client's header against).
+    fn crc64nvme(data: &[u8]) -> u64 {
+        let mut crc = u64::MAX;
+        for &byte in data {
+            crc ^= u64::from(byte);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 { (crc >> 1) ^ 0x9a6c_9329_ac4b_c9b5 } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+
+    /// Answers one HTTP request with 200 and returns its head and body.
+    async fn capture_one_request(listener: tokio::net::TcpListener) -> (String, Vec<u8>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 64 * 1024];
+        let (head, body_start) = loop {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "connection closed before the request head ended");
+            raw.extend_from_slice(&buf[..n]);
+            if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break (String::from_utf8_lossy(&raw[..end]).into_owned(), end + 4);
+            }
+        };
+        let len: usize = header(&head, "content-length").map_or(0, |v| v.parse().unwrap());
+        while raw.len() < body_start + len {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "connection closed inside the body");
+            raw.extend_from_slice(&buf[..n]);
+        }
+        conn.write_all(b"HTTP/1.1 200 OK\r\nETag: \"e\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        (head, raw[body_start..body_start + len].to_vec())
+    }
+
+    /// The value of header `name` (any case) in a request head.
+    fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+        head.lines().find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim().eq_ignore_ascii_case(name).then_some(v.trim())
+        })
+    }
+
+    #[tokio::test]
+    async fn an_s3_put_carries_a_checksum_of_its_body_for_the_server_to_verify() {
+        use base64::Engine as _;
+        assert_eq!(crc64nvme(b"123456789"), 0xae8b_1486_0a79_9888, "the reference CRC itself");
+        let body: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for payload in [PayloadCheck::Crc64Nvme, PayloadCheck::Signed] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let server = tokio::spawn(capture_one_request(listener));
+            let spec = BackendSpec::S3 {
+                bucket: "b".into(),
+                prefix: "p".into(),
+                endpoint: Some(format!("http://127.0.0.1:{port}")),
+                region: Some("us-east-1".into()),
+                payload,
+            };
+            let creds = Credentials {
+                access_key_id: Some("k".into()),
+                secret_access_key: Some("s".into()),
+                session_token: None,
+            };
+            let b = Backend::open(&spec, &creds, &BackendOptions::for_tests()).unwrap();
+            b.put("packs/x", Bytes::from(body.clone())).await.unwrap();
+            let (head, got) = server.await.unwrap();
+            assert!(head.starts_with("PUT /b/p/packs/x "), "{head}");
+            assert_eq!(got, body, "{payload:?}: the body arrives as sent");
+            let sha = hex::encode(ring::digest::digest(&ring::digest::SHA256, &body));
+            match payload {
+                PayloadCheck::Crc64Nvme => {
+                    let crc = base64::engine::general_purpose::STANDARD.encode(crc64nvme(&body).to_be_bytes());
+                    assert_eq!(header(&head, "x-amz-checksum-crc64nvme"), Some(crc.as_str()), "{head}");
+                    assert_eq!(header(&head, "x-amz-content-sha256"), Some("UNSIGNED-PAYLOAD"), "{head}");
+                }
+                PayloadCheck::Signed => {
+                    assert_eq!(header(&head, "x-amz-content-sha256"), Some(sha.as_str()), "{head}");
+                    assert_eq!(header(&head, "x-amz-checksum-crc64nvme"), None, "{head}");
+                }
+            }
+        }
     }
 
     #[tokio::test]

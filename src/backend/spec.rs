@@ -1,8 +1,8 @@
 //! What a backend is, before it is opened: its URL ([`BackendSpec`]), the credentials to use
 //! ([`Credentials`]) and the request policy ([`BackendOptions`]).
 //!
-//! Two URL forms exist: `s3://bucket/prefix?endpoint=http://host:port&region=r` (endpoint and
-//! region optional) and `file:///absolute/path`. Parsing is strict and every rejection says what
+//! Two URL forms exist: `s3://bucket/prefix?endpoint=http://host:port&region=r&payload=signed`
+//! (endpoint, region and payload optional) and `file:///absolute/path`. Parsing is strict and every rejection says what
 //! form was expected, because a typo here otherwise surfaces much later as "not found".
 //! Invariants:
 //! - a spec never holds a secret, so `to_url()` is safe to print, log and use as the backend's
@@ -26,15 +26,47 @@ use super::error::BackendError;
 pub const DEFAULT_REGION: &str = "us-east-1";
 
 /// A parsed backend URL: `s3://bucket/prefix?endpoint=http://127.0.0.1:9001&region=us-east-1`
-/// (endpoint and region optional; with an endpoint use path-style addressing and allow http) or
-/// `file:///abs/path`.
+/// (endpoint, region and `payload` optional; with an endpoint use path-style addressing and
+/// allow http) or `file:///abs/path`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendSpec {
-    S3 { bucket: String, prefix: String, endpoint: Option<String>, region: Option<String> },
+    S3 { bucket: String, prefix: String, endpoint: Option<String>, region: Option<String>, payload: PayloadCheck },
     File { path: PathBuf },
 }
 
-const EXPECTED: &str = "expected s3://bucket/prefix[?endpoint=http://host:port&region=name] or file:///absolute/path";
+/// How the server checks that a PUT's body arrived intact (URL parameter `payload`).
+///
+/// Either way the body is an AES-GCM envelope that tierfs authenticates on every read; this is
+/// about catching a body damaged on its way *in*, before the upload is acknowledged and the
+/// local copy may be evicted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PayloadCheck {
+    /// `payload=crc64nvme` (the default, left out of the URL): the request carries
+    /// `x-amz-checksum-crc64nvme` (computed at memory speed) and `UNSIGNED-PAYLOAD`, and the
+    /// server refuses a body that does not match (AWS S3, Garage 2.x). SHA-256 of every body
+    /// was the largest single cost of an upload (a fifth of the daemon's CPU).
+    #[default]
+    Crc64Nvme,
+    /// `payload=signed`: SigV4 signs the body's SHA-256 (`x-amz-content-sha256`), for servers
+    /// that refuse unsigned payloads or do not know the CRC64NVME checksum header.
+    Signed,
+}
+
+impl PayloadCheck {
+    const ALL: [(PayloadCheck, &'static str); 2] =
+        [(PayloadCheck::Crc64Nvme, "crc64nvme"), (PayloadCheck::Signed, "signed")];
+
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(p, _)| *p == self).map_or("crc64nvme", |(_, name)| name)
+    }
+
+    fn parse(value: &str) -> Option<PayloadCheck> {
+        Self::ALL.iter().find(|(_, name)| *name == value).map(|(p, _)| *p)
+    }
+}
+
+const EXPECTED: &str =
+    "expected s3://bucket/prefix[?endpoint=http://host:port&region=name&payload=signed] or file:///absolute/path";
 
 impl BackendSpec {
     /// Parses a backend URL; anything unsupported is a [`BackendError::BadUrl`] saying what to write.
@@ -57,14 +89,17 @@ impl BackendSpec {
     /// The canonical URL of this spec (no secrets: safe to print). `parse(to_url())` gives the spec back.
     pub fn to_url(&self) -> String {
         match self {
-            BackendSpec::S3 { bucket, prefix, endpoint, region } => {
+            BackendSpec::S3 { bucket, prefix, endpoint, region, payload } => {
                 let mut url = format!("s3://{bucket}");
                 if !prefix.is_empty() {
                     url.push('/');
                     url.push_str(prefix);
                 }
                 let mut sep = '?';
-                for (name, value) in [("endpoint", endpoint), ("region", region)] {
+                // The default is left out, so the URLs (the backends' names) of stores made
+                // before the parameter existed stay as they were.
+                let payload = (*payload != PayloadCheck::default()).then(|| payload.as_str().to_string());
+                for (name, value) in [("endpoint", endpoint), ("region", region), ("payload", &payload)] {
                     if let Some(value) = value {
                         url.push(sep);
                         url.push_str(name);
@@ -125,11 +160,15 @@ fn parse_s3(url: &Url) -> Result<BackendSpec, String> {
 
     let mut endpoint = None;
     let mut region = None;
+    let mut payload = None;
     for (name, value) in url.query_pairs() {
         let slot = match name.as_ref() {
             "endpoint" => &mut endpoint,
             "region" => &mut region,
-            other => return Err(format!("unknown parameter {other:?}; the known ones are endpoint and region")),
+            "payload" => &mut payload,
+            other => {
+                return Err(format!("unknown parameter {other:?}; the known ones are endpoint, region and payload"));
+            }
         };
         if slot.is_some() {
             return Err(format!("parameter {name:?} is given twice"));
@@ -145,7 +184,13 @@ fn parse_s3(url: &Url) -> Result<BackendSpec, String> {
             return Err(format!("region {r:?} contains {c:?}"));
         }
     }
-    Ok(BackendSpec::S3 { bucket: bucket.to_string(), prefix, endpoint, region })
+    let payload = match payload {
+        None => PayloadCheck::default(),
+        Some(p) => PayloadCheck::parse(&p).ok_or_else(|| {
+            format!("payload={p:?} is not one of crc64nvme (the default) or signed (SigV4 signs the body's SHA-256)")
+        })?,
+    };
+    Ok(BackendSpec::S3 { bucket: bucket.to_string(), prefix, endpoint, region, payload })
 }
 
 /// Whether the path of a raw URL has a `.` or `..` segment (also percent-encoded).
@@ -380,6 +425,16 @@ mod tests {
             prefix: prefix.into(),
             endpoint: endpoint.map(Into::into),
             region: region.map(Into::into),
+            payload: PayloadCheck::Crc64Nvme,
+        }
+    }
+
+    fn signed(spec: BackendSpec) -> BackendSpec {
+        match spec {
+            BackendSpec::S3 { bucket, prefix, endpoint, region, .. } => {
+                BackendSpec::S3 { bucket, prefix, endpoint, region, payload: PayloadCheck::Signed }
+            }
+            file => file,
         }
     }
 
@@ -394,6 +449,8 @@ mod tests {
                 s3("b", "p", Some("http://127.0.0.1:9001"), Some("us-east-1")),
             ),
             ("s3://b/p?region=eu-west-3", s3("b", "p", None, Some("eu-west-3"))),
+            ("s3://b/p?payload=signed&region=r", signed(s3("b", "p", None, Some("r")))),
+            ("s3://b/p?payload=crc64nvme", s3("b", "p", None, None)),
             ("s3://b?endpoint=https%3A%2F%2Fs3.example.com%2F", s3("b", "", Some("https://s3.example.com"), None)),
             (" s3://my.bucket-1/team_a/ws=1 ", s3("my.bucket-1", "team_a/ws=1", None, None)),
             ("file:///var/lib/tierfs", BackendSpec::File { path: "/var/lib/tierfs".into() }),
@@ -427,6 +484,7 @@ mod tests {
             ("s3://b/p?endpont=http://x", "unknown parameter \"endpont\""),
             ("s3://b/p?region=a&region=b", "given twice"),
             ("s3://b/p?region=", "empty"),
+            ("s3://b/p?payload=sha256", "not one of crc64nvme"),
             ("s3://b/p?endpoint=ftp://x", "http:// or https://"),
             ("s3://b/p?endpoint=127.0.0.1:9000", "http:// or https://"),
             ("s3://b/p#frag", "fragment"),
@@ -448,6 +506,11 @@ mod tests {
         assert_eq!(spec.to_url(), "s3://b/p/q?endpoint=http://127.0.0.1:9001&region=us-east-1");
         assert_eq!(spec.to_string(), spec.to_url());
         assert_eq!(BackendSpec::File { path: "/tmp/a b".into() }.to_url(), "file:///tmp/a%20b");
+        assert_eq!(
+            signed(s3("b", "", None, Some("r"))).to_url(),
+            "s3://b?region=r&payload=signed",
+            "only a payload check other than the default is written"
+        );
         let odd = s3("b", "", Some("http://h:1/a&b=c d"), None);
         assert_eq!(BackendSpec::parse(&odd.to_url()).unwrap(), odd);
     }
@@ -459,6 +522,7 @@ mod tests {
             prefix in proptest::collection::vec("[A-Za-z0-9._=-]{1,8}", 0..4),
             port in proptest::option::of(1u16..),
             region in proptest::option::of("[a-z]{2}-[a-z]{2,8}-[0-9]"),
+            sign in any::<bool>(),
             dir in proptest::collection::vec("[A-Za-z0-9 _%-]{1,8}", 0..4),
         ) {
             let prefix: Vec<String> = prefix.into_iter().filter(|s| s != "." && s != "..").collect();
@@ -467,6 +531,7 @@ mod tests {
                 prefix: prefix.join("/"),
                 endpoint: port.map(|p| format!("http://127.0.0.1:{p}")),
                 region,
+                payload: if sign { PayloadCheck::Signed } else { PayloadCheck::Crc64Nvme },
             };
             prop_assert_eq!(BackendSpec::parse(&spec.to_url()).unwrap(), spec);
             let file = BackendSpec::File { path: PathBuf::from("/").join(dir.join("/")) };

@@ -267,7 +267,9 @@ pub struct InitCommand {
     pub store: PathBuf,
 
     /// A backend URL; repeat for several: `s3://BUCKET/PREFIX?endpoint=URL&region=R`
-    /// (endpoint and region optional) or `file:///PATH`.
+    /// (endpoint and region optional) or `file:///PATH`. Every S3 upload carries a CRC64NVME
+    /// checksum of its body that the server verifies; add `&payload=signed` for a server that
+    /// refuses that header or unsigned payloads (SigV4 then hashes every body with SHA-256).
     #[arg(long = "backend", value_name = "URL", required = true)]
     pub backends: Vec<String>,
 
