@@ -2638,3 +2638,46 @@ fn leftover_data_files_are_swept_and_live_ones_kept() {
     fs.release(open, open_fh).expect("release");
     assert_eq!(fs.sweep_leftover_data_files().expect("sweep"), 0, "nothing left to sweep");
 }
+
+/// Removing an inode removes every record it had, whichever way it goes (unlink, rename over
+/// it, the last close of an unlinked file), also when unlink skips what the inode cannot have:
+/// the xattr scan of an inode that never had one and the symlink target of a non-symlink.
+#[test]
+fn a_removed_inode_leaves_no_xattr_symlink_or_orphan_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = Vfs::new(VfsConfig::new(dir.path())).expect("open");
+    let meta = fs.meta().clone();
+    let with_xattrs = |name: &[u8]| {
+        let (attr, fh) = fs.create(ME, ROOT_INO, name, 0o644, UMASK, libc::O_RDWR).expect("create");
+        fs.setxattr(ME, attr.ino, b"user.a", b"1", 0).expect("setxattr");
+        fs.setxattr(ME, attr.ino, b"user.b", b"2", 0).expect("setxattr");
+        (attr.ino, fh)
+    };
+    let (unlinked, fh) = with_xattrs(b"unlinked");
+    fs.release(unlinked, fh).expect("release");
+    let (replaced, fh) = with_xattrs(b"replaced");
+    fs.release(replaced, fh).expect("release");
+    let (orphan, orphan_fh) = with_xattrs(b"orphan");
+    let (plain, fh) = fs.create(ME, ROOT_INO, b"plain", 0o644, UMASK, libc::O_RDWR).expect("create");
+    fs.release(plain.ino, fh).expect("release");
+    let link = fs.symlink(ME, ROOT_INO, b"link", b"target").expect("symlink");
+    // An xattr set and removed again: the inode may still be scanned, and has nothing left.
+    fs.setxattr(ME, plain.ino, b"user.gone", b"x", 0).expect("setxattr");
+    fs.removexattr(ME, plain.ino, b"user.gone").expect("removexattr");
+
+    fs.unlink(ME, ROOT_INO, b"unlinked").expect("unlink");
+    fs.rename(ME, ROOT_INO, b"plain", ROOT_INO, b"replaced", RenameFlags::default()).expect("rename over");
+    fs.unlink(ME, ROOT_INO, b"orphan").expect("unlink while open");
+    assert_eq!(meta.orphans().expect("orphans"), vec![orphan], "an open unlinked file is an orphan");
+    assert_eq!(meta.xattr_names(orphan).expect("xattrs").len(), 2, "an orphan keeps its xattrs until its last close");
+    fs.release(orphan, orphan_fh).expect("last close");
+    fs.unlink(ME, ROOT_INO, b"link").expect("unlink symlink");
+    fs.unlink(ME, ROOT_INO, b"replaced").expect("unlink");
+
+    for ino in [unlinked, replaced, orphan, plain.ino, link.ino] {
+        assert!(meta.inode(ino).expect("inode").is_none(), "inode {ino} record left");
+        assert_eq!(meta.xattr_names(ino).expect("xattrs"), Vec::<Vec<u8>>::new(), "inode {ino} xattrs left");
+        assert_eq!(meta.symlink(ino).expect("symlink"), None, "inode {ino} symlink target left");
+    }
+    assert_eq!(meta.orphans().expect("orphans"), Vec::<u64>::new(), "orphan marker left");
+}

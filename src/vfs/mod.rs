@@ -239,6 +239,7 @@ impl Vfs {
                 },
                 parent: ROOT_INO,
                 dense: false,
+                no_xattrs: true,
             };
             let mut b = MetaBatch::new();
             b.put_inode(&root);
@@ -480,6 +481,7 @@ impl Vfs {
             parent,
             // A new file is empty: no holes yet.
             dense: node.kind == FileKind::File,
+            no_xattrs: true,
         };
         if let Some(target) = node.symlink {
             b.put_symlink(ino, target);
@@ -582,19 +584,36 @@ impl Vfs {
             b.put_orphan(rec.attr.ino);
             return Ok(false);
         }
-        self.delete_inode_records(b, rec.attr.ino)?;
+        // It had a link until now, so it is no orphan.
+        self.delete_inode_records(b, rec.attr.ino, Some(&*rec), false)?;
         Ok(true)
     }
 
-    fn delete_inode_records(&self, b: &mut MetaBatch, ino: Ino) -> VfsResult<()> {
+    /// Deletes the records of an inode that is gone. Keys it cannot have (the symlink target
+    /// of a file, xattrs of an inode that never had one, the orphan marker of one that was
+    /// never an orphan) are not deleted: every delete leaves a tombstone that later reads skip
+    /// over. `rec` is `None` when the inode record is missing: everything is deleted then.
+    fn delete_inode_records(
+        &self,
+        b: &mut MetaBatch,
+        ino: Ino,
+        rec: Option<&InodeRecord>,
+        orphan: bool,
+    ) -> VfsResult<()> {
         b.delete_inode(ino);
-        b.delete_symlink(ino);
-        b.delete_orphan(ino);
+        if rec.is_none_or(|r| r.attr.kind == FileKind::Symlink) {
+            b.delete_symlink(ino);
+        }
+        if orphan {
+            b.delete_orphan(ino);
+        }
         if let Some(cold) = &self.cold {
             cold.forget(ino, b);
         }
-        for name in self.meta.xattr_names(ino)? {
-            b.delete_xattr(ino, &name);
+        if rec.is_none_or(|r| !r.no_xattrs) {
+            for name in self.meta.xattr_names(ino)? {
+                b.delete_xattr(ino, &name);
+            }
         }
         Ok(())
     }
@@ -602,7 +621,8 @@ impl Vfs {
     /// Frees an orphan (no links, no handles): records first, then its data file.
     fn reclaim(&self, ino: Ino) -> VfsResult<()> {
         let mut b = MetaBatch::new();
-        self.delete_inode_records(&mut b, ino)?;
+        let rec = self.meta.inode(ino)?;
+        self.delete_inode_records(&mut b, ino, rec.as_ref(), true)?;
         self.meta.commit(b)?;
         self.hot.remove(ino)?;
         Ok(())
@@ -967,7 +987,8 @@ impl Vfs {
         let node = NewNode { kind: FileKind::File, perm: mode & !umask, rdev: 0, symlink: None };
         match self.create_node(caller, parent, name, node) {
             Ok(attr) => {
-                let fh = self.acquire_handle(&InodeRecord { attr: attr.clone(), parent, dense: true })?;
+                let fh =
+                    self.acquire_handle(&InodeRecord { attr: attr.clone(), parent, dense: true, no_xattrs: true })?;
                 Ok((attr, fh))
             }
             Err(VfsError::Exists) if flags & libc::O_EXCL == 0 => {
@@ -1233,6 +1254,7 @@ impl Vfs {
             return Err(VfsError::NoXattr);
         }
         rec.attr.ctime = Timestamp::now();
+        rec.no_xattrs = false;
         let mut b = MetaBatch::new();
         b.put_xattr(ino, name, value);
         b.put_inode(&rec);
