@@ -8,7 +8,8 @@
 //! Invariant: a lookup never returns a record older than the last committed batch that wrote
 //! it. Every write of inode records (a commit or an import) drops the entries it touches and
 //! moves the generation of their shards twice: once before and once after the RocksDB
-//! write. A reader that missed inserts what it read from RocksDB only if its shard's
+//! write; a commit then stores the records it wrote (moving the generation again), under a
+//! lock that orders such writes the same way in RocksDB and here. A reader that missed inserts what it read from RocksDB only if its shard's
 //! generation did not move meanwhile, so a value read before a write can never be put back
 //! after it. Missing records are not cached. Each shard holds at most [`SHARD_CAP`] records
 //! and is emptied when full (about 20 MiB in all).
@@ -83,6 +84,20 @@ impl InodeCache {
         shard.records.insert(ino, rec.clone());
     }
 
+    /// Caches records a commit just wrote (after its RocksDB write, in the order of the
+    /// writes: see `MetaStore::commit`). Moves each shard's generation, so a reader that
+    /// read the value before the write cannot put it back.
+    pub fn store(&self, recs: &[InodeRecord]) {
+        for rec in recs {
+            let mut shard = self.shard(rec.attr.ino).lock();
+            shard.generation += 1;
+            if shard.records.len() >= SHARD_CAP {
+                shard.records.clear();
+            }
+            shard.records.insert(rec.attr.ino, rec.clone());
+        }
+    }
+
     /// Drops what a write changes. Called before the write and again after it.
     pub fn invalidate(&self, touched: &Touched) {
         match touched {
@@ -144,6 +159,12 @@ mod tests {
         assert_eq!(hit(&cache, 7), Some(11));
         cache.invalidate(&Touched::All);
         assert_eq!(hit(&cache, 7), None);
+        // A record a commit stores is served, and a reader that missed before it cannot
+        // replace it with what it read earlier.
+        let Lookup::Miss(g) = cache.lookup(7) else { panic!("hit after invalidating all") };
+        cache.store(&[rec(7, 12)]);
+        cache.fill(7, g, &rec(7, 10));
+        assert_eq!(hit(&cache, 7), Some(12));
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod journal;
 
 use std::path::{Path, PathBuf};
 
+use parking_lot::Mutex;
 use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
 use crate::vfs::{FileKind, Ino};
@@ -57,6 +58,31 @@ fn touched_inodes(ops: &[JournalOp]) -> Touched {
         }
     }
     Touched::Inodes(inos)
+}
+
+/// The inode records `ops` leave behind, decoded, in the order written: what a commit puts
+/// into the inode cache. An inode whose last change in `ops` is a delete is left out.
+fn written_inodes(ops: &[JournalOp]) -> Vec<InodeRecord> {
+    let mut out: Vec<InodeRecord> = Vec::new();
+    for op in ops {
+        match op {
+            JournalOp::Put { key, value } if key.len() == 9 && key[..1] == codec::INODE_TABLE => {
+                if let Ok(rec) = codec::key_ino(key).and_then(|ino| codec::decode_inode(ino, value)) {
+                    out.retain(|r| r.attr.ino != rec.attr.ino);
+                    out.push(rec);
+                }
+            }
+            JournalOp::Delete { key } if key.len() == 9 && key[..1] == codec::INODE_TABLE => {
+                if let Ok(ino) = codec::key_ino(key) {
+                    out.retain(|r| r.attr.ino != ino);
+                }
+            }
+            // A range over the inode table drops everything written before it.
+            JournalOp::DeleteRange { .. } if touched_inodes(std::slice::from_ref(op)) == Touched::All => out.clear(),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The metadata schema this build writes and understands. Version 2: inode records may be
@@ -107,6 +133,10 @@ pub struct MetaStore {
     /// Inode records read recently (see [`cache`]): every write of one goes through
     /// [`MetaStore::commit`] or [`MetaStore::import`], which keep it current.
     inodes: InodeCache,
+    /// Held across a write that changes inode records and the cache update after it, so
+    /// RocksDB and the cache see such writes in one order (a commit stores the records it
+    /// wrote in the cache; two commits of one inode must not store them in the other order).
+    inode_writes: Mutex<()>,
 }
 
 impl MetaStore {
@@ -125,7 +155,13 @@ impl MetaStore {
         })?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(false);
-        let store = MetaStore { db, write_opts, journal: Journal::default(), inodes: InodeCache::default() };
+        let store = MetaStore {
+            db,
+            write_opts,
+            journal: Journal::default(),
+            inodes: InodeCache::default(),
+            inode_writes: Mutex::new(()),
+        };
         let found = match store.db.get(codec::SCHEMA_KEY)? {
             None => None,
             Some(v) => Some(
@@ -324,9 +360,14 @@ impl MetaStore {
     }
 
     /// Applies one batch atomically (numbered and queued for the store when journaling).
+    /// The inode records it writes go into the inode cache: the kernel asks for the
+    /// attributes of a directory again after every change to it, and that read is then
+    /// answered from memory.
     pub fn commit(&self, batch: MetaBatch) -> Result<()> {
         let MetaBatch(mut wb, ops) = batch;
         let touched = touched_inodes(&ops);
+        let written = written_inodes(&ops);
+        let _order = (touched != Touched::Inodes(Vec::new())).then(|| self.inode_writes.lock());
         self.inodes.invalidate(&touched);
         let result = self.journal.append(ops, |seq| {
             if let Some(seq) = seq {
@@ -336,6 +377,9 @@ impl MetaStore {
             Ok(())
         });
         self.inodes.invalidate(&touched);
+        if result.is_ok() {
+            self.inodes.store(&written);
+        }
         result
     }
 
@@ -408,6 +452,7 @@ impl MetaStore {
         }
         wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
         let touched = touched_inodes(ops);
+        let _order = self.inode_writes.lock();
         self.inodes.invalidate(&touched);
         let result = self.db.write_opt(wb, &self.write_opts);
         self.inodes.invalidate(&touched);
@@ -554,6 +599,42 @@ mod tests {
         b.delete_inode(9);
         store.commit(b).expect("commit");
         assert_eq!(store.inode(9).expect("read"), None);
+    }
+
+    #[test]
+    fn a_commit_caches_the_records_it_leaves_and_not_those_it_deletes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(dir.path()).expect("open");
+        let cached = |ino| match store.inodes.lookup(ino) {
+            Lookup::Hit(r) => Some(r.attr.size),
+            Lookup::Miss(_) => None,
+        };
+        let mut b = MetaBatch::new();
+        b.put_inode(&codec::test_file_record(1, 10));
+        b.put_inode(&codec::test_file_record(2, 20));
+        b.put_inode(&codec::test_file_record(2, 21)); // the later put wins
+        b.put_inode(&codec::test_file_record(3, 30));
+        b.delete_inode(3); // put, then deleted in the same batch
+        store.commit(b).expect("commit");
+        assert_eq!((cached(1), cached(2), cached(3)), (Some(10), Some(21), None));
+        assert_eq!(store.inode(2).expect("read").map(|r| r.attr.size), Some(21));
+        assert_eq!(store.inode(3).expect("read"), None);
+        // What the cache holds is what RocksDB holds.
+        let mut b = MetaBatch::new();
+        b.delete_inode(1);
+        store.commit(b).expect("commit");
+        assert_eq!(cached(1), None);
+        assert_eq!(store.inode(1).expect("read"), None);
+
+        let range =
+            |from: Ino, to: Ino| JournalOp::DeleteRange { from: codec::inode_key(from), to: codec::inode_key(to) };
+        let put = |ino, size| JournalOp::Put {
+            key: codec::inode_key(ino),
+            value: codec::encode_inode(&codec::test_file_record(ino, size)),
+        };
+        let sizes = |ops: &[JournalOp]| written_inodes(ops).iter().map(|r| r.attr.size).collect::<Vec<_>>();
+        assert_eq!(sizes(&[put(4, 1), range(1, 9), put(5, 2)]), vec![2]);
+        assert_eq!(sizes(&[put(4, 1), JournalOp::Delete { key: codec::dentry_key(4, b"x") }]), vec![1]);
     }
 
     #[test]
