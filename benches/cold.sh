@@ -13,7 +13,9 @@
 #   CACHE_MIB [256]     tierfs --cache-size (must be < SIZE_MIB so that B evicts A)
 #   ROUNDS [3]          cold reads: this many rounds of (raw GET, tierfs cold read), one right
 #                       after the other; the table gives medians and judges the median of the
-#                       per-round ratios (the raw GET alone varies by 40% between runs here)
+#                       per-round ratios (the raw GET alone varies by 40% between runs here).
+#                       The writes always come in two rounds: (raw PUT, tierfs write of A),
+#                       (raw PUT, tierfs write of B), judged on the mean of the two ratios
 #   PEERS ["rclone s3fs"]  FUSE peers to read through (empty: none). Missing ones are installed
 #                       with apt-get (Debian packages rclone, s3fs) and the table says so.
 #   TIERFS_BIN_DIR      directory with `tierfs` and `tierfs-daemon`: skips the build
@@ -21,6 +23,8 @@
 #   SKIP_BUILD=1        use the binaries already in $CARGO_TARGET_DIR/release
 #   TIERFS_MOUNT_OPTS   extra `tierfs mount` options (word-split)
 #   TIERFS_INIT_OPTS    extra `tierfs init` options (word-split), e.g. "--pack-size 4M"
+#   TIERFS_BACKEND_PARAMS  appended to tierfs's backend URL, e.g. "&payload=signed" (SigV4
+#                       signs every upload's SHA-256 instead of the default CRC64NVME header)
 #   MOTO_SERVER [/var/lib/tierfs-test-tools/moto-venv/bin/moto_server]; BENCH_PY [python next
 #                       to it] (needs boto3); MOTO_PORT [a free port]
 #   BENCH_ROOT [${TMPDIR:-/tmp}/tierfs-bench]  work dir parent (source files, data dir, caches,
@@ -322,7 +326,7 @@ phase() {
   echo "busy at start: $(ps -eo comm= | grep -cxE 'cargo|rustc|cc1plus|cc1|ld|fio') compiler/cargo/fio processes"
   echo "work dir: $WORK ($(df -h --output=source,fstype "$WORK" | tail -1 | tr -s ' '))"
   echo "SIZE_MIB=$SIZE_MIB OBJECT_MIB=$OBJECT_MIB THREADS=$THREADS CACHE_MIB=$CACHE_MIB ROUNDS=$ROUNDS PEERS='$PEERS' VERIFY=$VERIFY POLL_S=$POLL_S"
-  echo "tierfs: $("$TIERFS" --version) ($TIERFS, built $(date -r "$TIERFS" +%FT%T)), checkout git $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo none)$(cd "$REPO" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' (dirty tree)'), mount opts '${TIERFS_MOUNT_OPTS:-}'"
+  echo "tierfs: $("$TIERFS" --version) ($TIERFS, built $(date -r "$TIERFS" +%FT%T)), checkout git $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo none)$(cd "$REPO" && [[ -n $(git status --porcelain 2>/dev/null) ]] && echo ' (dirty tree)'), mount opts '${TIERFS_MOUNT_OPTS:-}', backend params '${TIERFS_BACKEND_PARAMS:-}'"
   echo "moto: $("$BENCH_PY" -c 'import moto, boto3; print("moto", moto.__version__, "boto3", boto3.__version__)' 2>/dev/null)"
   for p in $PEERS; do
     case $p in
@@ -348,9 +352,13 @@ done
 start_moto
 
 # --- 1. raw parallel PUT / GET -------------------------------------------------------------
-log "raw PUT: $SIZE_MIB MiB as $OBJECT_MIB MiB objects, $THREADS threads"
-phase raw_put "${RAW[@]}" put --prefix raw/ --size-mib "$SIZE_MIB" --object-mib "$OBJECT_MIB" --threads "$THREADS"
-# The raw GETs of the same objects run later, each right before a tierfs cold read (3.).
+# raw_put_round R: the raw parallel PUT of SIZE_MIB into raw/, round R. Each runs right before
+# a tierfs write of the same size (2.); the raw GETs of the same objects run later, each right
+# before a tierfs cold read (3.).
+raw_put_round() {
+  log "raw PUT round $1: $SIZE_MIB MiB as $OBJECT_MIB MiB objects, $THREADS threads"
+  phase "raw_put_r$1" "${RAW[@]}" put --prefix raw/ --size-mib "$SIZE_MIB" --object-mib "$OBJECT_MIB" --threads "$THREADS"
+}
 
 # raw_get_round R: the raw parallel GET of the raw/ objects, round R
 raw_get_round() {
@@ -386,7 +394,7 @@ tierfs_phases() {
   TMNT=$WORK/mnt-tierfs
   mkdir -p "$TMNT" "$data"
   log "tierfs init (s3://$BUCKET/tierfs on $S3_ENDPOINT)"
-  t init --store "$store" --backend "s3://$BUCKET/tierfs?endpoint=$S3_ENDPOINT&region=us-east-1" ${TIERFS_INIT_OPTS:-} >>"$LOG" 2>&1 ||
+  t init --store "$store" --backend "s3://$BUCKET/tierfs?endpoint=$S3_ENDPOINT&region=us-east-1${TIERFS_BACKEND_PARAMS:-}" ${TIERFS_INIT_OPTS:-} >>"$LOG" 2>&1 ||
     { phase_error tierfs_write_A "tierfs init failed (see cold.log)"; return 1; }
   # shellcheck disable=SC2086  # TIERFS_MOUNT_OPTS is a word list
   out=$(t --json mount --store "$store" --cache-size "${CACHE_MIB}M" --data-dir "$data" ${TIERFS_MOUNT_OPTS:-} "$TMNT" 2>>"$LOG") ||
@@ -395,7 +403,10 @@ tierfs_phases() {
   log "tierfs mounted on $TMNT (daemon pid ${TIERFS_PID:-unknown}, cache ${CACHE_MIB} MiB)"
   t --json status "$TMNT" >"$OUTDIR/tierfs-status-mount.json" 2>&1
 
+  local i=0
   for f in A B; do
+    i=$((i + 1))
+    raw_put_round "$i"
     drop_caches
     cat "$WORK/src-$f" >/dev/null   # the source comes from RAM: the local disk read is not timed
     log "tierfs: writing $f ($SIZE_MIB MiB, dd bs=4M), then waiting until dirty_bytes == 0"
@@ -425,7 +436,8 @@ tierfs_phases() {
   "${RAW[@]}" du --prefix tierfs/ >"$OUTDIR/tierfs_bucket_du.json" 2>>"$LOG"
 }
 if ! tierfs_phases; then
-  # The raw GETs still run: the table shows the ceiling next to tierfs's ERR.
+  # The raw PUT and GETs still run: the table shows the ceiling next to tierfs's ERR.
+  [[ -f $OUTDIR/raw_put_r1.json ]] || raw_put_round 1
   for r in $(seq "$ROUNDS"); do [[ -f $OUTDIR/raw_get_r$r.json ]] || raw_get_round "$r"; done
 fi
 tierfs_umount
@@ -496,13 +508,15 @@ rounds = int(sys.argv[6])
 def load(name):
     p = os.path.join(out, name + ".json")
     return json.load(open(p)) if os.path.exists(p) else None
-names = ["raw_put", "tierfs_write_A", "tierfs_write_B",
+names = ["tierfs_write_A", "tierfs_write_B",
          "rclone_cold_read", "s3fs_cold_read", "tierfs_evict", "tierfs_bucket_du", "peer_upload"]
 res = {n: load(n) for n in names}
 # The cold reads ran in rounds (raw GET, then tierfs): each row shows the median round, and
 # the ratio to the raw GET is the median of the per-round ratios (both sides measured
 # seconds apart, so a drift of the machine or of moto hits both).
 per_round = {n: [load(f"{n}_r{r}") for r in range(1, rounds + 1)] for n in ("raw_get", "tierfs_cold_read")}
+# The writes too: a raw PUT right before each tierfs write (file A in round 1, B in round 2).
+per_round["raw_put"] = [load(f"raw_put_r{r}") for r in (1, 2)]
 def ok(d):
     return d is not None and "error" not in d
 for n, runs in per_round.items():
@@ -517,6 +531,8 @@ for n, runs in per_round.items():
     if checked:
         res[n]["verified"] = all(checked)
 paired = [t["mib_s"] / g["mib_s"] for g, t in zip(per_round["raw_get"], per_round["tierfs_cold_read"]) if ok(g) and ok(t)]
+paired_writes = [res[w]["mib_s"] / p["mib_s"] for p, w in zip(per_round["raw_put"], ("tierfs_write_A", "tierfs_write_B"))
+                 if ok(p) and ok(res.get(w))]
 def rate(n):
     d = res.get(n)
     return d.get("mib_s") if d and "error" not in d else None
@@ -536,7 +552,7 @@ def note(n):
     if "error" in d:
         return "ERROR: " + d["error"][:200]
     if n == "raw_put":
-        return f"boto3, {d['objects']} objects of {d['object_bytes'] // MIB} MiB, {d['threads']} threads"
+        return f"boto3, {d['objects']} objects of {d['object_bytes'] // MIB} MiB, {d['threads']} threads; {rounds_note(d)}"
     if n == "raw_get":
         return f"boto3, {d['objects']} objects, {d['threads']} threads; {rounds_note(d)}"
     if n.startswith("tierfs_write"):
@@ -561,11 +577,11 @@ for label, n in rows:
     print(f"| {label} | {cell(n)} | {secs} | {note(n)} |")
 # write rate: the mean of A and B when both exist (both are one file of SIZE into the store)
 writes = [rate(n) for n in ("tierfs_write_A", "tierfs_write_B") if rate(n)]
-w = sum(writes) / len(writes) if writes else None
 r = rate("tierfs_cold_read")
 def ratio(a, b):
     return a / b if a and b else None
-checks = [("tierfs write to store / raw PUT", ratio(w, rate("raw_put")), 0.8),
+checks = [("tierfs write to store / raw PUT (mean of the rounds' ratios)",
+           statistics.mean(paired_writes) if paired_writes else None, 0.8),
           ("tierfs cold read / raw GET (median of the rounds' ratios)", statistics.median(paired) if paired else None, 0.8)]
 for p in peers:
     checks.append((f"tierfs cold read / {p} cold read", ratio(r, rate(f"{p}_cold_read")), 2.0))
@@ -576,8 +592,11 @@ ev = res.get("tierfs_evict")
 notes = []
 if paired:
     notes.append("cold read / raw GET per round: " + ", ".join(f"{x:.2f}x" for x in paired) + ".")
+if paired_writes:
+    notes.append("write / raw PUT per round (A, then B, each right after its raw PUT): "
+                 + ", ".join(f"{x:.2f}x" for x in paired_writes) + ".")
 if len(writes) == 2:
-    notes.append("tierfs write = mean of files A and B (B also pushes A out of the cache).")
+    notes.append("B's write also pushes A out of the cache.")
 if ev and "error" not in ev:
     s = ev["status"]
     notes.append(f"before the cold read: evicted {s['evicted_bytes'] / MIB:.0f} MiB, resident {s['resident_bytes'] / MIB:.0f} MiB"
