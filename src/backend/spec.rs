@@ -2,8 +2,9 @@
 //! ([`Credentials`]) and the request policy ([`BackendOptions`]).
 //!
 //! Two URL forms exist: `s3://bucket/prefix?endpoint=http://host:port&region=r&payload=signed`
-//! (endpoint, region and payload optional) and `file:///absolute/path`. Parsing is strict and every rejection says what
-//! form was expected, because a typo here otherwise surfaces much later as "not found".
+//! (endpoint, region and payload optional) and `file:///absolute/path`. Parsing is strict and
+//! every rejection says what form was expected, because a typo here otherwise surfaces much
+//! later as "not found".
 //! Invariants:
 //! - a spec never holds a secret, so `to_url()` is safe to print, log and use as the backend's
 //!   name; credentials in the URL (user-info) are refused with a pointer to where they belong;
@@ -53,15 +54,15 @@ pub enum PayloadCheck {
 }
 
 impl PayloadCheck {
-    const ALL: [(PayloadCheck, &'static str); 2] =
-        [(PayloadCheck::Crc64Nvme, "crc64nvme"), (PayloadCheck::Signed, "signed")];
-
     pub fn as_str(self) -> &'static str {
-        Self::ALL.iter().find(|(p, _)| *p == self).map_or("crc64nvme", |(_, name)| name)
+        match self {
+            PayloadCheck::Crc64Nvme => "crc64nvme",
+            PayloadCheck::Signed => "signed",
+        }
     }
 
     fn parse(value: &str) -> Option<PayloadCheck> {
-        Self::ALL.iter().find(|(_, name)| *name == value).map(|(p, _)| *p)
+        [PayloadCheck::Crc64Nvme, PayloadCheck::Signed].into_iter().find(|p| p.as_str() == value)
     }
 }
 

@@ -39,22 +39,24 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// The inode whose record `key` is, if it is one.
+fn inode_of_key(key: &[u8]) -> Option<Ino> {
+    (key.len() == 9 && key[..1] == codec::INODE_TABLE).then(|| codec::key_ino(key).ok()).flatten()
+}
+
+/// Whether deleting `[from, to)` reaches into the inode table, `[b"I", b"J")`.
+fn range_covers_inodes(from: &[u8], to: &[u8]) -> bool {
+    from < b"J".as_slice() && to > codec::INODE_TABLE.as_slice()
+}
+
 /// The inode records `ops` write or delete.
 fn touched_inodes(ops: &[JournalOp]) -> Touched {
     let mut inos = Vec::new();
     for op in ops {
         match op {
-            JournalOp::Put { key, .. } | JournalOp::Delete { key } => {
-                if key.len() == 9 && key[..1] == codec::INODE_TABLE {
-                    inos.extend(codec::key_ino(key).ok());
-                }
-            }
-            // The inode table is [b"I", b"J").
-            JournalOp::DeleteRange { from, to } => {
-                if from.as_slice() < b"J".as_slice() && to.as_slice() > codec::INODE_TABLE.as_slice() {
-                    return Touched::All;
-                }
-            }
+            JournalOp::Put { key, .. } | JournalOp::Delete { key } => inos.extend(inode_of_key(key)),
+            JournalOp::DeleteRange { from, to } if range_covers_inodes(from, to) => return Touched::All,
+            JournalOp::DeleteRange { .. } => {}
         }
     }
     Touched::Inodes(inos)
@@ -66,20 +68,20 @@ fn written_inodes(ops: &[JournalOp]) -> Vec<InodeRecord> {
     let mut out: Vec<InodeRecord> = Vec::new();
     for op in ops {
         match op {
-            JournalOp::Put { key, value } if key.len() == 9 && key[..1] == codec::INODE_TABLE => {
-                if let Ok(rec) = codec::key_ino(key).and_then(|ino| codec::decode_inode(ino, value)) {
+            JournalOp::Put { key, value } => {
+                if let Some(rec) = inode_of_key(key).and_then(|ino| codec::decode_inode(ino, value).ok()) {
                     out.retain(|r| r.attr.ino != rec.attr.ino);
                     out.push(rec);
                 }
             }
-            JournalOp::Delete { key } if key.len() == 9 && key[..1] == codec::INODE_TABLE => {
-                if let Ok(ino) = codec::key_ino(key) {
+            JournalOp::Delete { key } => {
+                if let Some(ino) = inode_of_key(key) {
                     out.retain(|r| r.attr.ino != ino);
                 }
             }
             // A range over the inode table drops everything written before it.
-            JournalOp::DeleteRange { .. } if touched_inodes(std::slice::from_ref(op)) == Touched::All => out.clear(),
-            _ => {}
+            JournalOp::DeleteRange { from, to } if range_covers_inodes(from, to) => out.clear(),
+            JournalOp::DeleteRange { .. } => {}
         }
     }
     out
