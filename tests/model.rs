@@ -2531,6 +2531,30 @@ fn a_full_disk_does_not_make_a_sequential_read_fetch_chunks_again() {
     assert!(fetched <= SIZE * 3 / 2, "{fetched} bytes fetched for a {SIZE}-byte sequential read");
 }
 
+/// `may_wait` (the FUSE adapter's cue to run a read off its request thread) is true for
+/// evicted data and false once it is back in the cache, and never true without a store.
+#[test]
+fn may_wait_flags_reads_of_evicted_data_until_they_are_fetched() {
+    let plain = tempfile::tempdir().expect("tempdir");
+    let local = Vfs::new(VfsConfig::new(plain.path())).expect("open");
+    let (file, fh) = local.create(ME, ROOT_INO, b"f", 0o644, UMASK, libc::O_RDWR).expect("create");
+    local.write(file.ino, fh, 0, b"abc").expect("write");
+    assert!(!local.may_wait(file.ino, 0, 4096, false) && !local.may_wait(file.ino, 0, 4096, true));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
+    const SIZE: u64 = 8 << 20;
+    let data: Vec<u8> = (0..SIZE).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let ino = write_and_evict(&cold_vfs(dir.path(), &store, Some(1), 0.0), b"big", &data);
+    let fs = cold_vfs(dir.path(), &store, None, 0.0);
+    let fh = fs.open(&Caller::ROOT, ino, libc::O_RDONLY).expect("open");
+    assert!(fs.may_wait(ino, 0, 4096, false), "a read of evicted data waits for the store");
+    assert!(fs.may_wait(ino, SIZE - 4096, 4096, true), "a partial write into evicted data fetches it");
+    let got = fs.read(ino, fh, 0, 4096).expect("read");
+    assert!(got == data[..4096], "wrong bytes");
+    assert!(!fs.may_wait(ino, 0, 4096, false), "the chunk just read is in the cache");
+}
+
 /// A file larger than the stream limit (half the cache) is read from the store's blocks in
 /// memory: fetched once, never written into the cache. A write into it is seen at once, and
 /// after a truncate below the limit its chunks are fetched into the cache again.

@@ -611,6 +611,17 @@ impl ColdTier {
         Ok(guard)
     }
 
+    /// Whether reading `range` of `ino` (or writing it, with `write`) may have to wait: for a
+    /// fetch of evicted or unverified chunks, or for the dirty bound. A hint for callers that
+    /// serve many requests on few threads; the state may change right after it is given.
+    pub fn may_wait(&self, ino: Ino, range: Range<u64>, write: bool) -> bool {
+        let chunks = chunks_of(&range);
+        let st = self.state.lock();
+        let fetch =
+            st.files.get(&ino).is_some_and(|f| chunks.clone().any(|i| f.chunks.get(&i).is_some_and(Chunk::not_ready)));
+        fetch || (write && st.dirty_bytes >= self.config.max_dirty)
+    }
+
     /// Waits while the dirty bound is exceeded and this write would dirty more.
     fn throttle(&self, ino: Ino, chunks: &Range<u64>) {
         let mut st = self.state.lock();

@@ -200,6 +200,12 @@ impl HotTier {
         Ok(())
     }
 
+    /// Whether [`HotTier::claim_space`] of `len` bytes may fail for want of space (the last
+    /// measured budget is smaller), so that a writer may have to wait for eviction.
+    pub fn may_be_full(&self, len: u64) -> bool {
+        self.space.budget.load(Ordering::Relaxed) < i64::try_from(len).unwrap_or(i64::MAX)
+    }
+
     /// Where the data file of `ino` lives: 256 fan-out directories keep directories small.
     pub fn path(&self, ino: Ino) -> PathBuf {
         self.root.join(format!("{:02x}", ino & 0xff)).join(format!("{ino:016x}"))

@@ -1000,6 +1000,16 @@ impl Vfs {
         }
     }
 
+    /// Whether a read of `len` bytes at `offset` (or a write, with `write`) may wait for more
+    /// than the local disk: a fetch from the store, the dirty bound, or free space in the hot
+    /// tier. A hint for callers that serve many requests on few threads (the FUSE adapter
+    /// runs such calls off its request thread); it may be stale as soon as it is given.
+    pub fn may_wait(&self, ino: Ino, offset: u64, len: u64, write: bool) -> bool {
+        let Some(cold) = &self.cold else { return false };
+        let range = offset..offset.saturating_add(len);
+        cold.may_wait(ino, range, write) || (write && self.hot.may_be_full(len))
+    }
+
     pub fn read(&self, ino: Ino, fh: u64, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
         self.read_bytes(ino, fh, offset, size).map(Vec::from)
     }

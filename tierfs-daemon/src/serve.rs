@@ -17,8 +17,8 @@
 //! - The unmount is done with our own `umount2`/`fusermount3` call rather than fuser's
 //!   one-shot unmounter, so a refused (busy) unmount can be retried later; fuser's handle is
 //!   used up right after ours succeeds (see `FuserMount`).
-//! - FUSE requests are served by fuser's own worker threads; the tokio runtime only runs
-//!   the control socket, the signal handlers and the shutdown sequence.
+//! - FUSE requests are served by fuser's request thread and the adapter's pool; the tokio
+//!   runtime only runs the control socket, the signal handlers and the shutdown sequence.
 
 use std::fs;
 use std::io;
@@ -75,8 +75,10 @@ pub struct MountConfig {
     pub store: Option<PathBuf>,
     pub workspace: String,
     pub allow_other: bool,
-    /// FUSE worker threads; `None` takes the adapter's default.
+    /// Threads reading FUSE requests; `None` takes the adapter's default.
     pub threads: Option<usize>,
+    /// Threads for FUSE operations that may wait for the store; `None`: the default.
+    pub io_threads: Option<usize>,
     pub writeback_cache: bool,
     pub attr_ttl: Option<Duration>,
     pub entry_ttl: Option<Duration>,
@@ -111,6 +113,7 @@ impl MountConfig {
         tierfs_mount::MountOptions {
             allow_other: self.allow_other,
             n_threads: self.threads.unwrap_or(defaults.n_threads),
+            io_threads: self.io_threads.unwrap_or(defaults.io_threads),
             attr_ttl: self.attr_ttl.unwrap_or(defaults.attr_ttl),
             entry_ttl: self.entry_ttl.unwrap_or(defaults.entry_ttl),
             writeback_cache: self.writeback_cache,

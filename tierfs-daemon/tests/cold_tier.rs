@@ -200,6 +200,44 @@ fn a_server_killed_during_writes_costs_nothing_and_is_repaired() {
     c.fx.umount();
 }
 
+/// An fsync waiting for an unanswering server (it uploads first) holds up nothing else: the
+/// mount reads requests on one thread and runs what may wait on its pool. With everything on
+/// the request thread (`--io-threads 0`) this test fails: the create below would wait too.
+#[test]
+fn an_fsync_waiting_for_the_store_holds_up_no_other_operation() {
+    use std::sync::mpsc::channel;
+    let servers = servers(1);
+    let mut c = Cold::new(&servers, &[]);
+    c.mount_with("1G", &["--threads", "1"]);
+    let slow = c.fx.p("slow");
+    let data = content(70, 1 << 20);
+    servers[0].pause();
+    // The write is local and succeeds; its upload now waits for the paused server.
+    write_file(&slow, &data);
+    let (synced_tx, synced) = channel();
+    let file = fs::OpenOptions::new().write(true).open(&slow).expect("open slow");
+    std::thread::spawn(move || synced_tx.send(file.sync_all()));
+    assert!(synced.recv_timeout(Duration::from_secs(1)).is_err(), "fsync returned while the only server was paused");
+
+    let (root, other) = (c.fx.mountpoint.clone(), c.fx.p("other"));
+    let (done_tx, done) = channel();
+    std::thread::spawn(move || {
+        write_file(&other, b"not waiting");
+        let len = fs::metadata(&other).map(|m| m.len()).ok();
+        done_tx.send((len, read_file(&other), fs::read_dir(&root).map(|d| d.count()).ok()))
+    });
+    let got = done.recv_timeout(Duration::from_secs(20));
+    servers[0].resume();
+    let (len, back, entries) = got.expect("create, write, stat, read and readdir waited for the fsync");
+    assert_eq!((len, back.as_slice(), entries), (Some(11), &b"not waiting"[..], Some(2)));
+    synced
+        .recv_timeout(Duration::from_secs(120))
+        .expect("fsync returned once the server was back")
+        .expect("fsync succeeded once the server was back");
+    assert!(read_file(&slow) == data, "the fsynced file reads back");
+    c.fx.umount();
+}
+
 #[test]
 fn a_wrong_passphrase_is_refused_before_mounting() {
     let servers = servers(1);

@@ -1,6 +1,9 @@
 //! [`TierFuse`]: the `fuser::Filesystem` implementation, one short method per FUSE operation.
 //!
-//! Each method converts its arguments, calls the matching `Vfs` method and replies. Locking
+//! Each method converts its arguments, calls the matching `Vfs` method and replies, on the
+//! request thread, except operations that may wait for more than the local disk (fsync,
+//! truncation, reads and writes that `Vfs::may_wait` flags, and the other calls that may
+//! fetch from the store): those run and reply on the [`crate::pool`]. Locking
 //! operations (`getlk`, `setlk`, flock) are deliberately absent: `init` does not request
 //! `FUSE_POSIX_LOCKS` or `FUSE_FLOCK_LOCKS`, so the kernel keeps those locks locally, which is
 //! correct for a filesystem mounted once per node.
@@ -25,6 +28,7 @@ use crate::MountOptions;
 use crate::convert::{
     XattrReply, errno, file_attr, file_type, rename_flags, shared_ttl, time_set, timestamp_from_kernel, xattr_reply,
 };
+use crate::pool::Pool;
 
 /// Largest write the kernel may send in one request. 1 MiB is the kernel's default page
 /// limit per request (`fuse_max_pages_limit` = 256 pages); a larger value would be clamped.
@@ -48,6 +52,8 @@ const GENERATION: Generation = Generation(0);
 pub struct TierFuse {
     vfs: Arc<Vfs>,
     opts: MountOptions,
+    /// Runs the operations that may wait (see [`crate::pool`]); `None`: all run inline.
+    pool: Option<Pool>,
 }
 
 impl std::fmt::Debug for TierFuse {
@@ -58,8 +64,23 @@ impl std::fmt::Debug for TierFuse {
 
 impl TierFuse {
     /// An adapter serving `vfs` with the caching behaviour `opts` asks for.
-    pub fn new(vfs: Arc<Vfs>, opts: MountOptions) -> TierFuse {
-        TierFuse { vfs, opts }
+    /// Fails only if the pool's threads cannot be started.
+    pub fn new(vfs: Arc<Vfs>, opts: MountOptions) -> io::Result<TierFuse> {
+        let pool = match opts.io_threads {
+            0 => None,
+            n => Some(Pool::new("tierfs-io", n)?),
+        };
+        Ok(TierFuse { vfs, opts, pool })
+    }
+
+    /// Runs `op` on the pool, or here when there is none. For operations that may wait for
+    /// the store or the dirty bound, so that the request threads go on with the others.
+    fn offload(&self, op: impl FnOnce(&Vfs) + Send + 'static) {
+        let vfs = Arc::clone(&self.vfs);
+        match &self.pool {
+            Some(pool) => pool.run(move || op(&vfs)),
+            None => op(&vfs),
+        }
     }
 
     fn reply_entry(&self, reply: ReplyEntry, attr: &Attr) {
@@ -182,6 +203,10 @@ impl Filesystem for TierFuse {
     }
 
     fn destroy(&mut self) {
+        // Operations still running on the pool finish before the final sync.
+        if let Some(pool) = &self.pool {
+            pool.shutdown();
+        }
         if let Err(err) = self.vfs.sync_all() {
             tracing::error!(error = %err, "sync at unmount failed");
         }
@@ -238,10 +263,13 @@ impl Filesystem for TierFuse {
             mtime: mtime.map(time_set),
             ctime: ctime.map(timestamp_from_kernel),
         };
-        match self.vfs.setattr(&caller(req), ino.0, &changes, fh.map(|fh| fh.0)) {
-            Ok(attr) => reply.attr(&self.opts.attr_ttl, &file_attr(&attr)),
+        let (caller, ttl, fh) = (caller(req), self.opts.attr_ttl, fh.map(|fh| fh.0));
+        let op = move |vfs: &Vfs| match vfs.setattr(&caller, ino.0, &changes, fh) {
+            Ok(attr) => reply.attr(&ttl, &file_attr(&attr)),
             Err(err) => reply.error(fail("setattr", &err)),
-        }
+        };
+        // A truncate may fetch the chunk it cuts through from the store.
+        if size.is_some() { self.offload(op) } else { op(&self.vfs) }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -300,10 +328,13 @@ impl Filesystem for TierFuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.vfs.open(&caller(req), ino.0, flags.0) {
+        let caller = caller(req);
+        let op = move |vfs: &Vfs| match vfs.open(&caller, ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), file_open_flags()),
             Err(err) => reply.error(fail("open", &err)),
-        }
+        };
+        // O_TRUNC truncates, which may fetch from the store (see `setattr`).
+        if flags.0 & libc::O_TRUNC != 0 { self.offload(op) } else { op(&self.vfs) }
     }
 
     fn read(
@@ -317,10 +348,11 @@ impl Filesystem for TierFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.vfs.read_bytes(ino.0, fh.0, offset, size) {
+        let op = move |vfs: &Vfs| match vfs.read_bytes(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(err) => reply.error(fail("read", &err)),
-        }
+        };
+        if self.vfs.may_wait(ino.0, offset, u64::from(size), false) { self.offload(op) } else { op(&self.vfs) }
     }
 
     fn write(
@@ -335,9 +367,15 @@ impl Filesystem for TierFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.vfs.write(ino.0, fh.0, offset, data) {
+        let result = move |vfs: &Vfs, data: &[u8], reply: ReplyWrite| match vfs.write(ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
             Err(err) => reply.error(fail("write", &err)),
+        };
+        if self.vfs.may_wait(ino.0, offset, data.len() as u64, true) {
+            let data = data.to_vec(); // the request buffer is reused once this returns
+            self.offload(move |vfs| result(vfs, &data, reply));
+        } else {
+            result(&self.vfs, data, reply);
         }
     }
 
@@ -359,7 +397,7 @@ impl Filesystem for TierFuse {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        empty_result("fsync", self.vfs.fsync(ino.0, fh.0, datasync), reply);
+        self.offload(move |vfs| empty_result("fsync", vfs.fsync(ino.0, fh.0, datasync), reply));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -404,7 +442,7 @@ impl Filesystem for TierFuse {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        empty_result("fsyncdir", self.vfs.fsyncdir(ino.0), reply);
+        self.offload(move |vfs| empty_result("fsyncdir", vfs.fsyncdir(ino.0), reply));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -473,7 +511,7 @@ impl Filesystem for TierFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty_result("fallocate", self.vfs.fallocate(ino.0, fh.0, offset, length, mode), reply);
+        self.offload(move |vfs| empty_result("fallocate", vfs.fallocate(ino.0, fh.0, offset, length, mode), reply));
     }
 
     /// The kernel sends only SEEK_DATA and SEEK_HOLE; it resolves the other whences itself.
@@ -491,10 +529,10 @@ impl Filesystem for TierFuse {
         if cmd != tierfs::vfs::IOCTL_KEEP_CACHED {
             return reply.error(Errno::ENOTTY);
         }
-        match self.vfs.keep_cached(ino.0) {
+        self.offload(move |vfs| match vfs.keep_cached(ino.0) {
             Ok(()) => reply.ioctl(0, &[]),
             Err(err) => reply.error(fail("ioctl", &err)),
-        }
+        });
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
@@ -506,10 +544,11 @@ impl Filesystem for TierFuse {
         if self.opts.writeback_cache {
             return reply.error(Errno::ENOSYS);
         }
-        match self.vfs.lseek(ino.0, fh.0, offset, whence) {
+        // SEEK_DATA/SEEK_HOLE may fetch the file's evicted chunks.
+        self.offload(move |vfs| match vfs.lseek(ino.0, fh.0, offset, whence) {
             Ok(offset) => reply.offset(offset),
             Err(err) => reply.error(fail("lseek", &err)),
-        }
+        });
     }
 
     fn copy_file_range(
@@ -531,9 +570,11 @@ impl Filesystem for TierFuse {
         }
         // A short copy is allowed; the caller loops.
         let len = len.min(u64::from(MAX_COPY));
-        match self.vfs.copy_file_range(ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len) {
-            Ok(copied) => reply.written(u32::try_from(copied).unwrap_or(MAX_COPY)),
-            Err(err) => reply.error(fail("copy_file_range", &err)),
-        }
+        self.offload(move |vfs| {
+            match vfs.copy_file_range(ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len) {
+                Ok(copied) => reply.written(u32::try_from(copied).unwrap_or(MAX_COPY)),
+                Err(err) => reply.error(fail("copy_file_range", &err)),
+            }
+        });
     }
 }

@@ -1,9 +1,10 @@
 //! The FUSE adapter: kernel requests in, `tierfs::vfs` calls out.
 //!
 //! [`TierFuse`] implements `fuser::Filesystem` with one short method per operation: convert
-//! the arguments, call the matching [`Vfs`] method, reply. It holds no state of its own, so
-//! all of tierfs's POSIX behaviour can be tested through `Vfs` without a kernel (the
-//! mountpoint-s3 split between `fuse.rs` and `fs.rs`).
+//! the arguments, call the matching [`Vfs`] method, reply. It holds no file system state of
+//! its own (only the [`pool`] that runs operations which may wait), so all of tierfs's POSIX
+//! behaviour can be tested through `Vfs` without a kernel (the mountpoint-s3 split between
+//! `fuse.rs` and `fs.rs`).
 //!
 //! Invariants:
 //! - No semantics here. Every decision about what an operation means lives in
@@ -20,7 +21,11 @@
 //!   default: with it the kernel asks again for the attributes of every closed file (its
 //!   `st_blocks` may have changed) and sends a SETATTR of times after each rename, unlink and
 //!   link, round trips that cost metadata work more than buffering saves small writes.
-//! - When the session ends, however it ends, `destroy` runs once and calls `Vfs::sync_all`.
+//! - Requests are read on `n_threads` threads (one by default) and answered there, except
+//!   those that may wait for the store, which go to the pool; no request thread waits on the
+//!   network.
+//! - When the session ends, however it ends, `destroy` runs once, lets the pool finish, and
+//!   calls `Vfs::sync_all`.
 //!
 //! Serving until the kernel unmounts, with a way to unmount from a signal handler:
 //!
@@ -42,6 +47,7 @@
 
 mod convert;
 mod filesystem;
+pub mod pool;
 
 use std::io;
 use std::path::Path;
@@ -60,8 +66,14 @@ pub struct MountOptions {
     /// Let users other than the mounting one in (`allow_other`; non-root mounts need
     /// `user_allow_other` in /etc/fuse.conf).
     pub allow_other: bool,
-    /// Worker threads serving kernel requests; each has its own cloned /dev/fuse fd.
+    /// Threads reading kernel requests (each with its own cloned /dev/fuse fd when more
+    /// than one). One by default: the kernel wakes the reader that has waited longest, and
+    /// a metadata operation is answered fastest by the thread that just ran (measured in
+    /// benches/README.md).
     pub n_threads: usize,
+    /// Threads for the operations that may wait for the store (see [`pool`]); 0 runs them
+    /// on the request threads.
+    pub io_threads: usize,
     /// How long the kernel may cache an inode's attributes.
     pub attr_ttl: Duration,
     /// How long the kernel may cache a name's lookup.
@@ -79,7 +91,8 @@ impl Default for MountOptions {
     fn default() -> MountOptions {
         MountOptions {
             allow_other: false,
-            n_threads: 4,
+            n_threads: 1,
+            io_threads: 4,
             // Long: every change to the tree passes through this mount and the kernel updates
             // or invalidates its cache on each of them (pjdfstest passes with 1 h TTLs and a
             // 50 ms naptime), so a long TTL only saves round trips.
@@ -120,7 +133,7 @@ pub fn fuser_config(opts: &MountOptions) -> Config {
 /// able to unmount, then call `Session::run()`: it serves on `opts.n_threads` threads and
 /// returns once the filesystem is unmounted, by that unmounter or by `umount`/`fusermount -u`.
 pub fn session(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Session<TierFuse>> {
-    Session::new(TierFuse::new(vfs, opts.clone()), mountpoint, &fuser_config(opts))
+    Session::new(TierFuse::new(vfs, opts.clone())?, mountpoint, &fuser_config(opts))
 }
 
 /// Mounts `vfs` at `mountpoint` and serves it from a background thread.
@@ -146,14 +159,14 @@ mod tests {
     #[test]
     fn default_options_match_the_documented_defaults() {
         let opts = MountOptions::default();
-        assert_eq!(opts.n_threads, 4);
+        assert_eq!((opts.n_threads, opts.io_threads), (1, 4));
         assert_eq!(opts.attr_ttl, Duration::from_secs(60));
         assert!(!opts.writeback_cache && !opts.allow_other && !opts.read_only);
     }
 
     #[test]
     fn config_reflects_options() {
-        let config = fuser_config(&MountOptions::default());
+        let config = fuser_config(&MountOptions { n_threads: 4, ..MountOptions::default() });
         assert_eq!(config.n_threads, Some(4));
         assert!(config.clone_fd);
         assert_eq!(config.acl, SessionACL::Owner);
