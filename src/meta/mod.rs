@@ -19,7 +19,7 @@ pub mod journal;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
-use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
 use crate::vfs::{FileKind, Ino};
 use cache::{InodeCache, Lookup, Touched};
@@ -151,6 +151,14 @@ impl MetaStore {
         // Point-in-time recovery: after a crash the store is a prefix of the acknowledged
         // batches, never a state with a hole in the middle.
         opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
+        // Most point reads of a namespace operation are misses (a create's lookup of the new
+        // name, a rename's of its target): a bloom filter per table, and one over the
+        // memtable, answer those without searching each table's index and blocks.
+        let mut table = BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        opts.set_block_based_table_factory(&table);
+        opts.set_memtable_whole_key_filtering(true);
+        opts.set_memtable_prefix_bloom_ratio(0.02);
         let db = DB::open(&opts, dir).map_err(|e| match e.kind() {
             rocksdb::ErrorKind::Corruption => MetaError::Damaged { path: dir.to_path_buf(), detail: e.to_string() },
             _ => MetaError::Rocks(e),
