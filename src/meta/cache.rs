@@ -11,8 +11,9 @@
 //! write; a commit then stores the records it wrote (moving the generation again), under a
 //! lock that orders such writes the same way in RocksDB and here. A reader that missed
 //! inserts what it read from RocksDB only if its shard's generation did not move meanwhile,
-//! so a value read before a write can never be put back after it. Missing records are not cached. Each shard holds at most [`SHARD_CAP`] records
-//! and is emptied when full (about 20 MiB in all).
+//! so a value read before a write can never be put back after it. Missing records are not
+//! cached. Each shard holds at most [`SHARD_CAP`] records and is emptied when full (about
+//! 20 MiB in all).
 
 use std::collections::HashMap;
 

@@ -226,6 +226,13 @@ struct FileState {
     stream_ahead_from: Option<u64>,
 }
 
+impl FileState {
+    /// Whether chunk `idx` must be fetched or verified before its bytes are used.
+    fn not_ready(&self, idx: u64) -> bool {
+        self.chunks.get(&idx).is_some_and(Chunk::not_ready)
+    }
+}
+
 #[derive(Default)]
 struct State {
     files: HashMap<Ino, FileState>,
@@ -549,10 +556,7 @@ impl ColdTier {
             let mut st = loop {
                 let st = self.state.lock();
                 let missing: Vec<u64> = match st.files.get(&ino) {
-                    Some(f) => chunks
-                        .clone()
-                        .filter(|&i| needs_bytes(i) && f.chunks.get(&i).is_some_and(Chunk::not_ready))
-                        .collect(),
+                    Some(f) => chunks.clone().filter(|&i| needs_bytes(i) && f.not_ready(i)).collect(),
                     None => Vec::new(),
                 };
                 if missing.is_empty() {
@@ -617,9 +621,13 @@ impl ColdTier {
     pub fn may_wait(&self, ino: Ino, range: Range<u64>, write: bool) -> bool {
         let chunks = chunks_of(&range);
         let st = self.state.lock();
-        let fetch =
-            st.files.get(&ino).is_some_and(|f| chunks.clone().any(|i| f.chunks.get(&i).is_some_and(Chunk::not_ready)));
-        fetch || (write && st.dirty_bytes >= self.config.max_dirty)
+        let fetch = st.files.get(&ino).is_some_and(|f| chunks.clone().any(|i| f.not_ready(i)));
+        fetch || (write && self.over_dirty_bound(&st))
+    }
+
+    /// Whether writers that dirty more bytes must wait ([`ColdConfig::max_dirty`]).
+    fn over_dirty_bound(&self, st: &State) -> bool {
+        st.dirty_bytes >= self.config.max_dirty
     }
 
     /// Waits while the dirty bound is exceeded and this write would dirty more.
@@ -630,7 +638,7 @@ impl ColdTier {
                 Some(f) => chunks.clone().any(|i| f.chunks.get(&i).is_none_or(|c| !c.dirty)),
                 None => !chunks.is_empty(),
             };
-            if !adds || st.dirty_bytes < self.config.max_dirty || st.stopping {
+            if !adds || !self.over_dirty_bound(&st) || st.stopping {
                 return;
             }
             self.changed.wait_for(&mut st, Duration::from_millis(200));
@@ -650,8 +658,7 @@ impl ColdTier {
                 let Some(f) = files.get_mut(&ino) else {
                     return Ok(ReadGuard { tier: self, ino, chunks: 0..0 });
                 };
-                let missing: Vec<u64> =
-                    chunks.clone().filter(|i| f.chunks.get(i).is_some_and(Chunk::not_ready)).collect();
+                let missing: Vec<u64> = chunks.clone().filter(|&i| f.not_ready(i)).collect();
                 if missing.is_empty() {
                     for idx in chunks.clone() {
                         if let Some(c) = f.chunks.get_mut(&idx) {

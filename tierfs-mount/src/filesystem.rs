@@ -76,10 +76,17 @@ impl TierFuse {
     /// Runs `op` on the pool, or here when there is none. For operations that may wait for
     /// the store or the dirty bound, so that the request threads go on with the others.
     fn offload(&self, op: impl FnOnce(&Vfs) + Send + 'static) {
-        let vfs = Arc::clone(&self.vfs);
+        self.offload_if(true, op);
+    }
+
+    /// [`TierFuse::offload`] when `may_wait`, else runs `op` here.
+    fn offload_if(&self, may_wait: bool, op: impl FnOnce(&Vfs) + Send + 'static) {
         match &self.pool {
-            Some(pool) => pool.run(move || op(&vfs)),
-            None => op(&vfs),
+            Some(pool) if may_wait => {
+                let vfs = Arc::clone(&self.vfs);
+                pool.run(move || op(&vfs));
+            }
+            _ => op(&self.vfs),
         }
     }
 
@@ -269,7 +276,7 @@ impl Filesystem for TierFuse {
             Err(err) => reply.error(fail("setattr", &err)),
         };
         // A truncate may fetch the chunk it cuts through from the store.
-        if size.is_some() { self.offload(op) } else { op(&self.vfs) }
+        self.offload_if(size.is_some(), op);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -334,7 +341,7 @@ impl Filesystem for TierFuse {
             Err(err) => reply.error(fail("open", &err)),
         };
         // O_TRUNC truncates, which may fetch from the store (see `setattr`).
-        if flags.0 & libc::O_TRUNC != 0 { self.offload(op) } else { op(&self.vfs) }
+        self.offload_if(flags.0 & libc::O_TRUNC != 0, op);
     }
 
     fn read(
@@ -352,7 +359,7 @@ impl Filesystem for TierFuse {
             Ok(data) => reply.data(&data),
             Err(err) => reply.error(fail("read", &err)),
         };
-        if self.vfs.may_wait(ino.0, offset, u64::from(size), false) { self.offload(op) } else { op(&self.vfs) }
+        self.offload_if(self.vfs.may_wait(ino.0, offset, u64::from(size), false), op);
     }
 
     fn write(
@@ -371,7 +378,7 @@ impl Filesystem for TierFuse {
             Ok(written) => reply.written(written),
             Err(err) => reply.error(fail("write", &err)),
         };
-        if self.vfs.may_wait(ino.0, offset, data.len() as u64, true) {
+        if self.pool.is_some() && self.vfs.may_wait(ino.0, offset, data.len() as u64, true) {
             let data = data.to_vec(); // the request buffer is reused once this returns
             self.offload(move |vfs| result(vfs, &data, reply));
         } else {

@@ -7,44 +7,20 @@
 //! other than the local disk (a fetch from the store, fsync's upload, the dirty bound) must
 //! not hold up the others behind it, so the adapter hands it to this pool and replies from
 //! there. Invariants: every job handed to [`Pool::run`] runs exactly once, even after a job
-//! before it panicked; [`Pool::drain`] returns only once no job is queued or running.
+//! before it panicked; [`Pool::shutdown`] returns only once no job is queued or running.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
-/// Jobs queued or running, and the condition [`Pool::drain`] waits on.
-#[derive(Default)]
-struct InFlight {
-    count: Mutex<usize>,
-    idle: Condvar,
-}
-
-impl InFlight {
-    fn add(&self, n: isize) {
-        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
-        *count = count.checked_add_signed(n).expect("pool job count went negative");
-        if *count == 0 {
-            self.idle.notify_all();
-        }
-    }
-}
-
 /// A fixed set of threads running boxed jobs in the order they were handed over.
+#[derive(Debug)]
 pub struct Pool {
     sender: Mutex<Option<Sender<Job>>>,
-    in_flight: Arc<InFlight>,
     threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
-impl std::fmt::Debug for Pool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let running = *self.in_flight.count.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("Pool").field("in_flight", &running).finish_non_exhaustive()
-    }
 }
 
 impl Pool {
@@ -52,33 +28,21 @@ impl Pool {
     pub fn new(name: &str, threads: usize) -> std::io::Result<Pool> {
         let (sender, receiver) = channel::<Job>();
         let receiver = Arc::new(Mutex::new(receiver));
-        let in_flight = Arc::new(InFlight::default());
         let mut handles = Vec::new();
         for i in 0..threads.max(1) {
             let receiver = Arc::clone(&receiver);
-            let in_flight = Arc::clone(&in_flight);
-            handles.push(
-                std::thread::Builder::new().name(format!("{name}-{i}")).spawn(move || work(&receiver, &in_flight))?,
-            );
+            handles.push(std::thread::Builder::new().name(format!("{name}-{i}")).spawn(move || work(&receiver))?);
         }
-        Ok(Pool { sender: Mutex::new(Some(sender)), in_flight, threads: Mutex::new(handles) })
+        Ok(Pool { sender: Mutex::new(Some(sender)), threads: Mutex::new(handles) })
     }
 
     /// Runs `job` on a pool thread. After [`Pool::shutdown`] it runs on the caller's thread.
     pub fn run(&self, job: impl FnOnce() + Send + 'static) {
         let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let Some(sender) = sender else { return job() };
-        self.in_flight.add(1);
         if let Err(returned) = sender.send(Box::new(job)) {
-            self.in_flight.add(-1);
             (returned.0)();
         }
-    }
-
-    /// Waits until no job is queued or running.
-    pub fn drain(&self) {
-        let count = self.in_flight.count.lock().unwrap_or_else(PoisonError::into_inner);
-        drop(self.in_flight.idle.wait_while(count, |c| *c > 0).unwrap_or_else(PoisonError::into_inner));
     }
 
     /// Runs what is queued, then stops the threads; later jobs run on the caller's thread.
@@ -96,16 +60,15 @@ impl Drop for Pool {
     }
 }
 
-fn work(receiver: &Mutex<Receiver<Job>>, in_flight: &InFlight) {
+fn work(receiver: &Mutex<Receiver<Job>>) {
     loop {
         let job = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
         let Ok(job) = job else { return };
-        // A panicking job drops its reply, which answers the kernel with EIO; the thread and
-        // the count must survive it.
+        // A panicking job drops its reply, which answers the kernel with EIO; the thread must
+        // survive it.
         if catch_unwind(AssertUnwindSafe(job)).is_err() {
             tracing::error!("a FUSE operation panicked on the pool; the kernel got EIO");
         }
-        in_flight.add(-1);
     }
 }
 
@@ -116,7 +79,7 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn drain_waits_for_every_job_and_a_panic_does_not_lose_the_rest() {
+    fn shutdown_waits_for_every_job_and_a_panic_does_not_lose_the_rest() {
         let pool = Pool::new("test", 2).expect("pool");
         let done = Arc::new(AtomicUsize::new(0));
         for i in 0..20 {
@@ -129,7 +92,7 @@ mod tests {
                 done.fetch_add(1, Ordering::SeqCst);
             });
         }
-        pool.drain();
+        pool.shutdown();
         assert_eq!(done.load(Ordering::SeqCst), 19);
     }
 
@@ -142,7 +105,7 @@ mod tests {
         pool.run(move || tx.send(()).expect("receiver"));
         rx.recv_timeout(Duration::from_secs(10)).expect("the second job ran while the first waited");
         release.send(()).expect("blocked job");
-        pool.drain();
+        pool.shutdown();
     }
 
     #[test]
