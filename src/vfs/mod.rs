@@ -131,25 +131,31 @@ struct OpenInode {
 /// The data file of an inode that an unlink or rename just freed, still to be removed.
 ///
 /// The metadata batch that freed the inode is already committed, so the removal can wait
-/// until the kernel has its reply: the mount calls [`finish`](Self::finish) after replying.
-/// Removing a data file whose ext4 inode is no longer cached costs a disk read (unlinks in
-/// an `rm -rf` of a tree gone cold took 154 us instead of 35 us), which the program then
-/// does not wait for. Inode numbers are never reused, so a late removal cannot hit a newer
-/// file. Dropped unfinished, the data file stays behind as a leftover (as after a crash
-/// between the two steps), never as lost data, until [`Vfs::sweep_leftover_data_files`].
+/// until the kernel has its reply: the mount replies first and then calls
+/// [`finish`](Self::finish), on its I/O pool when it has one. Removing a data file whose ext4
+/// inode is no longer cached costs a disk read (unlinks in an `rm -rf` of a tree gone cold
+/// took 154 us instead of 35 us), which neither the program nor the next request then waits
+/// for. Inode numbers are never reused, so a late removal cannot hit a newer file. Dropped
+/// unfinished, the data file stays behind as a leftover (as after a crash between the two
+/// steps), never as lost data, until [`Vfs::sweep_leftover_data_files`].
 #[must_use = "finish() removes the freed inode's data file"]
-pub struct DataFileRemoval<'a> {
-    hot: &'a HotTier,
+#[derive(Debug)]
+pub struct DataFileRemoval {
     ino: Option<Ino>,
 }
 
-impl DataFileRemoval<'_> {
-    /// Removes the data file, if the operation freed one.
-    pub fn finish(self) -> VfsResult<()> {
-        match self.ino {
-            Some(ino) => Ok(self.hot.remove(ino)?),
-            None => Ok(()),
-        }
+impl DataFileRemoval {
+    /// Whether the operation freed a data file, i.e. [`finish`](Self::finish) has work.
+    pub fn is_needed(&self) -> bool {
+        self.ino.is_some()
+    }
+
+    /// Removes the data file from `vfs`'s hot tier, if the operation freed one.
+    pub fn finish(self, vfs: &Vfs) -> VfsResult<()> {
+        let Some(ino) = self.ino else { return Ok(()) };
+        let removed = vfs.hot.remove(ino);
+        vfs.pending_removals.fetch_sub(1, Ordering::Release);
+        Ok(removed?)
     }
 }
 
@@ -163,6 +169,9 @@ pub struct Vfs {
     stripes: Vec<Mutex<()>>,
     next_ino: AtomicU64,
     inode_count: AtomicU64,
+    /// Data files freed by committed unlinks and renames whose removal has not finished yet
+    /// (see [`DataFileRemoval`]): a write that finds the disk full waits for them.
+    pending_removals: AtomicU64,
     open: RwLock<HashMap<Ino, Arc<OpenInode>>>,
     dir_handles: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
@@ -206,6 +215,7 @@ impl Vfs {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             next_ino: AtomicU64::new(meta.next_ino()?.unwrap_or(ROOT_INO + 1)),
             inode_count: AtomicU64::new(0),
+            pending_removals: AtomicU64::new(0),
             namespace: Mutex::new(()),
             open: RwLock::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
@@ -645,7 +655,15 @@ impl Vfs {
         Ok(removed)
     }
 
-    fn remove_entry(&self, parent: Ino, name: &[u8], want_dir: bool) -> VfsResult<DataFileRemoval<'_>> {
+    /// The removal of `ino`'s data file, counted as pending until it finishes.
+    fn removal(&self, ino: Option<Ino>) -> DataFileRemoval {
+        if ino.is_some() {
+            self.pending_removals.fetch_add(1, Ordering::Relaxed);
+        }
+        DataFileRemoval { ino }
+    }
+
+    fn remove_entry(&self, parent: Ino, name: &[u8], want_dir: bool) -> VfsResult<DataFileRemoval> {
         if name.len() > NAME_MAX {
             return Err(VfsError::NameTooLong);
         }
@@ -681,21 +699,21 @@ impl Vfs {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
         }
         // A directory has no data file.
-        Ok(DataFileRemoval { hot: &self.hot, ino: (freed && !want_dir).then_some(ino) })
+        Ok(self.removal((freed && !want_dir).then_some(ino)))
     }
 
     pub fn unlink(&self, caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<()> {
-        self.unlink_deferred(caller, parent, name)?.finish()
+        self.unlink_deferred(caller, parent, name)?.finish(self)
     }
 
     /// `unlink`, leaving the removal of a freed inode's data file to the caller (see
     /// [`DataFileRemoval`]): the mount replies first and removes the file after.
-    pub fn unlink_deferred(&self, _caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<DataFileRemoval<'_>> {
+    pub fn unlink_deferred(&self, _caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<DataFileRemoval> {
         self.remove_entry(parent, name, false)
     }
 
     pub fn rmdir(&self, _caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<()> {
-        self.remove_entry(parent, name, true)?.finish()
+        self.remove_entry(parent, name, true)?.finish(self)
     }
 
     /// True if directory `ancestor` is `dir` or one of its ancestors.
@@ -720,7 +738,7 @@ impl Vfs {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> VfsResult<()> {
-        self.rename_deferred(caller, parent, name, new_parent, new_name, flags)?.finish()
+        self.rename_deferred(caller, parent, name, new_parent, new_name, flags)?.finish(self)
     }
 
     /// `rename`, leaving the removal of a replaced inode's data file to the caller (see
@@ -733,7 +751,7 @@ impl Vfs {
         new_parent: Ino,
         new_name: &[u8],
         flags: RenameFlags,
-    ) -> VfsResult<DataFileRemoval<'_>> {
+    ) -> VfsResult<DataFileRemoval> {
         check_name(new_name)?;
         if name.len() > NAME_MAX {
             return Err(VfsError::NameTooLong);
@@ -776,7 +794,7 @@ impl Vfs {
         if flags.exchange {
             let (dst_ino, dst_kind) = dst.ok_or(VfsError::NotFound)?;
             if dst_ino == src {
-                return Ok(DataFileRemoval { hot: &self.hot, ino: None });
+                return Ok(self.removal(None));
             }
             load(dst_ino, &mut recs)?;
             let dst_is_dir = dst_kind == FileKind::Dir;
@@ -809,7 +827,7 @@ impl Vfs {
                 }
                 if dst_ino == src {
                     // Two names of one inode: POSIX says do nothing.
-                    return Ok(DataFileRemoval { hot: &self.hot, ino: None });
+                    return Ok(self.removal(None));
                 }
                 let dst_is_dir = dst_kind == FileKind::Dir;
                 if src_is_dir && !dst_is_dir {
@@ -859,7 +877,7 @@ impl Vfs {
         if freed.is_some() {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
         }
-        Ok(DataFileRemoval { hot: &self.hot, ino: freed.filter(|_| !src_is_dir) })
+        Ok(self.removal(freed.filter(|_| !src_is_dir)))
     }
 
     // ---- file contents --------------------------------------------------------------------
@@ -869,15 +887,25 @@ impl Vfs {
     /// write waits as long as uploads or evictions keep completing (dirty data becomes
     /// evictable once uploaded; the evictor runs every 200 ms and keeps twice the reserve
     /// free), and fails with ENOSPC only after 3 s without either.
+    ///
+    /// Data files that unlinks and renames freed but the mount is still removing (see
+    /// [`DataFileRemoval`]) are waited for first, up to 5 s: a program that deletes a file to
+    /// make room gets the room for its next write.
     fn claim_space(&self, len: u64) -> VfsResult<()> {
         const STALL: std::time::Duration = std::time::Duration::from_secs(3);
+        const REMOVALS: std::time::Duration = std::time::Duration::from_secs(5);
         let mut last = self.cold.as_ref().map(|c| (c.progress(), std::time::Instant::now()));
+        let started = std::time::Instant::now();
         loop {
             let full = match self.hot.claim_space(len) {
                 Ok(()) => return Ok(()),
                 Err(e @ HotTierError::NoSpace { .. }) => e,
                 Err(e) => return Err(e.into()),
             };
+            if self.pending_removals.load(Ordering::Acquire) > 0 && started.elapsed() < REMOVALS {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
             let (Some(cold), Some((seen, since))) = (&self.cold, &mut last) else { return Err(full.into()) };
             let now = cold.progress();
             if now != *seen {

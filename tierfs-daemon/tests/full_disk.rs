@@ -224,3 +224,44 @@ fn with_a_store_a_disk_smaller_than_the_data_is_made_room_for_by_eviction() {
         assert!(chunk[8..] == block[8..], "MiB {i} of big differs");
     }
 }
+
+/// The mount removes a deleted file's data file after it has answered the unlink (on a thread
+/// of its own), so a program that deletes files to make room and writes right away must still
+/// get that room: the write waits for the pending removals instead of failing. (On this
+/// tmpfs the removals keep up with the unlinks, so this also passes with that wait switched
+/// off; it holds the guarantee, the wait covers a removal thread that falls behind.)
+#[test]
+fn the_room_deletes_make_is_there_for_the_very_next_write() {
+    let mut w = OnSmallDisk::new("384m", &["--reserve", "128M"]);
+    fs::create_dir(w.p("d")).expect("mkdir");
+    for round in 0..3 {
+        let block = vec![0x5au8; 256 << 10];
+        let mut files = Vec::new();
+        loop {
+            let path = w.p(&format!("d/f{}", files.len()));
+            let done = File::create(&path).and_then(|mut f| f.write_all(&block).and_then(|()| f.sync_data()));
+            files.push(path);
+            match done {
+                Ok(()) => assert!(files.len() < 2000, "round {round}: 500 MiB went in without ENOSPC"),
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("round {round}: filling: {e}"),
+            }
+        }
+        let freed = (files.len() as u64 - 1) * block.len() as u64;
+        assert!(freed > 64 << 20, "round {round}: only {freed} bytes went in before ENOSPC");
+        for path in &files {
+            fs::remove_file(path).expect("unlink on a full disk");
+        }
+        // Half of what the deletes freed, written at once.
+        let half = vec![round as u8; (freed / 2) as usize];
+        let mut f = File::create(w.p("next")).expect("create right after the deletes");
+        f.write_all(&half)
+            .and_then(|()| f.sync_data())
+            .unwrap_or_else(|e| panic!("round {round}: writing {} bytes right after freeing {freed}: {e}", half.len()));
+        drop(f);
+        assert_eq!(fs::read(w.p("next")).expect("read back").len(), half.len());
+        fs::remove_file(w.p("next")).expect("unlink next");
+    }
+    w.fx().remount();
+    assert!(!w.p("next").exists() && fs::read_dir(w.p("d")).expect("readdir").next().is_none());
+}
