@@ -3,16 +3,19 @@
 #
 # Builds tierfs (release), then runs the same workloads (harness/workloads.sh) on every peer in
 # one go -- same machine, same minute -- and prints a table of each metric with its ratio to
-# `local` (plain directory) and to `bindfs` (passthrough FUSE: the FUSE-overhead floor), plus
-# a check of tierfs against its performance targets (see benches/README.md).
+# `local` (plain directory) and to `bindfs` (passthrough FUSE), plus a check of tierfs against
+# its performance targets (see benches/README.md). The `floor` peer (benches/fuse-floor) is FUSE
+# with tierfs's settings and no work at all: the most any FUSE filesystem reaches here, so the
+# target table also gives the floor's ratio and tierfs's share of it.
 #
 # Env:
-#   PEERS       "local bindfs tierfs" (default). Optional S3 peers: rclone, s3fs (need an S3
-#               server, see S3_BACKEND).
+#   PEERS       "local bindfs floor tierfs" (default). Optional S3 peers: rclone, s3fs (need
+#               an S3 server, see S3_BACKEND).
 #   S3_BACKEND  none (default unless PEERS has rclone or s3fs, then garage1) | garage1 | garage3
 #               | moto | s3sfs -- S3 server for rclone/s3fs, started by harness/servers/start_*.sh
 #   BENCH_ROOT  [${TMPDIR:-/tmp}/tierfs-bench] mounts, source dirs, tierfs data dirs, tarball
 #   TIERFS_BIN  use this `tierfs` binary and skip the build (tierfs-daemon must sit next to it)
+#   FLOOR_BIN   use this tierfs-fuse-floor binary and skip its build
 #   SKIP_BUILD=1  don't run cargo; use the binary already in the cargo target dir
 #   TIERFS_MOUNT_OPTS  extra `tierfs mount` options, e.g. "--threads 4" or "--no-writeback-cache"
 #   TIERFS_COLD_CMD / TIERFS_COLD_NOTE  what fio_coldread does to tierfs first. Default: only
@@ -33,7 +36,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 H=$HERE/harness
 OUTDIR=${1:-${TMPDIR:-/tmp}/tierfs-bench/results/$(date +%Y%m%d-%H%M%S)}
-PEERS=${PEERS:-"local bindfs tierfs"}
+PEERS=${PEERS:-"local bindfs floor tierfs"}
 case " $PEERS " in
   *" rclone "* | *" s3fs "*) S3_BACKEND=${S3_BACKEND:-garage1} ;;
   *) S3_BACKEND=${S3_BACKEND:-none} ;;
@@ -81,6 +84,23 @@ if [[ " $PEERS " == *" tierfs "* ]]; then
   # No cold tier yet: "cold" read = page cache dropped only, i.e. the same as fio_seqread.
   TIERFS_COLD_CMD=${TIERFS_COLD_CMD-'sync; echo 3 >/proc/sys/vm/drop_caches'}
   TIERFS_COLD_NOTE=${TIERFS_COLD_NOTE-"no cold tier yet: COLD_CMD only drops the page cache, data still comes from the local hot tier"}
+fi
+
+# --- floor: build + mount/unmount commands ------------------------------------------------
+if [[ " $PEERS " == *" floor "* ]]; then
+  if [[ -z ${FLOOR_BIN:-} ]]; then
+    if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+      (cd "$REPO" && cargo build --release -p tierfs-fuse-floor) >&2 ||
+        { echo "compare.sh: cargo build of tierfs-fuse-floor failed" >&2; exit 1; }
+    fi
+    FLOOR_BIN=$(cd "$REPO" && cargo metadata --format-version 1 --no-deps |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/tierfs-fuse-floor
+  fi
+  [[ -x $FLOOR_BIN ]] || { echo "compare.sh: $FLOOR_BIN missing" >&2; exit 1; }
+  export FLOOR_BIN
+  PEER_MOUNT_floor=${PEER_MOUNT_floor:-"'$HERE/floor-peer.sh' mount"}
+  PEER_UMOUNT_floor=${PEER_UMOUNT_floor:-"'$HERE/floor-peer.sh' umount"}
+  export PEER_MOUNT_floor PEER_UMOUNT_floor
 fi
 
 # --- optional S3 server (rclone / s3fs peers) ---------------------------------------------

@@ -91,6 +91,16 @@ def value(rounds, path):
     return median([get(m, path) for m in rounds if not m.get("error")])
 
 
+def ratios(mine, theirs, path):
+    """Per-round ratios of `mine` over `theirs` (None where a round failed)."""
+    out = []
+    for m, bm in zip(mine, theirs):
+        x = get(m, path) if not m.get("error") else None
+        y = get(bm, path) if not bm.get("error") else None
+        out.append(x / y if x is not None and y else None)
+    return out
+
+
 def truncated(d, path):
     head = path.split(".")[0]
     sub = d.get(head) if isinstance(d, dict) else None
@@ -170,21 +180,21 @@ def main():
     if tp in peers:
         n_rounds = max((len(r) for r in data[tp].values()), default=1)
         print()
+        # The floor peer (benches/fuse-floor: FUSE with tierfs's settings and no work) shows the
+        # most any FUSE filesystem reached against the same baseline in the same rounds.
+        floor = "floor" if "floor" in peers and tp != "floor" else None
+        cols = ["target (%s)%s" % (tp, ", median of %d rounds" % n_rounds if n_rounds > 1 else ""),
+                tp, "baseline", "ratio", "need", "met"]
         if n_rounds > 1:
-            print("| target (%s), median of %d rounds | %s | baseline | ratio | need | met | ratio per round |"
-                  % (tp, n_rounds, tp))
-            print("|---|---|---|---|---|---|---|")
-        else:
-            print("| target (%s) | %s | baseline | ratio | need | met |" % (tp, tp))
-            print("|---|---|---|---|---|---|")
+            cols.append("ratio per round")
+        if floor:
+            cols += ["floor's ratio", "%s/floor" % tp]
+        print("| " + " | ".join(cols) + " |")
+        print("|" + "---|" * len(cols))
         for wl, path, label, base, need in TARGETS:
             mine, theirs = data[tp].get(wl) or [], data.get(base, {}).get(wl) or []
             v, b = value(mine, path), value(theirs, path)
-            per_round = []
-            for m, bm in zip(mine, theirs):
-                x = get(m, path) if not m.get("error") else None
-                y = get(bm, path) if not bm.get("error") else None
-                per_round.append(x / y if x is not None and y else None)
+            per_round = ratios(mine, theirs, path)
             r = median(per_round)
             if r is None:
                 ratio, ok = "-", "n/a"
@@ -193,6 +203,12 @@ def main():
             row = "| %s | %s | %s %s | %s | >= %.1fx %s | %s |" % (label, fmt(v), base, fmt(b), ratio, need, base, ok)
             if n_rounds > 1:
                 row += " %s |" % " ".join("-" if x is None else "%.2f" % x for x in per_round)
+            if floor:
+                floors = data[floor].get(wl) or []
+                fr = median(ratios(floors, theirs, path))
+                fv = value(floors, path)
+                row += " %s | %s |" % ("-" if fr is None else "%.2f" % fr,
+                                       "%.2f" % (v / fv) if v is not None and fv else "-")
             print(row)
 
 

@@ -1,0 +1,556 @@
+//! `tierfs-fuse-floor MOUNTPOINT`: a benchmark peer, not part of tierfs.
+//!
+//! An in-memory FUSE filesystem that does as little as a filesystem can: one map of inodes
+//! behind one lock, no disk, no durability. It mounts with tierfs's FUSE settings (one
+//! request thread, `default_permissions`, 60 s attribute and entry TTLs, the same INIT flags,
+//! 1 MiB writes, no writeback cache, `FOPEN_KEEP_CACHE | FOPEN_NOFLUSH`) so the kernel sends it
+//! the same requests it sends tierfs. Its rates in `benches/compare.sh` are the most any FUSE
+//! filesystem with those settings reaches on the machine: the round trips through the kernel
+//! and fuser are all it pays. Serves in the foreground until unmounted; everything is lost
+//! then. Supports what the benchmark workloads use (files, directories, symlinks, hard links,
+//! rename, attributes, reads and writes); xattrs are absent (ENODATA), locks stay in the kernel.
+//! Knobs for what-if runs (environment): `FLOOR_THREADS=N` request threads, `FLOOR_WRITEBACK=1`
+//! the writeback cache, `FLOOR_NO_DEFAULT_PERMISSIONS=1` no kernel permission checks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+
+const TTL: Duration = Duration::from_secs(60);
+const ROOT: u64 = 1;
+const MAX_WRITE: u32 = 1 << 20;
+
+struct Node {
+    attr: FileAttr,
+    /// Directory entries (directories only).
+    children: BTreeMap<OsString, u64>,
+    /// File contents, or a symlink's target.
+    data: Vec<u8>,
+}
+
+struct State {
+    nodes: HashMap<u64, Node>,
+    next_ino: u64,
+}
+
+struct Floor {
+    state: Mutex<State>,
+    /// `FLOOR_WRITEBACK=1`: ask for the kernel's writeback cache (tierfs's `--writeback-cache`).
+    writeback: bool,
+}
+
+fn new_attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> FileAttr {
+    let now = SystemTime::now();
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        kind,
+        perm,
+        nlink: if kind == FileType::Directory { 2 } else { 1 },
+        uid,
+        gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn time(t: TimeOrNow) -> SystemTime {
+    match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    }
+}
+
+impl State {
+    fn node(&mut self, ino: u64) -> Result<&mut Node, Errno> {
+        self.nodes.get_mut(&ino).ok_or(Errno::ENOENT)
+    }
+
+    fn child(&self, parent: u64, name: &OsStr) -> Result<u64, Errno> {
+        let dir = self.nodes.get(&parent).ok_or(Errno::ENOENT)?;
+        if dir.attr.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        dir.children.get(name).copied().ok_or(Errno::ENOENT)
+    }
+
+    fn touch_dir(&mut self, ino: u64) -> Result<(), Errno> {
+        let now = SystemTime::now();
+        let dir = self.node(ino)?;
+        dir.attr.mtime = now;
+        dir.attr.ctime = now;
+        Ok(())
+    }
+
+    /// Adds a new inode named `name` in `parent`.
+    fn make(
+        &mut self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        kind: FileType,
+        mode: u32,
+        data: Vec<u8>,
+    ) -> Result<FileAttr, Errno> {
+        if name.len() > 255 {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        if self.child(parent, name).is_ok() {
+            return Err(Errno::EEXIST);
+        }
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        let mut attr = new_attr(ino, kind, (mode & 0o7777) as u16, req.uid(), req.gid());
+        attr.size = data.len() as u64;
+        self.nodes.insert(ino, Node { attr, children: BTreeMap::new(), data });
+        if kind == FileType::Directory {
+            self.node(parent)?.attr.nlink += 1;
+        }
+        self.node(parent)?.children.insert(name.to_owned(), ino);
+        self.touch_dir(parent)?;
+        Ok(attr)
+    }
+
+    /// Drops one link to `ino`; the inode goes with its last link.
+    fn drop_link(&mut self, ino: u64) -> Result<(), Errno> {
+        let node = self.node(ino)?;
+        node.attr.ctime = SystemTime::now();
+        node.attr.nlink = node.attr.nlink.saturating_sub(if node.attr.kind == FileType::Directory { 2 } else { 1 });
+        if node.attr.nlink == 0 {
+            self.nodes.remove(&ino);
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        let ino = self.child(parent, name)?;
+        let node = self.node(ino)?;
+        match (dir, node.attr.kind == FileType::Directory) {
+            (true, false) => return Err(Errno::ENOTDIR),
+            (false, true) => return Err(Errno::EISDIR),
+            (true, true) if !node.children.is_empty() => return Err(Errno::ENOTEMPTY),
+            _ => {}
+        }
+        self.node(parent)?.children.remove(name);
+        if dir {
+            self.node(parent)?.attr.nlink -= 1;
+        }
+        self.touch_dir(parent)?;
+        self.drop_link(ino)
+    }
+
+    fn rename(&mut self, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr) -> Result<(), Errno> {
+        let ino = self.child(parent, name)?;
+        let is_dir = self.node(ino)?.attr.kind == FileType::Directory;
+        if let Ok(target) = self.child(newparent, newname) {
+            if target == ino {
+                return Ok(());
+            }
+            self.remove(newparent, newname, is_dir)?;
+        }
+        self.node(parent)?.children.remove(name);
+        self.node(newparent)?.children.insert(newname.to_owned(), ino);
+        if is_dir && parent != newparent {
+            self.node(parent)?.attr.nlink -= 1;
+            self.node(newparent)?.attr.nlink += 1;
+        }
+        self.touch_dir(parent)?;
+        self.touch_dir(newparent)?;
+        self.node(ino)?.attr.ctime = SystemTime::now();
+        Ok(())
+    }
+}
+
+impl Floor {
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> Result<T, Errno>) -> Result<T, Errno> {
+        match self.state.lock() {
+            Ok(mut state) => f(&mut state),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+
+    fn entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
+        match result {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(err) => reply.error(err),
+        }
+    }
+}
+
+fn empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(err) => reply.error(err),
+    }
+}
+
+fn open_flags() -> FopenFlags {
+    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
+}
+
+impl Filesystem for Floor {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        if let Err(nearest) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        let mut wanted = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        if self.writeback {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        for flag in wanted.iter() {
+            let _ = config.add_capabilities(flag);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.with(|s| {
+            let ino = s.child(parent.0, name)?;
+            Ok(s.node(ino)?.attr)
+        }) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(err) if err == Errno::ENOENT => {
+                let gone = new_attr(0, FileType::RegularFile, 0, 0, 0);
+                reply.entry_with_ttls(&Duration::ZERO, &TTL, &gone, Generation(0))
+            }
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.with(|s| Ok(s.node(ino.0)?.attr)) {
+            Ok(attr) => reply.attr(&TTL, &attr),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let result = self.with(|s| {
+            let node = s.node(ino.0)?;
+            let a = &mut node.attr;
+            if let Some(mode) = mode {
+                a.perm = (mode & 0o7777) as u16;
+            }
+            a.uid = uid.unwrap_or(a.uid);
+            a.gid = gid.unwrap_or(a.gid);
+            if let Some(size) = size {
+                node.data.resize(usize::try_from(size).map_err(|_| Errno::EFBIG)?, 0);
+                node.attr.size = size;
+                node.attr.mtime = SystemTime::now();
+            }
+            let a = &mut node.attr;
+            if let Some(t) = atime {
+                a.atime = time(t);
+            }
+            if let Some(t) = mtime {
+                a.mtime = time(t);
+            }
+            a.ctime = SystemTime::now();
+            Ok(*a)
+        });
+        match result {
+            Ok(attr) => reply.attr(&TTL, &attr),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.with(|s| Ok(s.node(ino.0)?.data.clone())) {
+            Ok(target) => reply.data(&target),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG => FileType::RegularFile,
+            libc::S_IFIFO => FileType::NamedPipe,
+            libc::S_IFSOCK => FileType::Socket,
+            _ => return reply.error(Errno::EPERM),
+        };
+        self.entry(reply, self.with(|s| s.make(req, parent.0, name, kind, mode & !umask, Vec::new())));
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.entry(reply, self.with(|s| s.make(req, parent.0, name, FileType::Directory, mode & !umask, Vec::new())));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.with(|s| s.remove(parent.0, name, false)));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.with(|s| s.remove(parent.0, name, true)));
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let target = target.as_os_str().as_bytes().to_vec();
+        self.entry(reply, self.with(|s| s.make(req, parent.0, link_name, FileType::Symlink, 0o777, target)));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        empty(reply, self.with(|s| s.rename(parent.0, name, newparent.0, newname)));
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.entry(
+            reply,
+            self.with(|s| {
+                if s.child(newparent.0, newname).is_ok() {
+                    return Err(Errno::EEXIST);
+                }
+                s.node(newparent.0)?.children.insert(newname.to_owned(), ino.0);
+                s.touch_dir(newparent.0)?;
+                let node = s.node(ino.0)?;
+                node.attr.nlink += 1;
+                node.attr.ctime = SystemTime::now();
+                Ok(node.attr)
+            }),
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let result = self.with(|s| {
+            let node = s.node(ino.0)?;
+            if flags.0 & libc::O_TRUNC != 0 {
+                node.data.clear();
+                node.attr.size = 0;
+            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => reply.opened(FileHandle(0), open_flags()),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let result = self.with(|s| {
+            let data = &s.node(ino.0)?.data;
+            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(data.len());
+            let end = start.saturating_add(size as usize).min(data.len());
+            Ok(data[start..end].to_vec())
+        });
+        match result {
+            Ok(data) => reply.data(&data),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let result = self.with(|s| {
+            let node = s.node(ino.0)?;
+            let start = usize::try_from(offset).map_err(|_| Errno::EFBIG)?;
+            let end = start.checked_add(data.len()).ok_or(Errno::EFBIG)?;
+            if node.data.len() < end {
+                node.data.resize(end, 0);
+            }
+            node.data[start..end].copy_from_slice(data);
+            node.attr.size = node.data.len() as u64;
+            node.attr.blocks = node.attr.size.div_ceil(512);
+            let now = SystemTime::now();
+            node.attr.mtime = now;
+            node.attr.ctime = now;
+            Ok(data.len() as u32)
+        });
+        match result {
+            Ok(n) => reply.written(n),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let result = self.with(|s| {
+            let dir = s.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
+            let mut entries = vec![
+                (ino.0, FileType::Directory, OsString::from(".")),
+                (ino.0, FileType::Directory, OsString::from("..")),
+            ];
+            for (name, &child) in &dir.children {
+                let kind = s.nodes.get(&child).map_or(FileType::RegularFile, |n| n.attr.kind);
+                entries.push((child, kind, name.clone()));
+            }
+            Ok(entries)
+        });
+        match result {
+            Ok(entries) => {
+                let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+                for (i, (child, kind, name)) in entries.iter().enumerate().skip(skip) {
+                    if reply.add(INodeNo(*child), (i + 1) as u64, *kind, name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        reply.statfs(1 << 30, 1 << 29, 1 << 29, 1 << 24, 1 << 23, 4096, 255, 4096);
+    }
+
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::NO_XATTR);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 { reply.size(0) } else { reply.data(&[]) }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.with(|s| s.make(req, parent.0, name, FileType::RegularFile, mode & !umask, Vec::new())) {
+            Ok(attr) => reply.created(&TTL, &attr, Generation(0), FileHandle(0), open_flags()),
+            Err(err) => reply.error(err),
+        }
+    }
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
+fn main() {
+    let mut args = std::env::args_os().skip(1);
+    let (Some(mountpoint), None) = (args.next(), args.next()) else {
+        eprintln!("usage: tierfs-fuse-floor MOUNTPOINT   (serves in the foreground until unmounted)");
+        std::process::exit(2);
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let root =
+        Node { attr: new_attr(ROOT, FileType::Directory, 0o755, uid, 0), children: BTreeMap::new(), data: Vec::new() };
+    let floor = Floor {
+        state: Mutex::new(State { nodes: HashMap::from([(ROOT, root)]), next_ino: ROOT + 1 }),
+        writeback: env_flag("FLOOR_WRITEBACK"),
+    };
+    let mut config = Config::default();
+    // FLOOR_THREADS=N: request threads (tierfs's `--threads`, default 1).
+    let threads = std::env::var("FLOOR_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize).max(1);
+    config.n_threads = Some(threads);
+    config.clone_fd = threads > 1;
+    config.mount_options =
+        vec![MountOption::FSName("fuse-floor".to_owned()), MountOption::Subtype("fuse-floor".to_owned())];
+    // FLOOR_NO_DEFAULT_PERMISSIONS=1: no kernel permission checks (and none here: a
+    // what-if for the cost of `default_permissions`, which tierfs needs).
+    if !env_flag("FLOOR_NO_DEFAULT_PERMISSIONS") {
+        config.mount_options.push(MountOption::DefaultPermissions);
+    }
+    if uid == 0 {
+        config.acl = SessionACL::All;
+    }
+    if let Err(err) = fuser::mount(floor, &mountpoint, &config) {
+        eprintln!("tierfs-fuse-floor: mount {}: {err}", Path::new(&mountpoint).display());
+        std::process::exit(1);
+    }
+}
