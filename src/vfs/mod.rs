@@ -142,12 +142,21 @@ struct OpenInode {
 #[derive(Debug)]
 pub struct DataFileRemoval {
     ino: Option<Ino>,
+    /// The freed file's size: at 0 its data file, if it has one, holds nothing.
+    size: u64,
 }
 
 impl DataFileRemoval {
     /// Whether the operation freed a data file, i.e. [`finish`](Self::finish) has work.
     pub fn is_needed(&self) -> bool {
         self.ino.is_some()
+    }
+
+    /// Whether the freed file was empty: then its data file, if it ever got one, holds no
+    /// blocks, and removing it is one cheap `unlink` (most often of a name that does not
+    /// exist: an empty file never written has no data file), not worth a hand-off.
+    pub fn was_empty(&self) -> bool {
+        self.size == 0
     }
 
     /// Removes the data file from `vfs`'s hot tier, if the operation freed one.
@@ -655,12 +664,13 @@ impl Vfs {
         Ok(removed)
     }
 
-    /// The removal of `ino`'s data file, counted as pending until it finishes.
-    fn removal(&self, ino: Option<Ino>) -> DataFileRemoval {
-        if ino.is_some() {
+    /// The removal of the data file of a freed inode (ino, size), counted as pending until
+    /// it finishes.
+    fn removal(&self, freed: Option<(Ino, u64)>) -> DataFileRemoval {
+        if freed.is_some() {
             self.pending_removals.fetch_add(1, Ordering::Relaxed);
         }
-        DataFileRemoval { ino }
+        DataFileRemoval { ino: freed.map(|(ino, _)| ino), size: freed.map_or(0, |(_, size)| size) }
     }
 
     fn remove_entry(&self, parent: Ino, name: &[u8], want_dir: bool) -> VfsResult<DataFileRemoval> {
@@ -699,7 +709,7 @@ impl Vfs {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
         }
         // A directory has no data file.
-        Ok(self.removal((freed && !want_dir).then_some(ino)))
+        Ok(self.removal((freed && !want_dir).then_some((ino, rec.attr.size))))
     }
 
     pub fn unlink(&self, caller: &Caller, parent: Ino, name: &[u8]) -> VfsResult<()> {
@@ -847,7 +857,7 @@ impl Vfs {
                 }
                 let mut victim = recs.remove(&dst_ino).ok_or(VfsError::NotFound)?;
                 if self.drop_link(&mut b, &mut victim, now)? {
-                    freed = Some(dst_ino);
+                    freed = Some((dst_ino, victim.attr.size));
                 }
             }
             b.delete_dentry(parent, name);

@@ -105,11 +105,14 @@ impl TierFuse {
         }
     }
 
-    /// Replies to an unlink or rename, then removes the data file it freed on the reaper
-    /// thread: in an `rm -rf` of a tree whose ext4 inodes had left the cache each removal took
-    /// ~150 us, which the request thread spent before it read the next request (a GETATTR of
-    /// the parent directory that then waited 190 us at the median). A write that finds the
-    /// disk full waits for pending removals (`Vfs::claim_space`).
+    /// Replies to an unlink or rename, then removes the data file it freed: any but an empty
+    /// file's on the reaper thread. In an `rm -rf` of a tree whose ext4 inodes had left the
+    /// cache each removal took ~150 us, which the request thread spent before it read the
+    /// next request (a GETATTR of the parent directory that then waited 190 us at the
+    /// median). A hand-off costs a wake-up of the reaper, more than removing what an empty
+    /// file left (mostly nothing): deleting 10 000 empty files ran at 11 700-12 300 a second
+    /// with every removal handed off, 17 300-17 800 with the empty ones removed here. A write
+    /// that finds the disk full waits for pending removals (`Vfs::claim_space`).
     fn removal_result(&self, op: &'static str, result: Result<DataFileRemoval, VfsError>, reply: ReplyEmpty) {
         let removal = match result {
             Ok(removal) => removal,
@@ -119,17 +122,18 @@ impl TierFuse {
         if !removal.is_needed() {
             return;
         }
+        let removal_was_empty = removal.was_empty();
         let finish = move |vfs: &Vfs| {
             if let Err(err) = removal.finish(vfs) {
                 fail(op, &err);
             }
         };
         match &self.reaper {
-            Some(reaper) => {
+            Some(reaper) if !removal_was_empty => {
                 let vfs = Arc::clone(&self.vfs);
                 reaper.run(move || finish(&vfs));
             }
-            None => finish(&self.vfs),
+            _ => finish(&self.vfs),
         }
     }
 
