@@ -19,7 +19,8 @@
 #   SKIP_BUILD=1  don't run cargo; use the binary already in the cargo target dir
 #   TIERFS_MOUNT_OPTS  extra `tierfs mount` options, e.g. "--threads 4" or "--no-writeback-cache"
 #   TIERFS_COLD_CMD / TIERFS_COLD_NOTE  what fio_coldread does to tierfs first. Default: only
-#               drop the page cache (there is no cold tier yet), noted in the table.
+#               drop the page cache (tierfs mounts here without a store; cold.sh measures cold
+#               reads from one), noted in the table.
 #   PEER_MOUNT_<peer> / PEER_UMOUNT_<peer>  commands to mount/unmount a peer (override the
 #               built-in ones); the mount command must print the mountpoint on stdout
 #   ROUNDS      [1] run every peer this many times, interleaved (local, bindfs, tierfs, local,
@@ -81,9 +82,9 @@ if [[ " $PEERS " == *" tierfs "* ]]; then
   PEER_MOUNT_tierfs=${PEER_MOUNT_tierfs:-"'$HERE/tierfs-peer.sh' mount"}
   PEER_UMOUNT_tierfs=${PEER_UMOUNT_tierfs:-"'$HERE/tierfs-peer.sh' umount"}
   export PEER_MOUNT_tierfs PEER_UMOUNT_tierfs
-  # No cold tier yet: "cold" read = page cache dropped only, i.e. the same as fio_seqread.
+  # Mounted without a store: "cold" read = page cache dropped only, i.e. the same as fio_seqread.
   TIERFS_COLD_CMD=${TIERFS_COLD_CMD-'sync; echo 3 >/proc/sys/vm/drop_caches'}
-  TIERFS_COLD_NOTE=${TIERFS_COLD_NOTE-"no cold tier yet: COLD_CMD only drops the page cache, data still comes from the local hot tier"}
+  TIERFS_COLD_NOTE=${TIERFS_COLD_NOTE-"mounted without a store: COLD_CMD only drops the page cache, data still comes from the local hot tier (cold.sh measures cold reads from a store)"}
 fi
 
 # --- floor: build + mount/unmount commands ------------------------------------------------
