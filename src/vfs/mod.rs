@@ -132,7 +132,7 @@ struct OpenInode {
 ///
 /// The metadata batch that freed the inode is already committed, so the removal can wait
 /// until the kernel has its reply: the mount replies first and then calls
-/// [`finish`](Self::finish), on its I/O pool when it has one. Removing a data file whose ext4
+/// [`finish`](Self::finish), on its reaper thread when it has one. Removing a data file whose ext4
 /// inode is no longer cached costs a disk read (unlinks in an `rm -rf` of a tree gone cold
 /// took 154 us instead of 35 us), which neither the program nor the next request then waits
 /// for. Inode numbers are never reused, so a late removal cannot hit a newer file. Dropped
@@ -141,27 +141,26 @@ struct OpenInode {
 #[must_use = "finish() removes the freed inode's data file"]
 #[derive(Debug)]
 pub struct DataFileRemoval {
-    ino: Option<Ino>,
-    /// The freed file's size: at 0 its data file, if it has one, holds nothing.
-    size: u64,
+    /// The freed inode and its size (at 0 its data file, if it has one, holds nothing).
+    freed: Option<(Ino, u64)>,
 }
 
 impl DataFileRemoval {
     /// Whether the operation freed a data file, i.e. [`finish`](Self::finish) has work.
     pub fn is_needed(&self) -> bool {
-        self.ino.is_some()
+        self.freed.is_some()
     }
 
     /// Whether the freed file was empty: then its data file, if it ever got one, holds no
     /// blocks, and removing it is one cheap `unlink` (most often of a name that does not
     /// exist: an empty file never written has no data file), not worth a hand-off.
     pub fn was_empty(&self) -> bool {
-        self.size == 0
+        self.freed.is_none_or(|(_, size)| size == 0)
     }
 
     /// Removes the data file from `vfs`'s hot tier, if the operation freed one.
     pub fn finish(self, vfs: &Vfs) -> VfsResult<()> {
-        let Some(ino) = self.ino else { return Ok(()) };
+        let Some((ino, _)) = self.freed else { return Ok(()) };
         let removed = vfs.hot.remove(ino);
         vfs.pending_removals.fetch_sub(1, Ordering::Release);
         Ok(removed?)
@@ -670,7 +669,7 @@ impl Vfs {
         if freed.is_some() {
             self.pending_removals.fetch_add(1, Ordering::Relaxed);
         }
-        DataFileRemoval { ino: freed.map(|(ino, _)| ino), size: freed.map_or(0, |(_, size)| size) }
+        DataFileRemoval { freed }
     }
 
     fn remove_entry(&self, parent: Ino, name: &[u8], want_dir: bool) -> VfsResult<DataFileRemoval> {

@@ -85,12 +85,17 @@ impl TierFuse {
 
     /// [`TierFuse::offload`] when `may_wait`, else runs `op` here.
     fn offload_if(&self, may_wait: bool, op: impl FnOnce(&Vfs) + Send + 'static) {
-        match &self.pool {
-            Some(pool) if may_wait => {
+        self.run_on(self.pool.as_ref().filter(|_| may_wait), op);
+    }
+
+    /// Runs `op` on `pool`, or here without one.
+    fn run_on(&self, pool: Option<&Pool>, op: impl FnOnce(&Vfs) + Send + 'static) {
+        match pool {
+            Some(pool) => {
                 let vfs = Arc::clone(&self.vfs);
                 pool.run(move || op(&vfs));
             }
-            _ => op(&self.vfs),
+            None => op(&self.vfs),
         }
     }
 
@@ -122,19 +127,12 @@ impl TierFuse {
         if !removal.is_needed() {
             return;
         }
-        let removal_was_empty = removal.was_empty();
-        let finish = move |vfs: &Vfs| {
+        let reaper = self.reaper.as_ref().filter(|_| !removal.was_empty());
+        self.run_on(reaper, move |vfs| {
             if let Err(err) = removal.finish(vfs) {
                 fail(op, &err);
             }
-        };
-        match &self.reaper {
-            Some(reaper) if !removal_was_empty => {
-                let vfs = Arc::clone(&self.vfs);
-                reaper.run(move || finish(&vfs));
-            }
-            _ => finish(&self.vfs),
-        }
+        });
     }
 
     fn ttl(&self) -> Duration {
@@ -175,8 +173,6 @@ fn empty_result(op: &'static str, result: Result<(), VfsError>, reply: ReplyEmpt
     }
 }
 
-/// Replies to an unlink or rename, then removes the data file it freed: the program need
-/// not wait for that, and a failure to remove it is logged (the name is gone either way).
 fn xattr_result(op: &'static str, size: u32, result: Result<Vec<u8>, VfsError>, reply: ReplyXattr) {
     let value = match result {
         Ok(value) => value,
