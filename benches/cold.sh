@@ -16,6 +16,10 @@
 #                       per-round ratios (the raw GET alone varies by 40% between runs here).
 #                       The writes always come in two rounds: (raw PUT, tierfs write of A),
 #                       (raw PUT, tierfs write of B), judged on the mean of the two ratios
+#   COLD_FLOOR [1]      also run the cold floor (benches/cold-floor) in every round: the same
+#                       required work as tierfs's cold read (GET, AES-GCM, blake3, FUSE to dd) and
+#                       nothing else, so its rate is the ceiling for tierfs's. 0: skip it
+#   COLD_FLOOR_BIN      use this tierfs-cold-floor binary and skip its build
 #   PEERS ["rclone s3fs"]  FUSE peers to read through (empty: none). Missing ones are installed
 #                       with apt-get (Debian packages rclone, s3fs) and the table says so.
 #   TIERFS_BIN_DIR      directory with `tierfs` and `tierfs-daemon`: skips the build
@@ -140,6 +144,9 @@ cleanup() {
   set +e
   for p in "${!PEER_MNT[@]}"; do peer_umount "$p"; done
   tierfs_umount
+  if [[ -n $WORK ]] && mountpoint -q "$WORK/mnt-floor" 2>/dev/null; then
+    fusermount3 -u "$WORK/mnt-floor" 2>/dev/null || umount -l "$WORK/mnt-floor"
+  fi
   if [[ -n $MOTO_PID ]]; then
     kill "$MOTO_PID" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$MOTO_PID" 2>/dev/null || break; sleep 0.1; done
@@ -155,6 +162,20 @@ trap 'log "interrupted"; exit 130' INT TERM
 # shellcheck source=benches/lib.sh
 source "$HERE/lib.sh"
 tierfs_binaries
+COLD_FLOOR=${COLD_FLOOR:-1}
+if [[ $COLD_FLOOR == 1 ]]; then
+  if [[ -z ${COLD_FLOOR_BIN:-} ]]; then
+    if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+      (cd "$REPO" && cargo build --release -p tierfs-cold-floor) >>"$LOG" 2>&1 ||
+        die "cargo build -p tierfs-cold-floor failed (see $LOG)"
+    fi
+    COLD_FLOOR_BIN=$CARGO_TARGET_DIR/release/tierfs-cold-floor
+  fi
+  [[ -x $COLD_FLOOR_BIN ]] || die "no tierfs-cold-floor at $COLD_FLOOR_BIN (or COLD_FLOOR=0)"
+  COLD_FLOOR=$COLD_FLOOR_BIN
+else
+  COLD_FLOOR=''
+fi
 
 # --- peers: install if missing -------------------------------------------------------------
 INSTALLED=''
@@ -265,6 +286,32 @@ def read(path, expect):
     print(json.dumps({"bytes": got, "seconds": round(secs, 3), "mib_s": round(got / MIB / secs, 2)}))
 
 
+def proc_cpu(pid):
+    """CPU seconds (user + system) process pid has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()  # the fields after the command name
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu(args):
+    """cpu NAME=PID... -- CMD...: runs CMD (which prints a JSON line) and adds "cpu_s": the CPU
+    seconds each named process and CMD itself with its children ("client") used meanwhile."""
+    import resource
+    cut = args.index("--")
+    pids = {n: int(p) for n, p in (a.split("=", 1) for a in args[:cut]) if p}
+    before = {n: proc_cpu(p) for n, p in pids.items()}
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(args[cut + 1:], stdout=subprocess.PIPE, text=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise SystemExit(f"{args[cut + 1]} failed (exit {out.returncode})")
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    used = {n: round(proc_cpu(p) - before[n], 3) for n, p in pids.items()}
+    used["client"] = round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 3)
+    d["cpu_s"] = used
+    print(json.dumps(d))
+
+
 def cold_delta(before, after):
     """fetched/evicted deltas of two status JSON files around a read; merged into read.json."""
     b, a = (json.load(open(p)) for p in (before, after))
@@ -294,6 +341,8 @@ if __name__ == "__main__":
             wait_evict(tierfs, run, mnt, int(want), int(cache), float(timeout))
         elif cmd == "read":
             read(args[0], int(args[1]))
+        elif cmd == "cpu":
+            cpu(args)
         elif cmd == "delta":
             path, before, after = args
             merge(path, **cold_delta(before, after))
@@ -350,6 +399,8 @@ done
 
 # --- S3 server -----------------------------------------------------------------------------
 start_moto
+# CPU NAME=PID... -- CMD: CMD's JSON with the CPU seconds moto, the named processes and CMD used
+CPU=(python3 "$H" cpu moto="$MOTO_PID")
 
 # --- 1. raw parallel PUT / GET -------------------------------------------------------------
 # raw_put_round R: the raw parallel PUT of SIZE_MIB into raw/, round R. Each runs right before
@@ -364,7 +415,29 @@ raw_put_round() {
 raw_get_round() {
   drop_caches
   log "raw GET round $1: $SIZE_MIB MiB, $THREADS threads"
-  phase "raw_get_r$1" "${RAW[@]}" get --prefix raw/ --threads "$THREADS"
+  phase "raw_get_r$1" "${CPU[@]}" -- "${RAW[@]}" get --prefix raw/ --threads "$THREADS"
+}
+
+# floor_put: uploads the cold floor's SIZE_MIB (sealed as tierfs seals blocks) under floor/
+floor_put() {
+  [[ -n $COLD_FLOOR ]] || return 0
+  log "cold floor: uploading $SIZE_MIB MiB of sealed blocks under floor/"
+  phase floor_put "$COLD_FLOOR" put --endpoint "$S3_ENDPOINT" --bucket "$BUCKET" --size-mib "$SIZE_MIB" \
+    --object-mib "$OBJECT_MIB" --concurrency "$THREADS" --state "$WORK/floor-state.json" || COLD_FLOOR=''
+}
+
+# floor_round R: round R of the cold floor (benches/cold-floor): GET only, GET + decrypt +
+# verify, and the same served through FUSE to dd; each from a cold page cache
+floor_round() {
+  [[ -n $COLD_FLOOR ]] || return 0
+  local mode
+  mkdir -p "$WORK/mnt-floor"
+  for mode in get open fuse; do
+    drop_caches
+    log "cold floor: mode $mode, round $1"
+    phase "floor_${mode}_r$1" "${CPU[@]}" -- "$COLD_FLOOR" read --state "$WORK/floor-state.json" --mode "$mode" \
+      --mountpoint "$WORK/mnt-floor" --concurrency "$THREADS"
+  done
 }
 
 # tierfs_cold_read R: round R's cold read of A (dd bs=4M), with the store traffic it caused.
@@ -381,7 +454,7 @@ tierfs_cold_read() {
     perf_pid=$!
     sleep 1
   fi
-  phase "tierfs_cold_read_r$r" python3 "$H" read "$TMNT/A" "$SIZE" || return 1
+  phase "tierfs_cold_read_r$r" "${CPU[@]}" tierfs="${TIERFS_PID:-}" -- python3 "$H" read "$TMNT/A" "$SIZE" || return 1
   if [[ -n $perf_pid ]]; then kill -INT "$perf_pid"; wait "$perf_pid"; fi
   python3 "$H" status "$TIERFS" "$TRUN" "$TMNT" >"$WORK/after-read.json" 2>>"$LOG" &&
     python3 "$H" delta "$OUTDIR/tierfs_cold_read_r$r.json" "$WORK/before-read.json" "$WORK/after-read.json" &&
@@ -421,6 +494,7 @@ tierfs_phases() {
   for r in $(seq "$ROUNDS"); do
     raw_get_round "$r"
     tierfs_cold_read "$r" || return 1
+    floor_round "$r"
   done
   if [[ $VERIFY == 1 ]]; then
     local ok=False
@@ -435,10 +509,14 @@ tierfs_phases() {
   fi
   "${RAW[@]}" du --prefix tierfs/ >"$OUTDIR/tierfs_bucket_du.json" 2>>"$LOG"
 }
+floor_put
 if ! tierfs_phases; then
   # The raw PUT and GETs still run: the table shows the ceiling next to tierfs's ERR.
   [[ -f $OUTDIR/raw_put_r1.json ]] || raw_put_round 1
-  for r in $(seq "$ROUNDS"); do [[ -f $OUTDIR/raw_get_r$r.json ]] || raw_get_round "$r"; done
+  for r in $(seq "$ROUNDS"); do
+    [[ -f $OUTDIR/raw_get_r$r.json ]] || raw_get_round "$r"
+    [[ -f $OUTDIR/floor_fuse_r$r.json ]] || floor_round "$r"
+  done
 fi
 tierfs_umount
 "${RAW[@]}" delete --prefix raw/ >/dev/null 2>>"$LOG" || log "WARNING: deleting raw/ failed"
@@ -514,7 +592,8 @@ res = {n: load(n) for n in names}
 # The cold reads ran in rounds (raw GET, then tierfs): each row shows the median round, and
 # the ratio to the raw GET is the median of the per-round ratios (both sides measured
 # seconds apart, so a drift of the machine or of moto hits both).
-per_round = {n: [load(f"{n}_r{r}") for r in range(1, rounds + 1)] for n in ("raw_get", "tierfs_cold_read")}
+floors = ("floor_get", "floor_open", "floor_fuse")
+per_round = {n: [load(f"{n}_r{r}") for r in range(1, rounds + 1)] for n in ("raw_get", "tierfs_cold_read") + floors}
 # The writes too: a raw PUT right before each tierfs write (file A in round 1, B in round 2).
 per_round["raw_put"] = [load(f"raw_put_r{r}") for r in (1, 2)]
 def ok(d):
@@ -530,7 +609,12 @@ for n, runs in per_round.items():
     checked = [d["verified"] for d in good if "verified" in d]
     if checked:
         res[n]["verified"] = all(checked)
-paired = [t["mib_s"] / g["mib_s"] for g, t in zip(per_round["raw_get"], per_round["tierfs_cold_read"]) if ok(g) and ok(t)]
+def pairs(a, b):
+    """a / b per round, for the rounds where both were measured."""
+    return [x["mib_s"] / y["mib_s"] for x, y in zip(per_round[a], per_round[b]) if ok(x) and ok(y)]
+paired = pairs("tierfs_cold_read", "raw_get")
+floor_paired = pairs("floor_fuse", "raw_get")
+tierfs_floor = pairs("tierfs_cold_read", "floor_fuse")
 paired_writes = [res[w]["mib_s"] / p["mib_s"] for p, w in zip(per_round["raw_put"], ("tierfs_write_A", "tierfs_write_B"))
                  if ok(p) and ok(res.get(w))]
 def rate(n):
@@ -564,10 +648,16 @@ def note(n):
         f = d.get("fetched_bytes_delta", 0)
         return (f"{rounds_note(d)}; the median round fetched {f / MIB:.0f} MiB from the store "
                 f"({f / d['bytes']:.2f}x the file), {d.get('evictions_delta', 0)} evictions during the read{v}")
+    if n in floors:
+        what = {"floor_get": "whole-object GETs with tierfs's HTTP client (object_store), no checks",
+                "floor_open": "the same GETs, every block decrypted (AES-256-GCM) and its blake3 id checked",
+                "floor_fuse": "the same, served through a FUSE mount to dd bs=4M (dd timed)"}[n]
+        return f"{what}; {d.get('concurrency')} GETs in flight; {rounds_note(d)}"
     return {"rclone_cold_read": "rclone mount --vfs-cache-mode full", "s3fs_cold_read": "s3fs use_cache"}[n]
 rows = [("raw parallel PUT", "raw_put"), ("tierfs write to store (file A)", "tierfs_write_A"),
         ("tierfs write to store (file B)", "tierfs_write_B"), ("raw parallel GET", "raw_get"),
-        ("tierfs cold read", "tierfs_cold_read")]
+        ("tierfs cold read", "tierfs_cold_read"), ("cold floor: GET only", "floor_get"),
+        ("cold floor: GET + decrypt + verify", "floor_open"), ("cold floor: all that + FUSE", "floor_fuse")]
 rows += [(f"{p} cold read", f"{p}_cold_read") for p in peers]
 print(f"## Cold tier vs raw S3 (moto, one run, {size_mib} MiB each, {rounds} rounds of cold reads, tierfs cache {cache_mib} MiB)\n")
 print("| | MiB/s | s | notes |\n|---|---:|---:|---|")
@@ -583,11 +673,26 @@ def ratio(a, b):
 checks = [("tierfs write to store / raw PUT (mean of the rounds' ratios)",
            statistics.mean(paired_writes) if paired_writes else None, 0.8),
           ("tierfs cold read / raw GET (median of the rounds' ratios)", statistics.median(paired) if paired else None, 0.8)]
+info = [("cold floor (GET, decrypt, verify, FUSE) / raw GET", floor_paired),
+        ("cold floor, GET + decrypt + verify without FUSE / raw GET", pairs("floor_open", "raw_get")),
+        ("tierfs cold read / cold floor", tierfs_floor)]
 for p in peers:
     checks.append((f"tierfs cold read / {p} cold read", ratio(r, rate(f"{p}_cold_read")), 2.0))
 print("\n| ratio | value | target | met |\n|---|---:|---:|:-:|")
 for label, v, target in checks:
     print(f"| {label} | {'-' if v is None else f'{v:.2f}x'} | >= {target:g}x | {'-' if v is None else ('yes' if v >= target else 'NO')} |")
+print("\n| what the target leaves room for (median of the rounds' ratios) | value | per round |\n|---|---:|---|")
+for label, v in info:
+    print(f"| {label} | {f'{statistics.median(v):.2f}x' if v else '-'} | {', '.join(f'{x:.2f}' for x in v)} |")
+cpu_rows = [(label, n) for label, n in rows if n in per_round and ok(res.get(n)) and "cpu_s" in res[n]]
+if cpu_rows:
+    print(f"\n| CPU seconds in the median round ({size_mib} MiB) | moto | tierfs daemon | client | all |\n|---|---:|---:|---:|---:|")
+    for label, n in cpu_rows:
+        c = res[n]["cpu_s"]
+        cells = [c.get(k) for k in ("moto", "tierfs", "client")]
+        print(f"| {label} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in cells)
+              + f" | {sum(v for v in cells if v):.2f} |")
+    print("\nclient: the measuring process with its children (boto3 for the raw GET; dd for tierfs; the floor and its dd for the floor).")
 ev = res.get("tierfs_evict")
 notes = []
 if paired:
@@ -616,7 +721,8 @@ print()
 for n in notes:
     print(f"- {n}")
 results = {"params": {"size_mib": size_mib, "cache_mib": cache_mib, "rounds": rounds, "peers": peers}, "env": env,
-           "results": res, "ratios": {label: {"value": v, "target": t} for label, v, t in checks}}
+           "results": res, "ratios": {label: {"value": v, "target": t} for label, v, t in checks},
+           "floor_ratios": {label: {"median": statistics.median(v) if v else None, "rounds": v} for label, v in info}}
 json.dump(results, open(os.path.join(out, "results.json"), "w"), indent=1)
 PY
 log "results: $OUTDIR"
