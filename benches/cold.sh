@@ -408,7 +408,7 @@ CPU=(python3 "$H" cpu moto="$MOTO_PID")
 # before a tierfs cold read (3.).
 raw_put_round() {
   log "raw PUT round $1: $SIZE_MIB MiB as $OBJECT_MIB MiB objects, $THREADS threads"
-  phase "raw_put_r$1" "${RAW[@]}" put --prefix raw/ --size-mib "$SIZE_MIB" --object-mib "$OBJECT_MIB" --threads "$THREADS"
+  phase "raw_put_r$1" "${CPU[@]}" -- "${RAW[@]}" put --prefix raw/ --size-mib "$SIZE_MIB" --object-mib "$OBJECT_MIB" --threads "$THREADS"
 }
 
 # raw_get_round R: the raw parallel GET of the raw/ objects, round R
@@ -483,7 +483,7 @@ tierfs_phases() {
     drop_caches
     cat "$WORK/src-$f" >/dev/null   # the source comes from RAM: the local disk read is not timed
     log "tierfs: writing $f ($SIZE_MIB MiB, dd bs=4M), then waiting until dirty_bytes == 0"
-    phase "tierfs_write_$f" python3 "$H" write "$TIERFS" "$TRUN" "$TMNT" "$WORK/src-$f" "$TMNT/$f" \
+    phase "tierfs_write_$f" "${CPU[@]}" tierfs="${TIERFS_PID:-}" -- python3 "$H" write "$TIERFS" "$TRUN" "$TMNT" "$WORK/src-$f" "$TMNT/$f" \
       "$POLL_S" "$DRAIN_TIMEOUT_S" "$OUTDIR/tierfs-write-$f.samples.jsonl" || return 1
   done
 
@@ -684,15 +684,18 @@ for label, v, target in checks:
 print("\n| what the target leaves room for (median of the rounds' ratios) | value | per round |\n|---|---:|---|")
 for label, v in info:
     print(f"| {label} | {f'{statistics.median(v):.2f}x' if v else '-'} | {', '.join(f'{x:.2f}' for x in v)} |")
-cpu_rows = [(label, n) for label, n in rows if n in per_round and ok(res.get(n)) and "cpu_s" in res[n]]
+cpu_rows = [(label, n) for label, n in rows if ok(res.get(n)) and "cpu_s" in res[n]]
 if cpu_rows:
-    print(f"\n| CPU seconds in the median round ({size_mib} MiB) | moto | tierfs daemon | client | all |\n|---|---:|---:|---:|---:|")
+    print(f"\n| CPU seconds ({size_mib} MiB) | moto | tierfs daemon | client | all |\n|---|---:|---:|---:|---:|")
     for label, n in cpu_rows:
         c = res[n]["cpu_s"]
         cells = [c.get(k) for k in ("moto", "tierfs", "client")]
         print(f"| {label} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in cells)
               + f" | {sum(v for v in cells if v):.2f} |")
-    print("\nclient: the measuring process with its children (boto3 for the raw GET; dd for tierfs; the floor and its dd for the floor).")
+    print("\nclient: the measuring process with its children: boto3 for the raw PUT and GET (with the"
+          " interpreter's start and imports, which the timed seconds leave out); for tierfs's write dd and"
+          " the `tierfs status` polls, for its read dd; the floor and its dd for the floor. Medians are"
+          " the median round's; writes are one round each.")
 ev = res.get("tierfs_evict")
 notes = []
 if paired:

@@ -73,7 +73,8 @@ use proptest::sample::select;
 use proptest::strategy::Union;
 use proptest::test_runner::{Config, TestError, TestRunner};
 use tempfile::TempDir;
-use tierfs::block::BlockLoc;
+use tierfs::block::{BlockLoc, PackBuilder, open_block};
+use tierfs::crypto::{DataKey, Keys};
 use tierfs::tier::{BlockStore, ColdConfig, ColdError};
 use tierfs::vfs::AttachedStore;
 use tierfs::vfs::{
@@ -1372,37 +1373,35 @@ struct Real {
 }
 
 /// An in-memory block store for the cold variant of the model test (the real store is tested
-/// against S3 servers in `tests/store_s3.rs` and the mount tests).
+/// against S3 servers in `tests/store_s3.rs` and the mount tests). Packs are sealed and opened
+/// with real keys, as the store does.
 struct MemStore {
-    blocks: Mutex<HashMap<[u8; 32], Vec<u8>>>,
+    keys: Keys,
+    packs: Mutex<HashMap<[u8; 32], bytes::Bytes>>,
+}
+
+impl MemStore {
+    fn new() -> MemStore {
+        MemStore { keys: Keys::new(&DataKey::from_bytes([7; 32])), packs: Mutex::new(HashMap::new()) }
+    }
 }
 
 impl BlockStore for MemStore {
-    fn block_id(&self, data: &[u8]) -> [u8; 32] {
-        *blake3::keyed_hash(&[7; 32], data).as_bytes()
+    fn keys(&self) -> &Keys {
+        &self.keys
     }
-    fn put_blocks(&self, blocks: &[([u8; 32], &[u8])]) -> Result<Vec<([u8; 32], BlockLoc)>, ColdError> {
-        let mut map = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(blocks
-            .iter()
-            .map(|(id, data)| {
-                map.insert(*id, data.to_vec());
-                let loc = BlockLoc {
-                    pack: *id,
-                    offset: 0,
-                    sealed_len: data.len() as u32,
-                    plain_len: data.len() as u32,
-                    pack_len: data.len() as u64,
-                };
-                (*id, loc)
-            })
-            .collect())
+    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<([u8; 32], BlockLoc)>, ColdError> {
+        let pack = pack.finish(&self.keys);
+        self.packs.lock().unwrap_or_else(|p| p.into_inner()).insert(pack.id, pack.bytes);
+        Ok(pack.blocks)
     }
-    fn get_block(&self, id: &[u8; 32], _loc: &BlockLoc) -> Result<bytes::Bytes, ColdError> {
-        let map = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(id)
-            .map(|b| bytes::Bytes::copy_from_slice(b))
-            .ok_or_else(|| ColdError::Store(format!("no block {}", hex_id(id))))
+    fn get_block(&self, id: &[u8; 32], loc: &BlockLoc) -> Result<bytes::Bytes, ColdError> {
+        let packs = self.packs.lock().unwrap_or_else(|p| p.into_inner());
+        let pack = packs.get(&loc.pack).ok_or_else(|| ColdError::Store(format!("no pack {}", hex_id(&loc.pack))))?;
+        let sealed = pack
+            .get(loc.offset as usize..loc.range().end as usize)
+            .ok_or_else(|| ColdError::Store(format!("block {} past its pack's end", hex_id(id))))?;
+        open_block(&self.keys, id, sealed).map(bytes::Bytes::from).map_err(|e| ColdError::Store(e.to_string()))
     }
     fn pack_size(&self) -> usize {
         1 << 20
@@ -1426,7 +1425,7 @@ impl Real {
             config.prefetchers = 1;
             config.prefetch_chunks = 2;
             config.min_free_ratio = 0.0;
-            AttachedStore { store: Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) }), config }
+            AttachedStore { store: Arc::new(MemStore::new()), config }
         });
         let mut real = Real { vfs: None, handles: Vec::new(), store, dir };
         real.vfs = Some(Vfs::new(real.config()).map_err(|err| format!("Vfs::new: {err}"))?);
@@ -2515,7 +2514,7 @@ fn cold_vfs(dir: &std::path::Path, store: &Arc<MemStore>, cache: Option<u64>, mi
 #[test]
 fn a_full_disk_does_not_make_a_sequential_read_fetch_chunks_again() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
     let open = |cache: Option<u64>, min_free_ratio: f64| cold_vfs(dir.path(), &store, cache, min_free_ratio);
     const SIZE: u64 = 40 << 20;
     let data: Vec<u8> = (0..SIZE).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
@@ -2542,7 +2541,7 @@ fn may_wait_flags_reads_of_evicted_data_until_they_are_fetched() {
     assert!(!local.may_wait(file.ino, 0, 4096, false) && !local.may_wait(file.ino, 0, 4096, true));
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
     const SIZE: u64 = 8 << 20;
     let data: Vec<u8> = (0..SIZE).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     let ino = write_and_evict(&cold_vfs(dir.path(), &store, Some(1), 0.0), b"big", &data);
@@ -2561,7 +2560,7 @@ fn may_wait_flags_reads_of_evicted_data_until_they_are_fetched() {
 #[test]
 fn a_file_larger_than_the_stream_limit_is_read_without_caching_and_writes_are_seen() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
     let open = |cache: u64| cold_vfs(dir.path(), &store, Some(cache), 0.0);
     const SIZE: u64 = 40 << 20;
     const READ: u32 = 128 << 10;
@@ -2608,7 +2607,7 @@ fn a_file_larger_than_the_stream_limit_is_read_without_caching_and_writes_are_se
 #[test]
 fn read_ahead_of_a_streamed_file_needs_no_data_file() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<MemStore> = Arc::new(MemStore { blocks: Mutex::new(HashMap::new()) });
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
     let open = |cache: u64| cold_vfs(dir.path(), &store, Some(cache), 0.0);
     const SIZE: u64 = 24 << 20;
     let data: Vec<u8> = (0..SIZE).map(|i| ((i.wrapping_mul(2654435761) >> 11) ^ (i >> 20)) as u8).collect();

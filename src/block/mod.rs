@@ -24,7 +24,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::crypto::{CryptoError, Hash, Keys, ObjectKind, sealed_len};
+use crate::crypto::{CryptoError, Hash, Keys, ObjectKind, STAGE_GAP, sealed_len};
 
 /// Size of a file chunk and thus the largest block: big enough that per-block overhead
 /// (an index entry, a RocksDB record, a range GET) is negligible next to the data, small
@@ -130,11 +130,16 @@ pub fn random_id() -> Hash {
     rand::random()
 }
 
-/// Builds one pack from blocks, encrypting each into its envelope as it is added.
+/// Builds one pack from blocks, encrypting each into its envelope as it is added. A block can
+/// be added from a slice ([`PackBuilder::add`], one copy) or staged: its plaintext read
+/// straight into the pack ([`PackBuilder::stage`]), hashed there, then sealed in place
+/// ([`PackBuilder::seal_staged`]) or dropped ([`PackBuilder::drop_staged`]).
 pub struct PackBuilder {
     id: Hash,
     buf: Vec<u8>,
     entries: Vec<(BlockId, u64, u32, u32)>,
+    /// Where the staged block's envelope starts, if one is staged.
+    staged: Option<usize>,
 }
 
 /// A finished pack: its id, bytes and where each block landed.
@@ -146,7 +151,7 @@ pub struct Pack {
 
 impl PackBuilder {
     pub fn new(capacity: usize) -> PackBuilder {
-        PackBuilder { id: random_id(), buf: Vec::with_capacity(capacity + 4096), entries: Vec::new() }
+        PackBuilder { id: random_id(), buf: Vec::with_capacity(capacity + 4096), entries: Vec::new(), staged: None }
     }
 
     /// Bytes in the pack so far.
@@ -160,14 +165,51 @@ impl PackBuilder {
 
     /// Seals `plaintext` (whose id the caller computed with [`Keys::block_id`]) into the pack.
     pub fn add(&mut self, keys: &Keys, id: &BlockId, plaintext: &[u8]) {
+        self.drop_staged();
         let offset = self.buf.len() as u64;
         keys.seal_into(ObjectKind::Block, id, plaintext, &mut self.buf);
         let sealed = (self.buf.len() as u64 - offset) as u32;
         self.entries.push((*id, offset, sealed, plaintext.len() as u32));
     }
 
-    /// Appends the sealed trailer and footer.
+    /// Room for the plaintext of the next block, `len` zero bytes at the end of the pack, for
+    /// the caller to fill in place. A block staged before and not sealed is dropped.
+    pub fn stage(&mut self, len: usize) -> &mut [u8] {
+        self.drop_staged();
+        let start = self.buf.len();
+        self.buf.reserve(crate::crypto::sealed_len(len));
+        self.buf.resize(start + STAGE_GAP + len, 0);
+        self.staged = Some(start);
+        &mut self.buf[start + STAGE_GAP..]
+    }
+
+    /// The staged plaintext (empty if nothing is staged).
+    pub fn staged(&self) -> &[u8] {
+        self.staged.map_or(&[], |start| &self.buf[start + STAGE_GAP..])
+    }
+
+    /// Seals the staged plaintext in place as block `id` (the caller hashed [`Self::staged`]).
+    ///
+    /// # Panics
+    /// If nothing is staged.
+    pub fn seal_staged(&mut self, keys: &Keys, id: &BlockId) {
+        let start = self.staged.take().expect("tierfs: seal_staged without a staged block");
+        let plain_len = (self.buf.len() - start - STAGE_GAP) as u32;
+        keys.seal_staged(ObjectKind::Block, id, &mut self.buf, start);
+        let sealed = (self.buf.len() - start) as u32;
+        self.entries.push((*id, start as u64, sealed, plain_len));
+    }
+
+    /// Forgets the staged plaintext (a block the store already has); nothing if none is staged.
+    pub fn drop_staged(&mut self) {
+        if let Some(start) = self.staged.take() {
+            self.buf.truncate(start);
+        }
+    }
+
+    /// Appends the sealed trailer and footer (a staged block not sealed is dropped).
     pub fn finish(mut self, keys: &Keys) -> Pack {
+        self.drop_staged();
         let mut trailer = Vec::with_capacity(5 + self.entries.len() * TRAILER_ENTRY);
         trailer.push(PACK_FORMAT);
         trailer.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
@@ -347,6 +389,59 @@ mod tests {
             let seg = random_id();
             let sealed = seal_index(&k, &seg, &pack.blocks);
             prop_assert_eq!(open_index(&k, &seg, &sealed).expect("index"), pack.blocks.clone());
+        }
+
+        /// Blocks added, staged and sealed, or staged and dropped, in any order (the last one
+        /// possibly staged and never sealed): the pack holds exactly the kept blocks, in order,
+        /// and no byte of a dropped plaintext.
+        #[test]
+        fn staged_blocks_are_sealed_in_place_or_leave_no_trace(
+            blocks in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 16..3000), 0..3u8), 1..8),
+            unsealed_last in any::<bool>(),
+        ) {
+            let k = keys();
+            let mut b = PackBuilder::new(64);
+            let mut kept = Vec::new();
+            let mut dropped = Vec::new();
+            for (data, how) in &blocks {
+                let id = k.block_id(data);
+                match how {
+                    0 => {
+                        b.add(&k, &id, data);
+                        kept.push(data);
+                    }
+                    1 => {
+                        b.stage(data.len()).copy_from_slice(data);
+                        prop_assert_eq!(k.block_id(b.staged()), id);
+                        b.seal_staged(&k, &id);
+                        kept.push(data);
+                    }
+                    _ => {
+                        b.stage(data.len()).copy_from_slice(data);
+                        b.drop_staged();
+                        dropped.push(data);
+                    }
+                }
+            }
+            if unsealed_last {
+                let data = &blocks[0].0;
+                b.stage(data.len()).copy_from_slice(data);
+                dropped.push(data);
+            }
+            prop_assert!(b.staged().is_empty() || unsealed_last);
+            let pack = b.finish(&k);
+            let listed = open_pack(&k, &pack.id, &pack.bytes).expect("open");
+            prop_assert_eq!(&listed, &pack.blocks);
+            prop_assert_eq!(pack.blocks.len(), kept.len());
+            for ((id, loc), data) in pack.blocks.iter().zip(&kept) {
+                let r = loc.range();
+                let plain = open_block(&k, id, &pack.bytes[r.start as usize..r.end as usize]).expect("block");
+                prop_assert_eq!(&plain, *data);
+                prop_assert_eq!(loc.plain_len as usize, data.len());
+            }
+            for data in dropped {
+                prop_assert!(!pack.bytes.windows(data.len()).any(|w| w == &data[..]), "a dropped plaintext is in the pack");
+            }
         }
     }
 

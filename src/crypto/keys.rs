@@ -40,6 +40,9 @@ const TAG_LEN: usize = 16;
 const HEADER_LEN: usize = MAGIC.len() + 1 + 1 + NONCE_LEN;
 const AAD_PREFIX: &[u8] = b"tierfs-object-v1";
 
+/// Bytes [`Keys::seal_staged`] needs kept free before a plaintext: the envelope's header.
+pub const STAGE_GAP: usize = HEADER_LEN;
+
 /// Bytes a sealed object adds to its plaintext.
 pub const ENVELOPE_OVERHEAD: usize = 4 + 1 + 1 + 12 + 16;
 const _: () = assert!(ENVELOPE_OVERHEAD == HEADER_LEN + TAG_LEN);
@@ -124,21 +127,35 @@ impl Keys {
     /// # Panics
     /// If `plaintext` is longer than [`MAX_PLAINTEXT_LEN`] (64 GiB).
     pub fn seal_into(&self, kind: ObjectKind, name: &[u8], plaintext: &[u8], out: &mut Vec<u8>) {
+        let start = out.len();
+        out.reserve(sealed_len(plaintext.len()));
+        out.resize(start + HEADER_LEN, 0);
+        out.extend_from_slice(plaintext);
+        self.seal_staged(kind, name, out, start);
+    }
+
+    /// Seals a plaintext that already lies at the end of `out`, after [`STAGE_GAP`] bytes kept
+    /// free for the header at `start`: writes the header there, encrypts `out[start +
+    /// STAGE_GAP..]` in place and appends the tag, so `out[start..]` is the envelope. A caller
+    /// that reads the plaintext straight into its place saves [`Keys::seal_into`]'s copy.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `start + STAGE_GAP`, or the plaintext is longer than
+    /// [`MAX_PLAINTEXT_LEN`] (64 GiB).
+    pub fn seal_staged(&self, kind: ObjectKind, name: &[u8], out: &mut Vec<u8>, start: usize) {
+        assert!(out.len() >= start + HEADER_LEN, "tierfs: no room for an envelope header at {start}");
+        let plaintext_len = out.len() - start - HEADER_LEN;
         assert!(
-            plaintext.len() as u64 <= MAX_PLAINTEXT_LEN,
-            "tierfs: a {}-byte object exceeds AES-GCM's limit of {MAX_PLAINTEXT_LEN} bytes",
-            plaintext.len()
+            plaintext_len as u64 <= MAX_PLAINTEXT_LEN,
+            "tierfs: a {plaintext_len}-byte object exceeds AES-GCM's limit of {MAX_PLAINTEXT_LEN} bytes"
         );
         let mut nonce = [0u8; NONCE_LEN];
         fast_random(&mut nonce);
-
-        let start = out.len();
-        out.reserve(sealed_len(plaintext.len()));
-        out.extend_from_slice(MAGIC);
-        out.push(ENVELOPE_VERSION);
-        out.push(kind.as_u8());
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(plaintext);
+        let header = &mut out[start..start + HEADER_LEN];
+        header[..MAGIC.len()].copy_from_slice(MAGIC);
+        header[MAGIC.len()] = ENVELOPE_VERSION;
+        header[MAGIC.len() + 1] = kind.as_u8();
+        header[MAGIC.len() + 2..].copy_from_slice(&nonce);
 
         let body = &mut out[start + HEADER_LEN..];
         let sealed =
@@ -150,7 +167,7 @@ impl Keys {
                 // plaintext behind in `out` for a caller that catches the panic.
                 out[start..].zeroize();
                 out.truncate(start);
-                panic!("tierfs: AES-GCM refused a {}-byte object", plaintext.len());
+                panic!("tierfs: AES-GCM refused a {plaintext_len}-byte object");
             }
         }
     }
@@ -319,6 +336,24 @@ mod tests {
             assert_eq!(end - start, sealed_len(part.len()));
             assert_eq!(k.open(ObjectKind::Block, &[i as u8], &pack[start..end]).unwrap(), *part);
         }
+    }
+
+    #[test]
+    fn a_staged_plaintext_seals_in_place_into_the_same_envelope_format() {
+        let k = keys(2);
+        let mut out = b"prefix".to_vec();
+        let start = out.len();
+        out.extend_from_slice(&[0xAA; STAGE_GAP]); // whatever is there is overwritten
+        out.extend_from_slice(b"staged plaintext");
+        k.seal_staged(ObjectKind::Block, b"name", &mut out, start);
+        assert_eq!(&out[..start], b"prefix");
+        assert_eq!(out.len() - start, sealed_len(b"staged plaintext".len()));
+        assert_eq!(k.open(ObjectKind::Block, b"name", &out[start..]).expect("open"), b"staged plaintext");
+        assert!(k.open(ObjectKind::Block, b"other", &out[start..]).is_err(), "the name is bound");
+        // Nothing staged: an empty plaintext.
+        let mut empty = vec![0; STAGE_GAP];
+        k.seal_staged(ObjectKind::Head, b"n", &mut empty, 0);
+        assert_eq!(k.open(ObjectKind::Head, b"n", &empty).expect("open"), b"");
     }
 
     #[test]

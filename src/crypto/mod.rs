@@ -21,7 +21,7 @@ pub mod wrap;
 
 pub use data_key::DataKey;
 pub use error::CryptoError;
-pub use keys::{ENVELOPE_OVERHEAD, ENVELOPE_VERSION, Keys, MAX_PLAINTEXT_LEN, sealed_len};
+pub use keys::{ENVELOPE_OVERHEAD, ENVELOPE_VERSION, Keys, MAX_PLAINTEXT_LEN, STAGE_GAP, sealed_len};
 pub use object_kind::ObjectKind;
 pub use wrap::{KdfParams, Secret, WrappedKey, generate_key_file, parse_key_file, unwrap_any, unwrap_key, wrap_key};
 

@@ -37,6 +37,9 @@ pub use config::{Fencing, StoreConfig};
 pub const STORE_FORMAT: u32 = 1;
 
 const CONFIG_KEY: &str = "config";
+/// A run of blocks from a pack's start to within this many bytes of its end (the trailer and
+/// footer, a few hundred bytes) is read together with them: the whole pack in one GET.
+const WHOLE_PACK_SLACK: u64 = 64 << 10;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -226,6 +229,16 @@ impl Store {
         for (id, data) in blocks {
             builder.add(&self.keys, id, data);
         }
+        self.put_pack(builder).await
+    }
+
+    /// Finishes a pack the caller filled (blocks sealed with this store's keys, e.g. staged
+    /// with [`PackBuilder::stage`]), uploads it and its index segment, and returns where each
+    /// block now lives. An empty pack uploads nothing.
+    pub async fn put_pack(&self, builder: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>> {
+        if builder.is_empty() {
+            return Ok(Vec::new());
+        }
         let pack = builder.finish(&self.keys);
         self.backend.put_pack(&block::pack_key(&pack.id), pack.bytes.clone()).await?;
         let segment = block::random_id();
@@ -258,6 +271,8 @@ impl Store {
             }
             if j - i > 1 {
                 let run = &blocks[i..j];
+                let range = run_range(run);
+                let blocks_end = run[run.len() - 1].1.range().end;
                 // The run's envelopes lie back to back: each is split off the front in turn.
                 let open = |sealed: Bytes| {
                     let mut rest = block::into_owned(sealed);
@@ -269,11 +284,10 @@ impl Store {
                         }
                         opened.push(block::open_block_in(&self.keys, id, rest.split_to(len)).ok()?);
                     }
-                    rest.is_empty().then_some(opened)
+                    (rest.len() as u64 == range.end - blocks_end).then_some(opened)
                 };
                 let key = block::pack_key(&run[0].1.pack);
-                let range = run[0].1.offset..run[run.len() - 1].1.range().end;
-                if let Ok(opened) = self.backend.get_pack_range(&key, run[0].1.pack_len, range, &open).await {
+                if let Ok(opened) = self.backend.get_pack_range(&key, run[0].1.pack_len, range.clone(), &open).await {
                     for (k, p) in opened.into_iter().enumerate() {
                         out[i + k] = Some(p);
                     }
@@ -444,6 +458,18 @@ async fn list_keys(backend: &RedundantStore) -> Result<Vec<WrappedKey>> {
     Ok(out)
 }
 
+/// The bytes one GET reads for a run of blocks lying back to back in one pack: their
+/// envelopes, or the whole pack when the run starts at the pack's start and ends within
+/// [`WHOLE_PACK_SLACK`] of its end (what is left is the trailer and footer, a few hundred
+/// bytes, or a small block). A server that answers a range by slicing the whole object, as moto
+/// does, then copies nothing.
+fn run_range(run: &[(BlockId, BlockLoc)]) -> std::ops::Range<u64> {
+    let (Some((_, first)), Some((_, last))) = (run.first(), run.last()) else { return 0..0 };
+    let end = last.range().end;
+    let tail = first.pack_len.checked_sub(end);
+    if first.offset == 0 && tail.is_some_and(|t| t <= WHOLE_PACK_SLACK) { 0..first.pack_len } else { first.offset..end }
+}
+
 fn segment_id(key: &str) -> Option<crypto::Hash> {
     let hex_id = key.strip_prefix("index/")?;
     hex::decode(hex_id).ok()?.try_into().ok()
@@ -503,6 +529,29 @@ mod tests {
         let pick = [locs[3], locs[0], locs[2], locs[3]];
         let got = store.get_blocks(&pick).await.expect("get some");
         assert_eq!(got, vec![data[3].clone(), data[0].clone(), data[2].clone(), data[3].clone()]);
+    }
+
+    #[test]
+    fn a_run_reaching_the_trailer_reads_the_whole_pack() {
+        let mib = 1u64 << 20;
+        let loc = |offset: u64, pack_len: u64| BlockLoc {
+            pack: [7; 32],
+            offset,
+            sealed_len: (4 * mib) as u32,
+            plain_len: (4 * mib - 44) as u32,
+            pack_len,
+        };
+        let run =
+            |offsets: &[u64], pack_len: u64| offsets.iter().map(|&o| ([0; 32], loc(o, pack_len))).collect::<Vec<_>>();
+        // Four blocks and a 300-byte trailer: the whole pack.
+        let full = 16 * mib + 300;
+        assert_eq!(run_range(&run(&[0, 4 * mib, 8 * mib, 12 * mib], full)), 0..full);
+        // Not from the start, or a block's worth short of the end: just the blocks.
+        assert_eq!(run_range(&run(&[4 * mib, 8 * mib, 12 * mib], full)), 4 * mib..full - 300);
+        assert_eq!(run_range(&run(&[0, 4 * mib, 8 * mib], full)), 0..12 * mib);
+        // An index entry past its pack's end is not made into a longer read.
+        assert_eq!(run_range(&run(&[0, 4 * mib], 6 * mib)), 0..8 * mib);
+        assert_eq!(run_range(&[]), 0..0);
     }
 
     #[tokio::test]

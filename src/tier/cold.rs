@@ -43,7 +43,8 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::{DataFile, HotTier, HotTierError};
-use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
+use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
+use crate::crypto::Keys;
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
 use crate::vfs::Ino;
 
@@ -70,10 +71,15 @@ const GATHER: Duration = Duration::from_millis(200);
 /// The store as the tier sees it. Calls block; they are made from worker threads and from
 /// FUSE worker threads, never from inside an async runtime.
 pub trait BlockStore: Send + Sync {
+    /// This store's keys: block ids are keyed hashes under them, and blocks are sealed with them.
+    fn keys(&self) -> &Keys;
     /// The id of a block with these bytes (keyed hash: only the store's key holder can compute it).
-    fn block_id(&self, data: &[u8]) -> BlockId;
-    /// Stores the blocks (one pack) and returns where each landed, after they are durable.
-    fn put_blocks(&self, blocks: &[(BlockId, &[u8])]) -> Result<Vec<(BlockId, BlockLoc)>, ColdError>;
+    fn block_id(&self, data: &[u8]) -> BlockId {
+        self.keys().block_id(data)
+    }
+    /// Uploads a pack the tier filled (blocks sealed with [`BlockStore::keys`]) and returns
+    /// where each block landed, after they are durable.
+    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>, ColdError>;
     /// Fetches and verifies one block.
     fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, ColdError>;
     /// Fetches and verifies several blocks (in order); blocks next to each other in one pack
@@ -1505,12 +1511,16 @@ impl ColdTier {
     }
 
     /// Reads the claimed chunks, uploads the blocks the store does not have, and records the
-    /// chunks that did not change meanwhile as sealed.
+    /// chunks that did not change meanwhile as sealed. Each chunk is read straight into the
+    /// pack, hashed there and encrypted in place (no copy of its plaintext).
     fn seal(&self, claims: &[Claim]) -> Result<(), ColdError> {
         let mut files = OpenFiles::default();
         let mut sealed: Vec<(usize, BlockId, u32)> = Vec::new();
-        let mut datas: Vec<Vec<u8>> = Vec::new();
         let mut gone = Vec::new();
+        // A claim stops at the first chunk that reaches the pack size: room for one chunk more.
+        let mut pack = PackBuilder::new(self.store.pack_size() + CHUNK_SIZE as usize);
+        let mut seen = HashSet::new();
+        let mut bytes = 0u64;
         for (i, cl) in claims.iter().enumerate() {
             let Some(rec) = self.meta.inode(cl.ino)? else {
                 gone.push(i);
@@ -1521,27 +1531,23 @@ impl ColdTier {
                 gone.push(i);
                 continue;
             }
-            let mut data = vec![0u8; len as usize];
+            let data = pack.stage(len as usize);
             if let Some(file) = files.get(&self.hot, cl.ino)? {
-                read_full(file, cl.ino, cl.index * CHUNK_SIZE, &mut data)?;
+                read_full(file, cl.ino, cl.index * CHUNK_SIZE, data)?;
             }
-            let id = self.content_id(&data);
+            let id = self.content_id(pack.staged());
             sealed.push((i, id, len as u32));
-            datas.push(data);
-        }
-        // Blocks the store already has (dedup) and zero blocks are not uploaded again.
-        let mut seen = HashSet::new();
-        let mut to_put: Vec<(BlockId, &[u8])> = Vec::new();
-        for ((_, id, _), data) in sealed.iter().zip(&datas) {
-            if *id == ZERO_BLOCK || !seen.insert(*id) || self.meta.block(id)?.is_some() {
-                continue;
+            // Blocks the store already has (dedup) and zero blocks are not uploaded again.
+            if id == ZERO_BLOCK || !seen.insert(id) || self.meta.block(&id)?.is_some() {
+                pack.drop_staged();
+            } else {
+                pack.seal_staged(self.store.keys(), &id);
+                bytes += len;
             }
-            to_put.push((*id, data));
         }
         let mut batch = MetaBatch::new();
-        if !to_put.is_empty() {
-            let locs = self.store.put_blocks(&to_put)?;
-            let bytes: u64 = to_put.iter().map(|(_, d)| d.len() as u64).sum();
+        if !pack.is_empty() {
+            let locs = self.store.put_pack(pack)?;
             self.counters.uploaded_bytes.fetch_add(bytes, Ordering::Relaxed);
             self.counters.uploaded_packs.fetch_add(1, Ordering::Relaxed);
             for (id, loc) in &locs {

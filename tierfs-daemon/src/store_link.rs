@@ -21,8 +21,8 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use serde::Serialize;
-use tierfs::block::{BlockId, BlockLoc};
-use tierfs::crypto::{self, KdfParams, Secret};
+use tierfs::block::{BlockId, BlockLoc, PackBuilder};
+use tierfs::crypto::{self, KdfParams, Keys, Secret};
 use tierfs::store::{Fencing, Progress, Store, StoreConfig};
 use tierfs::tier::{BlockStore, ColdError};
 use tokio::runtime::{Handle, Runtime};
@@ -210,12 +210,12 @@ pub struct StoreBlocks {
 }
 
 impl BlockStore for StoreBlocks {
-    fn block_id(&self, data: &[u8]) -> BlockId {
-        self.store.keys().block_id(data)
+    fn keys(&self) -> &Keys {
+        self.store.keys()
     }
 
-    fn put_blocks(&self, blocks: &[(BlockId, &[u8])]) -> Result<Vec<(BlockId, BlockLoc)>, ColdError> {
-        self.handle.block_on(self.store.put_blocks(blocks)).map_err(|e| ColdError::Store(e.to_string()))
+    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>, ColdError> {
+        self.handle.block_on(self.store.put_pack(pack)).map_err(|e| ColdError::Store(e.to_string()))
     }
 
     fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, ColdError> {
