@@ -147,6 +147,12 @@ struct Object {
 type Res<T> = Result<T, String>;
 
 fn s3(endpoint: &str, bucket: &str) -> Res<Arc<AmazonS3>> {
+    // Without them object_store would ask the cloud's metadata service, far from loopback.
+    for var in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+        if std::env::var_os(var).is_none() {
+            return Err(format!("{var} is not set (credentials come from the AWS_* environment variables)"));
+        }
+    }
     // tierfs's client settings for a local server (src/backend/single.rs).
     AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
