@@ -177,7 +177,7 @@ impl PackBuilder {
     pub fn stage(&mut self, len: usize) -> &mut [u8] {
         self.drop_staged();
         let start = self.buf.len();
-        self.buf.reserve(crate::crypto::sealed_len(len));
+        self.buf.reserve(sealed_len(len));
         self.buf.resize(start + STAGE_GAP + len, 0);
         self.staged = Some(start);
         &mut self.buf[start + STAGE_GAP..]

@@ -219,11 +219,9 @@ impl Store {
     }
 
     /// Packs `blocks` (id computed by the caller with [`Keys::block_id`]) into one pack,
-    /// uploads it and its index segment, and returns where each block now lives.
+    /// uploads it and its index segment, and returns where each block now lives (see
+    /// [`Store::put_pack`]: no blocks, no upload).
     pub async fn put_blocks(&self, blocks: &[(BlockId, &[u8])]) -> Result<Vec<(BlockId, BlockLoc)>> {
-        if blocks.is_empty() {
-            return Ok(Vec::new());
-        }
         let size: usize = blocks.iter().map(|(_, b)| crypto::sealed_len(b.len())).sum();
         let mut builder = PackBuilder::new(size);
         for (id, data) in blocks {

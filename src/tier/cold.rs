@@ -1520,7 +1520,6 @@ impl ColdTier {
         // A claim stops at the first chunk that reaches the pack size: room for one chunk more.
         let mut pack = PackBuilder::new(self.store.pack_size() + CHUNK_SIZE as usize);
         let mut seen = HashSet::new();
-        let mut bytes = 0u64;
         for (i, cl) in claims.iter().enumerate() {
             let Some(rec) = self.meta.inode(cl.ino)? else {
                 gone.push(i);
@@ -1542,12 +1541,12 @@ impl ColdTier {
                 pack.drop_staged();
             } else {
                 pack.seal_staged(self.store.keys(), &id);
-                bytes += len;
             }
         }
         let mut batch = MetaBatch::new();
         if !pack.is_empty() {
             let locs = self.store.put_pack(pack)?;
+            let bytes: u64 = locs.iter().map(|(_, loc)| u64::from(loc.plain_len)).sum();
             self.counters.uploaded_bytes.fetch_add(bytes, Ordering::Relaxed);
             self.counters.uploaded_packs.fetch_add(1, Ordering::Relaxed);
             for (id, loc) in &locs {

@@ -7,8 +7,9 @@
 //! other than the local disk (a fetch from the store, fsync's upload, the dirty bound) must
 //! not hold up the others behind it, so the adapter hands it to this pool and replies from
 //! there. A second pool of one thread (the reaper) removes freed data files after the reply
-//! (`TierFuse::removal_result`). Invariants: every job handed to [`Pool::run`] runs exactly once, even after a job
-//! before it panicked; [`Pool::shutdown`] returns only once no job is queued or running.
+//! (`TierFuse::removal_result`). Invariants: every job handed to [`Pool::run`] runs exactly
+//! once, even after a job before it panicked; [`Pool::shutdown`] returns only once no job is
+//! queued or running.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Receiver, Sender, channel};
