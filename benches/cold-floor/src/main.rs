@@ -102,9 +102,6 @@ enum Cmd {
         /// GETs in flight (and, in mode fuse, objects fetched ahead of the reader)
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
-        /// Also report the CPU seconds this process (the S3 server) used during the read
-        #[arg(long)]
-        server_pid: Option<u32>,
     },
 }
 
@@ -206,18 +203,6 @@ fn rusage_s(who: libc::c_int) -> f64 {
     unsafe { libc::getrusage(who, &mut usage) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
-}
-
-/// CPU seconds (user + system) of another process so far, from /proc/PID/stat.
-fn proc_cpu_s(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces): state is field 3; utime 14, stime 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks / hz)
 }
 
 fn put(
@@ -386,6 +371,8 @@ impl Source {
                         };
                         let mut ready = lock(&window.ready);
                         match result {
+                            // The reader moved past it while it was in flight: its permit back.
+                            Ok(_) if i < ready.dropped_below => window.permits.add_permits(1),
                             Ok(plain) => {
                                 ready.objects.insert(i, Arc::new(plain));
                             }
@@ -548,17 +535,10 @@ fn read_fuse(state: State, keys: Arc<Keys>, concurrency: usize, mountpoint: Path
     Ok((size, seconds))
 }
 
-fn read(
-    state_path: PathBuf,
-    mode: Mode,
-    mountpoint: Option<PathBuf>,
-    concurrency: usize,
-    server_pid: Option<u32>,
-) -> Res<()> {
+fn read(state_path: PathBuf, mode: Mode, mountpoint: Option<PathBuf>, concurrency: usize) -> Res<()> {
     let text = std::fs::read_to_string(&state_path).map_err(|e| format!("reading {}: {e}", state_path.display()))?;
     let state: State = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", state_path.display()))?;
     let keys = Arc::new(keys_of(&state)?);
-    let server_before = server_pid.and_then(proc_cpu_s);
     let self_before = rusage_s(libc::RUSAGE_SELF);
     let children_before = rusage_s(libc::RUSAGE_CHILDREN);
     let start = Instant::now();
@@ -572,21 +552,18 @@ fn read(
             read_fuse(state, keys, concurrency, mountpoint)?
         }
     };
-    let mut out = json!({
+    // The CPU of this process and of dd (its child in mode fuse). cold.sh adds moto's and the
+    // total under "cpu_s".
+    let out = json!({
         "op": "read",
         "mode": mode.name(),
         "bytes": bytes,
         "seconds": seconds,
         "mib_s": bytes as f64 / MIB as f64 / seconds,
         "concurrency": concurrency,
-        "cpu_s": rusage_s(libc::RUSAGE_SELF) - self_before,
+        "floor_cpu_s": rusage_s(libc::RUSAGE_SELF) - self_before,
         "dd_cpu_s": rusage_s(libc::RUSAGE_CHILDREN) - children_before,
     });
-    if let (Some(pid), Some(before)) = (server_pid, server_before)
-        && let Some(after) = proc_cpu_s(pid)
-    {
-        out["server_cpu_s"] = json!(after - before);
-    }
     println!("{out}");
     Ok(())
 }
@@ -596,9 +573,7 @@ fn main() {
         Cmd::Put { endpoint, bucket, prefix, size_mib, object_mib, concurrency, state } => {
             put(endpoint, bucket, prefix, size_mib, object_mib, concurrency, state)
         }
-        Cmd::Read { state, mode, mountpoint, concurrency, server_pid } => {
-            read(state, mode, mountpoint, concurrency, server_pid)
-        }
+        Cmd::Read { state, mode, mountpoint, concurrency } => read(state, mode, mountpoint, concurrency),
     };
     if let Err(e) = result {
         eprintln!("tierfs-cold-floor: {e}");
