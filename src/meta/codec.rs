@@ -22,7 +22,7 @@ pub const DURABLE_SEQ_KEY: &[u8] = b"Rdurable_seq";
 /// Whether a key belongs to the workspace's shared state (journaled and checkpointed), as
 /// opposed to this node's bookkeeping (schema, dirty markers, journal position).
 pub fn is_shared(key: &[u8]) -> bool {
-    matches!(key.first(), Some(b'I' | b'D' | b'X' | b'L' | b'O' | b'C' | b'K' | b'B'))
+    matches!(key.first(), Some(b'I' | b'D' | b'X' | b'L' | b'O' | b'C' | b'K' | b'U' | b'B'))
 }
 
 const TAG_INODE: u8 = b'I';
@@ -312,6 +312,7 @@ mod tests {
 
 const TAG_CHUNK: u8 = b'K';
 const TAG_DIRTY: u8 = b'Y';
+const TAG_UNSEALED: u8 = b'U';
 const TAG_BLOCK: u8 = b'B';
 
 /// Prefix of the chunk table: `K` ino chunk-index → [`ChunkRecord`].
@@ -330,6 +331,15 @@ pub fn chunk_prefix(ino: Ino) -> Vec<u8> {
 
 pub fn dirty_key(ino: Ino) -> Vec<u8> {
     tagged(TAG_DIRTY, ino, &[])
+}
+
+/// Prefix of the unsealed-chunk marks: `U` ino chunk-index → empty. Shared state: a chunk
+/// written since it was last sealed, so a node that restores the workspace can tell a chunk
+/// whose data never reached the store from a hole (which has neither a record nor a mark).
+pub const UNSEALED_TABLE: [u8; 1] = [TAG_UNSEALED];
+
+pub fn unsealed_key(ino: Ino, index: u64) -> Vec<u8> {
+    tagged(TAG_UNSEALED, ino, &index.to_be_bytes())
 }
 
 pub fn block_key(id: &[u8; 32]) -> Vec<u8> {
@@ -387,7 +397,7 @@ pub fn not_resident(v: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Decodes `(ino, chunk index)` from a chunk key.
+/// Decodes `(ino, chunk index)` from a chunk key (or an unsealed-chunk mark's key).
 pub fn decode_chunk_key(key: &[u8]) -> Result<(Ino, u64), MetaError> {
     let ino = key_ino(key)?;
     let idx = key

@@ -16,6 +16,7 @@ pub mod cache;
 pub mod codec;
 pub mod journal;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -329,8 +330,95 @@ impl MetaStore {
         self.marked_inodes(&codec::DIRTY_TABLE)
     }
 
-    /// Every regular file with data: `(ino, size)` (a scan of the inode table).
-    pub fn file_sizes(&self) -> Result<Vec<(Ino, u64)>> {
+    /// Chunks marked unsealed (written since they were last sealed): `(ino, chunk index)`,
+    /// in key order.
+    pub fn unsealed_chunks(&self) -> Result<Vec<(Ino, u64)>> {
+        let mut out = Vec::new();
+        self.scan(&codec::UNSEALED_TABLE, |rest, _| {
+            let mut key = codec::UNSEALED_TABLE.to_vec();
+            key.extend_from_slice(rest);
+            out.push(codec::decode_chunk_key(&key)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// The chunk records of one file: `(chunk index, record)`, in index order.
+    pub fn chunks_of(&self, ino: Ino) -> Result<Vec<(u64, ChunkRecord)>> {
+        let mut out = Vec::new();
+        self.scan(&codec::chunk_prefix(ino), |rest, v| {
+            let idx = rest
+                .try_into()
+                .map(u64::from_be_bytes)
+                .map_err(|_| MetaError::Corrupt(format!("chunk key of inode {ino}: {rest:?}")))?;
+            out.push((idx, codec::decode_chunk(v)?));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// After a restore: cuts every file whose data did not all reach the store back to the
+    /// data that did, and drops the unsealed-chunk marks (they describe the last writer's
+    /// local state). Returns how many files were cut.
+    ///
+    /// Only a chunk marked unsealed can have lost data: a chunk with neither a record nor a
+    /// mark is a hole and reads as zeros, however far into the file it is. A marked chunk
+    /// whose record (if any) covers all of its part of the file keeps that record's bytes
+    /// (the write that marked it was not acknowledged as stored); one whose record is short
+    /// or missing ends the file there. Costs what the marks and records cost, never what the
+    /// files' lengths claim.
+    pub fn cut_to_stored_data(&self) -> Result<u64> {
+        let chunk = crate::block::CHUNK_SIZE;
+        let marks = self.unsealed_chunks()?;
+        let mut batch = MetaBatch::new();
+        let mut cut = 0;
+        let mut i = 0;
+        while i < marks.len() {
+            let ino = marks[i].0;
+            let mut j = i;
+            while j < marks.len() && marks[j].0 == ino {
+                batch.delete_unsealed(ino, marks[j].1);
+                j += 1;
+            }
+            let indexes: Vec<u64> = marks[i..j].iter().map(|m| m.1).collect();
+            i = j;
+            let Some(mut rec) = self.inode(ino)? else { continue };
+            if rec.attr.kind != FileKind::File {
+                continue;
+            }
+            let size = rec.attr.size;
+            let records: HashMap<u64, ChunkRecord> = self.chunks_of(ino)?.into_iter().collect();
+            let mut stored_end = size;
+            for idx in indexes {
+                let start = idx.saturating_mul(chunk);
+                if start >= size {
+                    break;
+                }
+                let want = (size - start).min(chunk);
+                let have = records.get(&idx).map_or(0, |r| u64::from(r.len));
+                if have < want {
+                    stored_end = start + have;
+                    break;
+                }
+            }
+            if stored_end < size {
+                rec.attr.size = stored_end;
+                batch.put_inode(&rec);
+                let first_gone = stored_end.div_ceil(chunk);
+                for &idx in records.keys().filter(|&&idx| idx >= first_gone) {
+                    batch.delete_chunk(ino, idx);
+                }
+                cut += 1;
+            }
+        }
+        if !marks.is_empty() {
+            self.commit(batch)?;
+        }
+        Ok(cut)
+    }
+
+    /// Every regular file with data: `(ino, size, dense)` (a scan of the inode table).
+    pub fn file_sizes(&self) -> Result<Vec<(Ino, u64, bool)>> {
         let mut out = Vec::new();
         self.scan(&codec::INODE_TABLE, |rest, v| {
             let ino = rest
@@ -339,7 +427,7 @@ impl MetaStore {
                 .map_err(|_| MetaError::Corrupt(format!("inode key {rest:?}")))?;
             let rec = codec::decode_inode(ino, v)?;
             if rec.attr.kind == FileKind::File && rec.attr.size > 0 {
-                out.push((rec.attr.ino, rec.attr.size));
+                out.push((rec.attr.ino, rec.attr.size, rec.dense));
             }
             Ok(true)
         })?;
@@ -555,6 +643,13 @@ impl MetaBatch {
     }
     pub fn delete_dirty(&mut self, ino: Ino) {
         self.0.delete(codec::dirty_key(ino));
+    }
+    /// Chunk `index` of `ino` is written and not sealed yet (journaled).
+    pub fn put_unsealed(&mut self, ino: Ino, index: u64) {
+        self.put(codec::unsealed_key(ino, index), &[]);
+    }
+    pub fn delete_unsealed(&mut self, ino: Ino, index: u64) {
+        self.delete(codec::unsealed_key(ino, index));
     }
     pub fn delete_block(&mut self, id: &[u8; 32]) {
         self.delete(codec::block_key(id));

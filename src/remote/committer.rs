@@ -32,50 +32,6 @@ const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// each; one file each in a `file://` store, later deleted by compaction).
 const GROUP_COMMIT: Duration = Duration::from_millis(200);
 
-/// After a restore: a file whose size reaches past the data that made it to the store (the
-/// last writer stopped between committing a write's new size and uploading its bytes) is cut
-/// back to the end of its stored data, so it shows an earlier state of the file — the appends
-/// that were lost are gone — rather than zeros where they were. Committed (and journaled) as
-/// one batch; returns how many files were cut.
-fn clamp_to_stored_data(meta: &MetaStore) -> Result<u64> {
-    use std::collections::HashMap;
-    let chunk = crate::block::CHUNK_SIZE;
-    let mut records: HashMap<u64, HashMap<u64, u32>> = HashMap::new();
-    for (ino, idx, rec) in meta.chunks()? {
-        records.entry(ino).or_default().insert(idx, rec.len);
-    }
-    let mut batch = crate::meta::MetaBatch::new();
-    let mut cut = 0;
-    for (ino, size) in meta.file_sizes()? {
-        let chunks = records.get(&ino);
-        let mut stored_end = size;
-        for idx in 0..size.div_ceil(chunk) {
-            let want = (size - idx * chunk).min(chunk);
-            match chunks.and_then(|c| c.get(&idx)) {
-                Some(&len) if u64::from(len) >= want => continue,
-                Some(&len) => stored_end = idx * chunk + u64::from(len),
-                None => stored_end = idx * chunk,
-            }
-            break;
-        }
-        if stored_end < size {
-            let Some(mut rec) = meta.inode(ino)? else { continue };
-            rec.attr.size = stored_end;
-            batch.put_inode(&rec);
-            if let Some(chunks) = chunks {
-                for &idx in chunks.keys().filter(|&&i| i * chunk >= stored_end.next_multiple_of(chunk)) {
-                    batch.delete_chunk(ino, idx);
-                }
-            }
-            cut += 1;
-        }
-    }
-    if cut > 0 {
-        meta.commit(batch)?;
-    }
-    Ok(cut)
-}
-
 /// Numbers for `tierfs status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteStats {
@@ -188,7 +144,12 @@ impl Committer {
         }
         meta.enable_journal(state.next_segment + 1)?;
         if empty {
-            let clamped = clamp_to_stored_data(&meta)?;
+            // A file whose size reaches past the data that made it to the store (the last
+            // writer stopped between committing a write's new size and uploading its bytes)
+            // is cut back to the end of its stored data, so it shows an earlier state of the
+            // file rather than zeros where the lost appends were. Holes are not lost data.
+            // Committed (and journaled) as one batch.
+            let clamped = meta.cut_to_stored_data()?;
             if clamped > 0 {
                 tracing::info!(
                     files = clamped,
@@ -466,33 +427,53 @@ mod tests {
     use crate::meta::codec::test_file_record;
     use crate::meta::{ChunkRecord, MetaBatch};
 
-    fn file(meta: &MetaStore, ino: u64, size: u64, chunks: &[(u64, u32)]) {
+    /// A file of `size` with records of `(chunk, length)` and unsealed marks on `unsealed`.
+    fn file(meta: &MetaStore, ino: u64, size: u64, chunks: &[(u64, u32)], unsealed: &[u64]) {
         let mut b = MetaBatch::new();
         b.put_inode(&test_file_record(ino, size));
         for &(idx, len) in chunks {
             b.put_chunk(ino, idx, &ChunkRecord { block: [7; 32], len, resident: false });
         }
+        for &idx in unsealed {
+            b.put_unsealed(ino, idx);
+        }
         meta.commit(b).expect("commit");
     }
 
     #[test]
-    fn restored_files_are_cut_back_to_their_stored_data() {
+    fn restored_files_are_cut_back_to_their_stored_data_and_holes_are_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
         let meta = MetaStore::open(dir.path()).expect("open");
         let c = CHUNK_SIZE;
         let full = c as u32;
-        file(&meta, 10, 2 * c + 100, &[(0, full), (1, full), (2, 100)]); // all stored
-        file(&meta, 11, 2 * c + 100, &[(0, full), (1, 5)]); // chunk 1 stored when shorter
-        file(&meta, 12, 3 * c, &[(0, full), (2, full)]); // chunk 1 never stored
-        file(&meta, 13, 50, &[]); // nothing stored
-        assert_eq!(clamp_to_stored_data(&meta).expect("clamp"), 3);
+        file(&meta, 10, 2 * c + 100, &[(0, full), (1, full), (2, 100)], &[]); // all stored
+        file(&meta, 11, 2 * c + 100, &[(0, full), (1, 5)], &[1]); // chunk 1 stored when shorter
+        file(&meta, 12, 3 * c, &[(0, full), (2, full)], &[1]); // chunk 1 never stored
+        file(&meta, 13, 50, &[], &[0]); // nothing stored
+        // Holes: chunks with neither a record nor a mark, before and between the data.
+        file(&meta, 14, (1 << 30) + 3, &[(256, 3)], &[]);
+        file(&meta, 15, 2 * c + 1, &[(0, 100), (2, 1)], &[]);
+        // A hole before a chunk whose write was lost, far past the start: cut there only.
+        file(&meta, 16, 5 * c, &[(0, full)], &[3]);
+        // An overwrite of a stored chunk that was lost: the old bytes stay, nothing is cut.
+        file(&meta, 17, 2 * c, &[(0, full), (1, full)], &[0]);
+        // The largest size: nothing may be proportional to it.
+        file(&meta, 18, i64::MAX as u64, &[(7, 10)], &[]);
+        assert_eq!(meta.cut_to_stored_data().expect("cut"), 4);
         let size = |ino| meta.inode(ino).expect("read").expect("exists").attr.size;
         assert_eq!(size(10), 2 * c + 100);
         assert_eq!(size(11), c + 5);
         assert_eq!(size(12), c);
         assert_eq!(size(13), 0);
+        assert_eq!(size(14), (1 << 30) + 3);
+        assert_eq!(size(15), 2 * c + 1);
+        assert_eq!(size(16), 3 * c);
+        assert_eq!(size(17), 2 * c);
+        assert_eq!(size(18), i64::MAX as u64);
         let left: Vec<(u64, u64)> = meta.chunks().expect("chunks").into_iter().map(|(i, x, _)| (i, x)).collect();
         assert!(!left.contains(&(12, 2)), "a record past the cut survived: {left:?}");
         assert!(left.contains(&(11, 1)), "the partly stored chunk lost its record: {left:?}");
+        assert!(left.contains(&(14, 256)) && left.contains(&(15, 2)), "a record after a hole was dropped: {left:?}");
+        assert!(meta.unsealed_chunks().expect("marks").is_empty(), "the last writer's marks were kept");
     }
 }

@@ -205,6 +205,12 @@ impl Chunk {
         self.rec.is_some_and(|r| !r.resident)
     }
 
+    /// Bytes that live only in the store. A zero block is stored nowhere: like a hole, it
+    /// takes no space.
+    fn evicted_len(&self) -> u64 {
+        self.rec.filter(|r| !r.resident && r.block != ZERO_BLOCK).map_or(0, |r| u64::from(r.len))
+    }
+
     /// Clean, resident bytes from an earlier run that were not checked yet.
     fn unverified(&self) -> bool {
         !self.dirty && !self.verified && self.rec.is_some_and(|r| r.resident)
@@ -378,15 +384,15 @@ fn chunk_len(size: u64, index: u64) -> u64 {
 pub struct WriteGuard<'a> {
     tier: &'a ColdTier,
     ino: Ino,
-    chunks: Range<u64>,
+    chunks: Vec<u64>,
 }
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         let mut st = self.tier.state.lock();
         if let Some(f) = st.files.get_mut(&self.ino) {
-            for idx in self.chunks.clone() {
-                if let Some(c) = f.chunks.get_mut(&idx) {
+            for idx in &self.chunks {
+                if let Some(c) = f.chunks.get_mut(idx) {
                     c.inflight = c.inflight.saturating_sub(1);
                     c.epoch += 1;
                 }
@@ -402,7 +408,8 @@ impl Drop for WriteGuard<'_> {
 pub struct ReadGuard<'a> {
     tier: &'a ColdTier,
     ino: Ino,
-    chunks: Range<u64>,
+    /// The chunks pinned (those with a state: a hole has nothing to pin).
+    chunks: Vec<u64>,
 }
 
 impl Drop for ReadGuard<'_> {
@@ -412,8 +419,8 @@ impl Drop for ReadGuard<'_> {
         }
         let mut st = self.tier.state.lock();
         if let Some(f) = st.files.get_mut(&self.ino) {
-            for idx in self.chunks.clone() {
-                if let Some(c) = f.chunks.get_mut(&idx) {
+            for idx in &self.chunks {
+                if let Some(c) = f.chunks.get_mut(idx) {
                     c.readers = c.readers.saturating_sub(1);
                 }
             }
@@ -445,29 +452,67 @@ impl ColdTier {
                 .chunks
                 .insert(index, Chunk { rec: Some(rec), local_len, ..Chunk::default() });
         }
+        // Inodes marked dirty by a version that marked inodes only (their resident chunks
+        // are re-sealed), and the chunks marked unsealed: written, maybe not sealed since.
         let marked: HashSet<Ino> = meta.dirty_inodes()?.into_iter().collect();
+        let mut unsealed: HashMap<Ino, Vec<u64>> = HashMap::new();
+        for (ino, idx) in meta.unsealed_chunks()? {
+            unsealed.entry(ino).or_default().push(idx);
+        }
         let mut stale = MetaBatch::new();
         let mut sizes: HashMap<Ino, u64> = HashMap::new();
-        for (ino, size) in meta.file_sizes()? {
+        for (ino, size, dense) in meta.file_sizes()? {
             sizes.insert(ino, size);
             let n = size.div_ceil(CHUNK_SIZE);
             let f = st.files.entry(ino).or_default();
             f.marked_dirty = marked.contains(&ino);
-            for index in 0..n {
+            let marks = unsealed.remove(&ino).unwrap_or_default();
+            let mut dirty: HashSet<u64> = HashSet::new();
+            for &idx in &marks {
+                if idx < n {
+                    dirty.insert(idx);
+                } else {
+                    stale.delete_unsealed(ino, idx);
+                }
+            }
+            if f.marked_dirty {
+                // Written after it was sealed (crash before re-sealing).
+                dirty.extend(f.chunks.range(..n).filter(|(_, c)| !c.evicted()).map(|(i, _)| *i));
+            }
+            // Chunks with no record that hold data here were never sealed (a data dir used
+            // without a store before). Found from the data file's extents, never by reading:
+            // a chunk with neither data nor a record is a hole and stays one.
+            if (f.chunks.range(..n).count() as u64) < n {
+                if dense {
+                    dirty.extend((0..n).filter(|i| !f.chunks.contains_key(i)));
+                } else if let Some(file) = hot.open_existing(ino)? {
+                    for run in (DataFile { file: &file, ino }).data_extents(0..size)? {
+                        dirty.extend(chunks_of(&run).filter(|i| !f.chunks.contains_key(i)));
+                    }
+                }
+            }
+            for index in dirty {
                 let len = chunk_len(size, index);
                 let c = f.chunks.entry(index).or_insert_with(|| Chunk { local_len: len, ..Chunk::default() });
-                // Never stored, or written after it was sealed (crash before re-sealing).
-                let needs_seal = c.rec.is_none() || (f.marked_dirty && !c.evicted());
-                if needs_seal && !c.dirty {
+                if !c.dirty {
                     c.dirty = true;
                     c.dirty_len = len;
                     f.dirty_chunks += 1;
                     st.dirty_bytes += len;
                 }
+                if !marks.contains(&index) {
+                    stale.put_unsealed(ino, index);
+                }
             }
             if f.dirty_chunks > 0 {
                 f.dirty_since = Some(Instant::now());
                 st.dirty_inos.insert(ino);
+            }
+        }
+        // Marks of files that are gone or empty.
+        for (ino, marks) in unsealed {
+            for idx in marks {
+                stale.delete_unsealed(ino, idx);
             }
         }
         // Chunk records past the end of a file (a crash between a truncate and its cleanup)
@@ -535,10 +580,11 @@ impl ColdTier {
 
     /// Before writing `range` of `ino` (whose size is `size`): waits while too much is dirty,
     /// fetches evicted chunks the write only partly covers, and marks the chunks dirty.
+    /// Every chunk of `range` is marked, so `range` is what the caller writes (a write, a
+    /// copy), never a length a program merely claims.
     ///
-    /// `overwrites` says the operation replaces every byte of `range` (write, zero range,
-    /// punch hole): a chunk it covers completely need not be fetched first. Truncate and
-    /// allocating fallocate keep the bytes, so they pass `false`.
+    /// `overwrites` says the operation replaces every byte of `range`: a chunk it covers
+    /// completely need not be fetched first.
     pub fn begin_write(
         &self,
         ino: Ino,
@@ -547,7 +593,63 @@ impl ColdTier {
         size: u64,
         overwrites: bool,
     ) -> Result<WriteGuard<'_>, ColdError> {
-        let chunks = chunks_of(&range);
+        let chunks: Vec<u64> = chunks_of(&range).collect();
+        self.begin_change(ino, file, chunks, range, size, overwrites)
+    }
+
+    /// Before zeroing `range` of `ino` (punch hole, zero range, the tail of a shrinking
+    /// truncate): only chunks that hold data or have a record change; a hole stays a hole and
+    /// costs nothing, so a range of any length is cheap.
+    pub fn begin_zero(&self, ino: Ino, file: &File, range: Range<u64>, size: u64) -> Result<WriteGuard<'_>, ColdError> {
+        let chunks = self.known_chunks(ino, chunks_of(&range));
+        self.begin_change(ino, file, chunks, range, size, true)
+    }
+
+    /// Before collapsing (`insert` false) or inserting `len` bytes at `offset` of a file of
+    /// `size` bytes: every chunk with data from `offset` on moves by `len`, so it and the
+    /// chunks it lands on change. Costs what the file holds past `offset`, not its length.
+    pub fn begin_shift(
+        &self,
+        ino: Ino,
+        file: &File,
+        offset: u64,
+        len: u64,
+        insert: bool,
+        size: u64,
+    ) -> Result<WriteGuard<'_>, ColdError> {
+        let from = offset / CHUNK_SIZE;
+        let held = self.known_chunks(ino, from..u64::MAX);
+        let mut chunks: std::collections::BTreeSet<u64> = held.iter().copied().collect();
+        for &idx in &held {
+            let start = idx * CHUNK_SIZE;
+            let moved = if insert {
+                start.max(offset).saturating_add(len)..(start + CHUNK_SIZE).saturating_add(len)
+            } else {
+                start.max(offset + len).saturating_sub(len)..(start + CHUNK_SIZE).saturating_sub(len)
+            };
+            chunks.extend(chunks_of(&moved));
+        }
+        let end = if insert { size.saturating_add(len) } else { size };
+        // Nothing in the range is overwritten: every byte that moves must be local first.
+        self.begin_change(ino, file, chunks.into_iter().collect(), offset..end, size, false)
+    }
+
+    /// The chunks of `ino` in `idxs` that have a state (data written here, or a record).
+    fn known_chunks(&self, ino: Ino, idxs: Range<u64>) -> Vec<u64> {
+        let st = self.state.lock();
+        st.files.get(&ino).map_or_else(Vec::new, |f| f.chunks.range(idxs).map(|(i, _)| *i).collect())
+    }
+
+    /// Marks `chunks` of `ino` dirty for a change of `range` (see [`ColdTier::begin_write`]).
+    fn begin_change(
+        &self,
+        ino: Ino,
+        file: &File,
+        chunks: Vec<u64>,
+        range: Range<u64>,
+        size: u64,
+        overwrites: bool,
+    ) -> Result<WriteGuard<'_>, ColdError> {
         self.throttle(ino, &chunks);
         let needs_bytes = |idx: u64| {
             let start = idx * CHUNK_SIZE;
@@ -562,7 +664,7 @@ impl ColdTier {
             let mut st = loop {
                 let st = self.state.lock();
                 let missing: Vec<u64> = match st.files.get(&ino) {
-                    Some(f) => chunks.clone().filter(|&i| needs_bytes(i) && f.not_ready(i)).collect(),
+                    Some(f) => chunks.iter().copied().filter(|&i| needs_bytes(i) && f.not_ready(i)).collect(),
                     None => Vec::new(),
                 };
                 if missing.is_empty() {
@@ -577,10 +679,10 @@ impl ColdTier {
             let State { files, dirty_bytes, resident_bytes, tick, dirty_inos, .. } = &mut *st;
             *tick += 1;
             let f = files.entry(ino).or_default();
-            for idx in chunks.clone() {
+            for &idx in &chunks {
                 let c = f.chunks.entry(idx).or_default();
                 let start = idx * CHUNK_SIZE;
-                let end_in_chunk = range.end.min(start + CHUNK_SIZE) - start;
+                let end_in_chunk = range.end.clamp(start, start + CHUNK_SIZE) - start;
                 if c.evicted() {
                     // A whole-chunk overwrite of an evicted chunk: nothing to fetch. The record
                     // says resident again so that, after a crash, the dirty marker re-seals it.
@@ -594,6 +696,10 @@ impl ColdTier {
                     c.dirty = true;
                     f.dirty_chunks += 1;
                     dirty_inos.insert(ino);
+                    // Before the write lands: a node that restores the workspace after this
+                    // one stopped knows the chunk's data may not be in the store.
+                    batch.put_unsealed(ino, idx);
+                    persist = true;
                 }
                 if end_in_chunk > c.dirty_len {
                     *dirty_bytes += end_in_chunk - c.dirty_len;
@@ -607,11 +713,13 @@ impl ColdTier {
                 c.epoch += 1;
                 c.last_access = *tick;
             }
-            f.dirty_since.get_or_insert_with(Instant::now);
-            if !f.marked_dirty {
-                f.marked_dirty = true;
-                batch.put_dirty(ino);
-                persist = true;
+            if !chunks.is_empty() {
+                f.dirty_since.get_or_insert_with(Instant::now);
+                if !f.marked_dirty {
+                    f.marked_dirty = true;
+                    batch.put_dirty(ino);
+                    persist = true;
+                }
             }
         }
         let guard = WriteGuard { tier: self, ino, chunks };
@@ -637,11 +745,11 @@ impl ColdTier {
     }
 
     /// Waits while the dirty bound is exceeded and this write would dirty more.
-    fn throttle(&self, ino: Ino, chunks: &Range<u64>) {
+    fn throttle(&self, ino: Ino, chunks: &[u64]) {
         let mut st = self.state.lock();
         loop {
             let adds = match st.files.get(&ino) {
-                Some(f) => chunks.clone().any(|i| f.chunks.get(&i).is_none_or(|c| !c.dirty)),
+                Some(f) => chunks.iter().any(|i| f.chunks.get(i).is_none_or(|c| !c.dirty)),
                 None => !chunks.is_empty(),
             };
             if !adds || !self.over_dirty_bound(&st) || st.stopping {
@@ -656,21 +764,24 @@ impl ColdTier {
     pub fn begin_read(&self, ino: Ino, file: &File, range: Range<u64>) -> Result<ReadGuard<'_>, ColdError> {
         let chunks = chunks_of(&range);
         let mut missed = false;
+        let mut pinned = Vec::new();
         loop {
             let missing: Vec<u64> = {
                 let mut st = self.state.lock();
                 let State { files, tick, .. } = &mut *st;
                 *tick += 1;
                 let Some(f) = files.get_mut(&ino) else {
-                    return Ok(ReadGuard { tier: self, ino, chunks: 0..0 });
+                    return Ok(ReadGuard { tier: self, ino, chunks: Vec::new() });
                 };
-                let missing: Vec<u64> = chunks.clone().filter(|&i| f.not_ready(i)).collect();
+                // Only chunks with a state: a hole (no record, never written) is read from
+                // the data file's own hole, and costs nothing here however long it is.
+                let missing: Vec<u64> =
+                    f.chunks.range(chunks.clone()).filter(|(_, c)| c.not_ready()).map(|(i, _)| *i).collect();
                 if missing.is_empty() {
-                    for idx in chunks.clone() {
-                        if let Some(c) = f.chunks.get_mut(&idx) {
-                            c.last_access = *tick;
-                            c.readers += 1;
-                        }
+                    for (&idx, c) in f.chunks.range_mut(chunks.clone()) {
+                        c.last_access = *tick;
+                        c.readers += 1;
+                        pinned.push(idx);
                     }
                     break;
                 }
@@ -682,7 +793,7 @@ impl ColdTier {
                 self.hydrate(ino, file, idx)?;
             }
         }
-        let guard = ReadGuard { tier: self, ino, chunks: chunks.clone() };
+        let guard = ReadGuard { tier: self, ino, chunks: pinned };
         // Read-ahead: when a read reaches evicted data, or the chunk after it is evicted.
         let mut st = self.state.lock();
         let ahead: Vec<u64> = match st.files.get(&ino) {
@@ -898,6 +1009,7 @@ impl ColdTier {
                 if c.dirty {
                     f.dirty_chunks -= 1;
                     *dirty_bytes -= c.dirty_len;
+                    batch.delete_unsealed(ino, idx);
                 }
                 if !c.evicted() {
                     *resident_bytes = resident_bytes.saturating_sub(c.local_len);
@@ -918,6 +1030,7 @@ impl ColdTier {
             for (&idx, c) in &f.chunks {
                 if c.dirty {
                     *dirty_bytes -= c.dirty_len;
+                    batch.delete_unsealed(ino, idx);
                 }
                 if !c.evicted() {
                     *resident_bytes = resident_bytes.saturating_sub(c.local_len);
@@ -960,15 +1073,21 @@ impl ColdTier {
     pub fn all_sealed(&self, ino: Ino, size: u64) -> bool {
         let st = self.state.lock();
         let Some(f) = st.files.get(&ino) else { return false };
-        chunks_of(&(0..size)).all(|i| f.chunks.get(&i).is_some_and(|c| c.rec.is_some() && !c.dirty))
+        let n = size.div_ceil(CHUNK_SIZE);
+        let mut known = 0;
+        for c in f.chunks.range(..n).map(|(_, c)| c) {
+            if c.rec.is_none() || c.dirty {
+                return false;
+            }
+            known += 1;
+        }
+        known == n
     }
 
     /// Bytes of `ino` that live only in the store (counted in `st_blocks`).
     pub fn evicted_bytes(&self, ino: Ino) -> u64 {
         let st = self.state.lock();
-        st.files.get(&ino).map_or(0, |f| {
-            f.chunks.values().filter(|c| c.evicted()).map(|c| c.rec.map_or(0, |r| u64::from(r.len))).sum()
-        })
+        st.files.get(&ino).map_or(0, |f| f.chunks.values().map(Chunk::evicted_len).sum())
     }
 
     /// Seals and uploads everything dirty now; returns once nothing is dirty or `timeout`
@@ -1033,13 +1152,7 @@ impl ColdTier {
     pub fn stats(&self) -> ColdStats {
         let st = self.state.lock();
         let oldest = st.files.values().filter(|f| f.dirty_chunks > 0).filter_map(|f| f.dirty_since).min();
-        let evicted = st
-            .files
-            .values()
-            .flat_map(|f| f.chunks.values())
-            .filter(|c| c.evicted())
-            .map(|c| c.rec.map_or(0, |r| u64::from(r.len)))
-            .sum();
+        let evicted = st.files.values().flat_map(|f| f.chunks.values()).map(Chunk::evicted_len).sum();
         ColdStats {
             dirty_bytes: st.dirty_bytes,
             dirty_files: st.files.values().filter(|f| f.dirty_chunks > 0).count() as u64,
@@ -1530,9 +1643,20 @@ impl ColdTier {
                 gone.push(i);
                 continue;
             }
+            let start = cl.index * CHUNK_SIZE;
+            let file = files.get(&self.hot, cl.ino)?;
+            // A chunk that is all hole (punched, zeroed) is the zero block: not read, not hashed.
+            let hole = match file {
+                Some(file) => DataFile { file, ino: cl.ino }.data_extents(start..start + len)?.is_empty(),
+                None => true,
+            };
+            if hole {
+                sealed.push((i, ZERO_BLOCK, len as u32));
+                continue;
+            }
             let data = pack.stage(len as usize);
-            if let Some(file) = files.get(&self.hot, cl.ino)? {
-                read_full(file, cl.ino, cl.index * CHUNK_SIZE, data)?;
+            if let Some(file) = file {
+                read_full(file, cl.ino, start, data)?;
             }
             let id = self.content_id(pack.staged());
             sealed.push((i, id, len as u32));
@@ -1575,6 +1699,7 @@ impl ColdTier {
             *resident_bytes = *resident_bytes - c.local_len.min(*resident_bytes) + u64::from(*len);
             c.local_len = u64::from(*len);
             batch.put_chunk(cl.ino, cl.index, &r);
+            batch.delete_unsealed(cl.ino, cl.index);
         }
         for i in gone {
             // Past the end of the file (or the file is gone): nothing to seal. Dropped here
@@ -1589,6 +1714,7 @@ impl ColdTier {
                     if c.dirty {
                         f.dirty_chunks -= 1;
                         *dirty_bytes -= c.dirty_len;
+                        batch.delete_unsealed(cl.ino, cl.index);
                     }
                     *resident_bytes = resident_bytes.saturating_sub(c.local_len);
                     if c.rec.is_some() {

@@ -23,6 +23,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -457,6 +458,36 @@ impl DataFile<'_> {
             return Err(self.err("lseek")(std::io::Error::last_os_error()));
         }
         Ok(rc)
+    }
+
+    /// The runs of `range` that hold data (`SEEK_DATA`/`SEEK_HOLE`), in order: what a scan
+    /// must look at, found without reading a hole. Costs one pair of seeks per run.
+    pub fn data_extents(&self, range: Range<u64>) -> Result<Vec<Range<u64>>> {
+        let mut out = Vec::new();
+        let mut at = range.start;
+        let end = range.end.min(i64::MAX as u64);
+        while at < end {
+            let start = match self.seek(at as i64, libc::SEEK_DATA) {
+                Ok(s) => s as u64,
+                // ENXIO: no data at or after `at`.
+                Err(HotTierError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENXIO) => break,
+                Err(e) => return Err(e),
+            };
+            if start >= end {
+                break;
+            }
+            let stop = match self.seek(start as i64, libc::SEEK_HOLE) {
+                Ok(s) => (s as u64).min(end),
+                Err(HotTierError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENXIO) => end,
+                Err(e) => return Err(e),
+            };
+            if stop <= start {
+                break;
+            }
+            out.push(start..stop);
+            at = stop;
+        }
+        Ok(out)
     }
 
     /// Copies `len` bytes from `self` at `off_in` to `out` at `off_out` inside the kernel

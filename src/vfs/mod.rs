@@ -402,13 +402,14 @@ impl Vfs {
             }
             let file = self.file_for(ino, size > 0)?;
             if let Some(cold) = &self.cold {
-                // Growing changes the old last chunk and adds holes; shrinking drops chunks
-                // and changes the new last one: all of them are dirty until sealed again.
+                // Shrinking drops the chunks past the end and zeroes the tail of the new last
+                // one, which is dirty until sealed again. Growing adds a hole and changes no
+                // byte (the old last chunk's record still holds all of its data), so it marks
+                // nothing and costs the same for any length.
                 if size < a.size {
                     cold.truncate(ino, size, &mut b);
+                    _cold_write = Some(cold.begin_zero(ino, &file, size..a.size, a.size)?);
                 }
-                let range = if size >= a.size { a.size..size } else { size.saturating_sub(1)..size };
-                _cold_write = Some(cold.begin_write(ino, &file, range, a.size, false)?);
             }
             if size >= a.size {
                 // Growing: zero-extend the data first, then commit (see tier invariants).
@@ -1401,13 +1402,14 @@ impl Vfs {
         };
         let zeroes = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
         let _cold_write = match &self.cold {
-            Some(cold) => {
-                // Collapse and insert move every byte after `offset`: all of it must be local
-                // (begin_write fetches it: nothing in the range is overwritten).
-                let range = if shifts { offset..old.max(new_size) } else { offset..end };
-                Some(cold.begin_write(ino, &file, range, old, zeroes && !shifts)?)
+            // Collapse and insert move every byte after `offset`: all of it must be local.
+            Some(cold) if shifts => {
+                let insert = mode & libc::FALLOC_FL_INSERT_RANGE != 0;
+                Some(cold.begin_shift(ino, &file, offset, length, insert, old)?)
             }
-            None => None,
+            Some(cold) if zeroes => Some(cold.begin_zero(ino, &file, offset..end, old)?),
+            // Allocating keeps every byte as it was (zeros where there were holes).
+            _ => None,
         };
         if new_size < old {
             // Collapse: commit the smaller size first (a crash then trims, never resurrects).

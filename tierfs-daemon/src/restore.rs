@@ -72,6 +72,8 @@ pub fn restore(
             None
         }
     };
+    // What a writer had not stored when it stopped is cut off, as a mount on a new node does.
+    prepared.meta().cut_to_stored_data().context("checking the restored files against their stored data")?;
     let blocks = StoreBlocks { store: store.clone(), handle: rt.handle().clone() };
     let mut cold = ColdConfig::new(Some(1 << 30));
     cold.uploaders = 1;

@@ -168,6 +168,8 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         reset_snapshot_dir(&config.data_dir)?;
     }
     let mut prepared = Vfs::prepare(&config.data_dir).with_context(data_dir_context)?;
+    // Whether the metadata was just read from the store for a read-only mount.
+    let mut restored = false;
     if let (true, None, Some(store)) = (config.read_only, &config.snapshot, &opened) {
         // A read-only mount takes no lease and writes nothing; on a node with nothing local
         // it shows the workspace's latest state.
@@ -179,6 +181,7 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
                 entries = state.entries,
                 "latest state restored for a read-only mount"
             );
+            restored = true;
         }
     }
     if let (Some(id), Some(store)) = (&config.snapshot, &opened) {
@@ -187,6 +190,11 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
             .block_on(ws.restore_snapshot(prepared.meta(), id))
             .with_context(|| format!("restoring snapshot {id}"))?;
         info!(snapshot = %id, entries = m.entries, "snapshot restored for a read-only mount");
+        restored = true;
+    }
+    if restored {
+        // Shown as a mount on a new node would show it: data that was never stored is cut off.
+        prepared.meta().cut_to_stored_data().with_context(data_dir_context)?;
     }
     // The workspace's metadata in the store: restored into an empty data dir, checked against
     // a used one, and journaled from here on. Read-only mounts take no lease and write nothing.

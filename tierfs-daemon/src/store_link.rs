@@ -183,6 +183,8 @@ pub fn diff(store_file: &Path, workspace: &str, a: &str, b: &str) -> Result<Vec<
         } else {
             rt.block_on(ws.restore_snapshot(&meta, which)).with_context(|| format!("reading snapshot {which}"))?;
         }
+        // Sizes as a restore shows them: data the writer never stored is cut off.
+        meta.cut_to_stored_data()?;
         Ok(meta)
     };
     let (ma, mb) = (load(a, "a")?, load(b, "b")?);

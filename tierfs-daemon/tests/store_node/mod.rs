@@ -42,12 +42,28 @@ impl Node {
 
     /// [`Node::init`] with extra `tierfs init` options.
     pub fn init_with(servers: &[MotoServer], bucket: &str, prefix: &str, extra: &[&str]) -> Node {
+        let urls: Vec<String> = servers.iter().map(|s| s.url(bucket, prefix)).collect();
+        Node::init_backends(&urls, extra)
+    }
+
+    /// A node that creates a store with one `file://` backend in its own temporary directory.
+    pub fn init_file() -> Node {
         let fx = Fixture::new();
+        let url = format!("file://{}", fx.tmp.path().join("backend").display());
+        Node::init_in(fx, &[url], &[])
+    }
+
+    /// A node that creates a store on the backends `urls`, with extra `tierfs init` options.
+    pub fn init_backends(urls: &[String], extra: &[&str]) -> Node {
+        Node::init_in(Fixture::new(), urls, extra)
+    }
+
+    fn init_in(fx: Fixture, urls: &[String], extra: &[&str]) -> Node {
         let store_file = fx.tmp.path().join("store.toml");
         let mut cmd = env(fx.tierfs());
         cmd.args(["init", "--store"]).arg(&store_file).args(extra);
-        for s in servers {
-            cmd.args(["--backend", &s.url(bucket, prefix)]);
+        for url in urls {
+            cmd.args(["--backend", url]);
         }
         run(&mut cmd, Duration::from_secs(60)).assert_success("tierfs init");
         Node { fx, store_file }
