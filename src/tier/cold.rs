@@ -184,8 +184,12 @@ struct Chunk {
     /// Last sealed content, if any.
     rec: Option<ChunkRecord>,
     dirty: bool,
-    /// Estimate of the dirty bytes (for the dirty bound).
+    /// Estimate of the dirty bytes (for the dirty bound and `status`): the length of the span
+    /// from the first to the last byte written since the last seal, so a small write far
+    /// into a chunk counts its own bytes, not the hole before it.
     dirty_len: u64,
+    /// Where that span starts, as an offset in the chunk.
+    dirty_from: u64,
     /// Bytes held locally (0 when evicted).
     local_len: u64,
     epoch: u64,
@@ -701,10 +705,15 @@ impl ColdTier {
                     batch.put_unsealed(ino, idx);
                     persist = true;
                 }
-                if end_in_chunk > c.dirty_len {
-                    *dirty_bytes += end_in_chunk - c.dirty_len;
-                    c.dirty_len = end_in_chunk;
-                }
+                let start_in_chunk = range.start.clamp(start, start + CHUNK_SIZE) - start;
+                let (lo, hi) = if c.dirty_len == 0 {
+                    (start_in_chunk, end_in_chunk)
+                } else {
+                    (c.dirty_from.min(start_in_chunk), (c.dirty_from + c.dirty_len).max(end_in_chunk))
+                };
+                *dirty_bytes += (hi - lo).saturating_sub(c.dirty_len);
+                c.dirty_from = lo;
+                c.dirty_len = c.dirty_len.max(hi - lo);
                 if end_in_chunk > c.local_len {
                     *resident_bytes += end_in_chunk - c.local_len;
                     c.local_len = end_in_chunk;
@@ -1645,18 +1654,22 @@ impl ColdTier {
             }
             let start = cl.index * CHUNK_SIZE;
             let file = files.get(&self.hot, cl.ino)?;
-            // A chunk that is all hole (punched, zeroed) is the zero block: not read, not hashed.
-            let hole = match file {
-                Some(file) => DataFile { file, ino: cl.ino }.data_extents(start..start + len)?.is_empty(),
-                None => true,
+            // Only the chunk's data is read (the staged buffer starts as zeros); a chunk that
+            // is all hole (punched, zeroed) is the zero block: not read, not hashed.
+            let runs = match file {
+                Some(file) => DataFile { file, ino: cl.ino }.data_extents(start..start + len)?,
+                None => Vec::new(),
             };
-            if hole {
+            if runs.is_empty() {
                 sealed.push((i, ZERO_BLOCK, len as u32));
                 continue;
             }
             let data = pack.stage(len as usize);
             if let Some(file) = file {
-                read_full(file, cl.ino, start, data)?;
+                for run in runs {
+                    let (from, to) = ((run.start - start) as usize, (run.end - start) as usize);
+                    read_full(file, cl.ino, run.start, &mut data[from..to])?;
+                }
             }
             let id = self.content_id(pack.staged());
             sealed.push((i, id, len as u32));

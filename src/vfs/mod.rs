@@ -51,8 +51,12 @@ const READDIRPLUS_BATCH: usize = 128;
 
 /// Largest xattr value (Linux XATTR_SIZE_MAX).
 const XATTR_SIZE_MAX: usize = 65536;
-/// Largest file size: offsets must fit in `off_t`.
-const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+/// Largest file size tierfs supports: 16 TiB less 4 KiB, what ext4 (with 4 KiB blocks, the
+/// usual data-dir filesystem) can hold in one data file. One limit everywhere, so a
+/// workspace restores on any node whatever its data dir's filesystem; a truncate, write,
+/// fallocate or copy past it fails with EFBIG before anything is touched
+/// (docs/SEMANTICS.md, "Limits").
+pub const MAX_FILE_SIZE: u64 = (16 << 40) - 4096;
 
 /// How to open a workspace's local state.
 #[derive(Debug, Clone)]
@@ -1394,7 +1398,7 @@ impl Vfs {
         let new_size = if mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0 {
             old.saturating_sub(length)
         } else if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
-            old + length
+            old.checked_add(length).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?
         } else if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
             old
         } else {

@@ -1,0 +1,193 @@
+//! Holes and extreme lengths through real mounts, with and without a store: a length past
+//! what tierfs supports is a clean EFBIG, a hole costs nothing (no upload, no pending or
+//! cached bytes, no memory), and the daemon survives every call. Outcomes only (errno,
+//! bytes, status numbers, a generous RSS ceiling), never timings.
+
+mod common;
+#[path = "../../tests/support/moto.rs"]
+mod moto;
+mod store_node;
+
+use std::fs;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use common::Fixture;
+use store_node::Node;
+
+const MIB: u64 = 1 << 20;
+const TIB: u64 = 1 << 40;
+/// tierfs's largest file size (docs/SEMANTICS.md, "Limits").
+const MAX_FILE_SIZE: u64 = (16 << 40) - 4096;
+/// The daemon's resident memory must stay below this whatever the files claim.
+const RSS_CEILING: u64 = 512 * MIB;
+
+fn rss(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("daemon status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS");
+    kib * 1024
+}
+
+fn assert_alive_and_small(pid: u32, when: &str) {
+    assert!(common::process_alive(pid), "{when}: the daemon died");
+    let rss = rss(pid);
+    assert!(rss < RSS_CEILING, "{when}: the daemon holds {} MiB", rss / MIB);
+}
+
+fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) -> i32 {
+    let e = r.expect_err(what);
+    e.raw_os_error().unwrap_or_else(|| panic!("{what}: {e}"))
+}
+
+/// The extreme calls of issue 25 against the mount at `root` (served by `pid`).
+fn extremes(root: &Path, pid: u32) {
+    let path = root.join("big");
+    let f = fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path).expect("create");
+    // The truncate that once made the daemon allocate per chunk until the OOM killer came.
+    assert_eq!(errno_of(f.set_len(999_999_999_999_999), "truncate 999999999999999"), libc::EFBIG);
+    assert_eq!(errno_of(f.set_len(MAX_FILE_SIZE + 1), "truncate past the limit"), libc::EFBIG);
+    assert_eq!(f.metadata().expect("stat").len(), 0, "a refused truncate changed the size");
+    // Writes, fallocate and copies past the limit, and offsets near 2^63.
+    for off in [MAX_FILE_SIZE, i64::MAX as u64 - 10] {
+        assert_eq!(errno_of(f.write_at(b"xyz", off), "write near 2^63"), libc::EFBIG, "write at {off}");
+    }
+    // SAFETY: fallocate(2) on an open descriptor.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, (MAX_FILE_SIZE - 4096) as i64, 1 << 20) };
+    assert_eq!((rc, common::errno()), (-1, libc::EFBIG), "fallocate past the limit");
+    // SAFETY: as above.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, i64::MAX - 10, 5) };
+    assert_eq!((rc, common::errno()), (-1, libc::EFBIG), "fallocate near 2^63");
+
+    // The largest size is fine, and cheap: a hole of 16 TiB.
+    f.set_len(MAX_FILE_SIZE).expect("truncate to the largest size");
+    f.write_at(b"tail", MAX_FILE_SIZE - 4).expect("write the last bytes");
+    f.write_at(b"head", 0).expect("write the first bytes");
+    let mut buf = [0u8; 4];
+    f.read_exact_at(&mut buf, MAX_FILE_SIZE - 4).expect("read the last bytes");
+    assert_eq!(&buf, b"tail");
+    f.read_exact_at(&mut buf, 8 * TIB).expect("read the middle of the hole");
+    assert_eq!(buf, [0; 4]);
+    // SAFETY: lseek(2) on an open descriptor.
+    let data = unsafe { libc::lseek(f.as_raw_fd(), 4096, libc::SEEK_DATA) };
+    assert!(data as u64 >= MAX_FILE_SIZE - 4 * MIB, "SEEK_DATA found data at {data} in the hole");
+    // SAFETY: as above.
+    let past = unsafe { libc::lseek(f.as_raw_fd(), MAX_FILE_SIZE as i64, libc::SEEK_DATA) };
+    assert_eq!((past, common::errno()), (-1, libc::ENXIO), "SEEK_DATA at the end");
+    // A punch hole and a zero range over the whole length touch only the chunks with data.
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            4,
+            (MAX_FILE_SIZE - 8) as i64,
+        )
+    };
+    assert_eq!(rc, 0, "punch hole over 16 TiB: {}", std::io::Error::last_os_error());
+    f.read_exact_at(&mut buf, 0).expect("read the first bytes");
+    assert_eq!(&buf, b"head", "the punch reached before its offset");
+    // SAFETY: as above.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_ZERO_RANGE, TIB as i64, 64 * MIB as i64) };
+    assert!(rc == 0 || common::errno() == libc::EOPNOTSUPP, "zero range: {}", std::io::Error::last_os_error());
+    // Zeroing allocates: a range larger than the disk is ENOSPC, not a crash.
+    // SAFETY: as above.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_ZERO_RANGE, TIB as i64, 8 * TIB as i64) };
+    let e = common::errno();
+    assert!(
+        rc == 0 || e == libc::ENOSPC || e == libc::EOPNOTSUPP,
+        "zero range of 8 TiB: {}",
+        std::io::Error::last_os_error()
+    );
+    // A copy whose target would pass the limit.
+    let other = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(root.join("src"))
+        .expect("create");
+    other.write_at(&[7u8; 8192], 0).expect("write");
+    let mut off_in: i64 = 0;
+    let mut off_out: i64 = (MAX_FILE_SIZE - 100) as i64;
+    // SAFETY: valid descriptors and offset pointers.
+    let n = unsafe { libc::copy_file_range(other.as_raw_fd(), &mut off_in, f.as_raw_fd(), &mut off_out, 8192, 0) };
+    assert_eq!((n, common::errno()), (-1, libc::EFBIG), "copy_file_range past the limit");
+    assert_alive_and_small(pid, "after the extreme calls");
+    // Zero-length operations at the largest offsets do nothing.
+    assert_eq!(f.write_at(b"", i64::MAX as u64).expect("zero-length write"), 0);
+    assert_eq!(f.read_at(&mut [], MAX_FILE_SIZE).expect("zero-length read"), 0);
+    drop(f);
+    // Shrinking it back is cheap too.
+    fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(1).expect("truncate down");
+    assert_eq!(fs::read(&path).expect("read"), b"h");
+    assert_alive_and_small(pid, "at the end");
+}
+
+#[test]
+fn extreme_lengths_are_efbig_or_cheap_without_a_store() {
+    let fx = Fixture::mounted();
+    extremes(&fx.mountpoint, fx.daemon_pid.expect("daemon"));
+}
+
+#[test]
+fn extreme_lengths_are_efbig_or_cheap_with_a_store() {
+    let mut node = Node::init_file();
+    node.mount(&[]);
+    extremes(&node.fx.mountpoint, node.fx.daemon_pid.expect("daemon"));
+    let status = node.fx.status();
+    assert_eq!(status["cold"]["upload_errors"], 0, "{status}");
+    node.fx.umount();
+}
+
+/// A 1 TiB sparse file with 1 MiB of data costs that MiB: in `status`, in the upload, at
+/// unmount and after a reset, where it comes back sparse.
+#[test]
+fn a_one_tib_sparse_file_costs_only_its_data() {
+    let mut a = Node::init_file();
+    a.mount(&[]);
+    let path = a.fx.p("disk.img");
+    let f = fs::File::create(&path).expect("create");
+    f.set_len(TIB).expect("truncate -s 1T");
+    let block: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8 + 1).collect();
+    // 1.25 MiB of data: at the start, in the middle, near the end.
+    for off in [0, 300 << 30, TIB - MIB] {
+        f.write_at(&block[..(MIB / 4) as usize], off).expect("pwrite");
+    }
+    f.write_at(&block[..(MIB / 2) as usize], 600 << 30).expect("pwrite");
+    drop(f);
+    let status = a.fx.status();
+    let pending = status["cold"]["dirty_bytes"].as_u64().expect("dirty_bytes");
+    assert!(pending <= 2 * MIB, "status counts {pending} bytes pending for 1.25 MiB of data: {status}");
+    a.sync("sparse").assert_success("tierfs sync");
+    let status = a.fx.status();
+    let uploaded = status["cold"]["uploaded_bytes"].as_u64().expect("uploaded_bytes");
+    // Blocks are whole 4 MiB chunks (zeros around the data included): four chunks hold data.
+    assert!(uploaded <= 16 * MIB, "{uploaded} bytes uploaded for 1.25 MiB of data in 4 chunks: {status}");
+    let resident = status["cold"]["resident_bytes"].as_u64().expect("resident_bytes");
+    assert!(resident <= 16 * MIB, "status counts {resident} bytes cached for 1.25 MiB of data in 4 chunks: {status}");
+    assert_alive_and_small(a.fx.daemon_pid.expect("daemon"), "after the sync");
+    a.fx.umount();
+    a.wipe_local_state();
+
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    let m = fs::metadata(b.fx.p("disk.img")).expect("stat");
+    assert_eq!(m.len(), TIB);
+    // The four chunks with data, counted whole; the rest of the terabyte is a hole.
+    assert!(m.blocks() * 512 <= 16 * MIB, "the restored file allocates {} bytes", m.blocks() * 512);
+    let f = fs::File::open(b.fx.p("disk.img")).expect("open");
+    let mut got = vec![0u8; (MIB / 2) as usize];
+    f.read_exact_at(&mut got, 600 << 30).expect("read");
+    assert!(got == block[..(MIB / 2) as usize], "data in the middle of the hole differs");
+    f.read_exact_at(&mut got, TIB - MIB).expect("read");
+    assert!(got[..(MIB / 4) as usize] == block[..(MIB / 4) as usize], "data near the end differs");
+    assert!(got[(MIB / 4) as usize..].iter().all(|&b| b == 0), "the hole after the data is not zeros");
+    drop(f);
+    b.fx.umount();
+}
