@@ -721,11 +721,16 @@ impl Model {
     /// A `write` of `len` pattern bytes: one of zero bytes does nothing at all (POSIX), not
     /// even at an offset past the end.
     fn write_op(&mut self, id: Id, offset: u64, len: usize, seed: u8) -> M<Option<Vec<u8>>> {
-        if len > 0 {
-            size_ok(offset + len as u64)?;
+        // Cut short at the size limit, EFBIG at or past it (as ext4).
+        let len = if len > 0 {
+            size_ok(offset + 1)?;
+            let len = len.min((tierfs::vfs::MAX_FILE_SIZE - offset) as usize);
             self.write(id, offset, &pattern(seed, len));
             self.touch(id, Must, Must);
-        }
+            len
+        } else {
+            0
+        };
         Ok(Some((len as u32).to_le_bytes().to_vec()))
     }
 

@@ -1080,7 +1080,13 @@ impl Vfs {
             // A zero-length write changes nothing, not even the size when past the end.
             return Ok(0);
         }
-        let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
+        // As ext4 does at its size limit: a write that starts below it is cut short there
+        // (the caller sees a short count), one that starts at or past it is EFBIG.
+        if offset >= MAX_FILE_SIZE {
+            return Err(VfsError::TooBig);
+        }
+        let data = &data[..data.len().min((MAX_FILE_SIZE - offset) as usize)];
+        let end = offset + data.len() as u64;
         self.claim_space(data.len() as u64)?;
         let file = self.open_file(ino)?;
         // Held until the new size is committed, so the chunk is not sealed in between.

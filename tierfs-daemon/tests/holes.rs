@@ -13,7 +13,9 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-use common::Fixture;
+use std::collections::BTreeMap;
+
+use common::{Fixture, Rng};
 use store_node::Node;
 
 const MIB: u64 = 1 << 20;
@@ -190,4 +192,179 @@ fn a_one_tib_sparse_file_costs_only_its_data() {
     assert!(got[(MIB / 4) as usize..].iter().all(|&b| b == 0), "the hole after the data is not zeros");
     drop(f);
     b.fx.umount();
+}
+
+/// An offset or length from the places where limits are: small, chunk edges, a terabyte, the
+/// largest file size and 2^63.
+fn extreme(rng: &mut Rng) -> u64 {
+    let chunk = 4 * MIB;
+    match rng.range(0, 6) {
+        0 => rng.range(0, 20_000),
+        1 => (rng.range(0, 4) * chunk + rng.range(0, 8)).saturating_sub(4),
+        2 => TIB + rng.range(0, 64),
+        3 => MAX_FILE_SIZE - rng.range(0, 80) + 16,
+        4 => i64::MAX as u64 - rng.range(0, 100),
+        _ => rng.range(0, 64) * chunk + rng.range(0, 4096),
+    }
+}
+
+/// Random writes, truncates, punches and reads with extreme arguments against a model of
+/// the file (its size and its non-zero bytes): every outcome and every byte read must agree,
+/// and the daemon must be alive and small at the end. Seeded (`TIERFS_TEST_SEED` replays).
+fn fuzz(root: &Path, pid: u32, seed: u64, ops: usize) {
+    let mut rng = Rng::new(seed);
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(root.join("fuzz"))
+        .expect("create");
+    let mut size = 0u64;
+    let mut bytes: BTreeMap<u64, u8> = BTreeMap::new();
+    for step in 0..ops {
+        let what = format!("seed {seed} step {step}");
+        match rng.range(0, 4) {
+            0 => {
+                let off = extreme(&mut rng);
+                let data: Vec<u8> = (0..rng.range(1, 65)).map(|_| rng.range(1, 256) as u8).collect();
+                let r = f.write_at(&data, off);
+                if off >= MAX_FILE_SIZE {
+                    let e = errno_of(r, &format!("{what}: write of {} bytes at {off}", data.len()));
+                    assert!(e == libc::EFBIG || e == libc::EINVAL, "{what}: write at {off}: errno {e}");
+                } else {
+                    // A write across the limit is cut short there, as on ext4.
+                    let n = data.len().min((MAX_FILE_SIZE - off) as usize);
+                    assert_eq!(
+                        r.unwrap_or_else(|e| panic!("{what}: write at {off}: {e}")),
+                        n,
+                        "{what}: write at {off}"
+                    );
+                    for (i, b) in data[..n].iter().enumerate() {
+                        bytes.insert(off + i as u64, *b);
+                    }
+                    size = size.max(off + n as u64);
+                }
+            }
+            1 => {
+                let to = if rng.chance(1, 2) { extreme(&mut rng) } else { rng.range(0, size + 1) };
+                let r = f.set_len(to);
+                if to > MAX_FILE_SIZE {
+                    assert_eq!(errno_of(r, &what), libc::EFBIG, "{what}: truncate to {to}");
+                } else {
+                    r.unwrap_or_else(|e| panic!("{what}: truncate to {to}: {e}"));
+                    bytes.retain(|&o, _| o < to);
+                    size = to;
+                }
+            }
+            2 => {
+                let off = extreme(&mut rng);
+                let len = if rng.chance(1, 2) { extreme(&mut rng).max(1) } else { rng.range(1, 9000) };
+                // SAFETY: fallocate(2) on an open descriptor.
+                let rc = unsafe {
+                    libc::fallocate(
+                        f.as_raw_fd(),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        off as i64,
+                        len as i64,
+                    )
+                };
+                let e = common::errno();
+                match off.checked_add(len).filter(|&end| end <= i64::MAX as u64) {
+                    Some(end) if end <= MAX_FILE_SIZE => {
+                        assert_eq!(rc, 0, "{what}: punch {off}+{len}: errno {e}");
+                        let gone: Vec<u64> = bytes.range(off..end).map(|(&o, _)| o).collect();
+                        for o in gone {
+                            bytes.remove(&o);
+                        }
+                    }
+                    _ => assert!(
+                        rc == -1 && (e == libc::EFBIG || e == libc::EINVAL),
+                        "{what}: punch {off}+{len}: rc {rc} errno {e}"
+                    ),
+                }
+            }
+            _ => {
+                let off = if rng.chance(1, 2) { extreme(&mut rng) } else { rng.range(0, size + 1) };
+                let mut buf = vec![0xeeu8; rng.range(1, 65) as usize];
+                let n = match f.read_at(&mut buf, off) {
+                    // The kernel refuses a range whose end passes 2^63.
+                    Err(e) if off + buf.len() as u64 > i64::MAX as u64 => {
+                        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{what}: read at {off}: {e}");
+                        continue;
+                    }
+                    r => r.unwrap_or_else(|e| panic!("{what}: read at {off}: {e}")),
+                };
+                let want = size.saturating_sub(off).min(buf.len() as u64) as usize;
+                assert_eq!(n, want, "{what}: read at {off} of a {size}-byte file");
+                for (i, b) in buf[..n].iter().enumerate() {
+                    let o = off + i as u64;
+                    assert_eq!(*b, bytes.get(&o).copied().unwrap_or(0), "{what}: byte {o}");
+                }
+            }
+        }
+        assert_eq!(f.metadata().expect("stat").len(), size, "{what}: size");
+    }
+    assert_alive_and_small(pid, &format!("after {ops} extreme operations (seed {seed})"));
+}
+
+#[test]
+fn random_extreme_calls_agree_with_a_model_and_leave_the_daemon_alive() {
+    let seed = Rng::seed_from_env();
+    let mut node = Node::init_file();
+    node.mount(&["--cache-size", "16M", "--dirty-age", "0"]);
+    let pid = node.fx.daemon_pid.expect("daemon");
+    for round in 0..3 {
+        fuzz(&node.fx.mountpoint, pid, seed.wrapping_add(round), 400);
+    }
+    node.fx.umount();
+    let hot = Fixture::mounted();
+    fuzz(&hot.mountpoint, hot.daemon_pid.expect("daemon"), seed, 400);
+}
+
+/// Names of 255 bytes, paths near 4096, a tree 1000 levels deep, xattr values of 64 KiB and
+/// 1000 xattrs on one file: each works up to the Linux limit and is a clean error past it.
+fn linux_limits(root: &Path, pid: u32) {
+    let long = "n".repeat(255);
+    fs::write(root.join(&long), b"x").expect("a 255-byte name");
+    assert_eq!(fs::read(root.join(&long)).expect("read"), b"x");
+    common::assert_io_errno(fs::write(root.join("n".repeat(256)), b"x"), libc::ENAMETOOLONG, "a 256-byte name");
+    // 1000 levels of "d/" (2000 bytes of path), written and read at the bottom, then removed.
+    let deep: std::path::PathBuf = (0..1000).map(|_| "d").collect();
+    fs::create_dir_all(root.join(&deep)).expect("mkdir -p 1000 levels");
+    fs::write(root.join(&deep).join("leaf"), b"bottom").expect("write at the bottom");
+    assert_eq!(fs::read(root.join(&deep).join("leaf")).expect("read"), b"bottom");
+    // A path past PATH_MAX.
+    let too_long: std::path::PathBuf = (0..20).map(|_| "p".repeat(250)).collect();
+    common::assert_io_errno(fs::create_dir_all(root.join(too_long)), libc::ENAMETOOLONG, "a path of 5000 bytes");
+    fs::remove_dir_all(root.join("d")).expect("rm -rf 1000 levels");
+    // xattrs: a 64 KiB value, one byte more, and 1000 names on one file.
+    let f = root.join("xattrs");
+    fs::write(&f, b"").expect("create");
+    let value = vec![7u8; 65536];
+    assert_eq!(common::setxattr(&f, "user.big", &value, 0), 0, "64 KiB xattr: errno {}", common::errno());
+    assert_eq!(common::getxattr(&f, "user.big").expect("getxattr"), value);
+    let rc = common::setxattr(&f, "user.bigger", &vec![7u8; 65537], 0);
+    assert!(rc == -1 && matches!(common::errno(), libc::E2BIG | libc::ERANGE), "a 64 KiB + 1 xattr: rc {rc}");
+    for i in 0..1000 {
+        assert_eq!(common::setxattr(&f, &format!("user.k{i}"), b"v", 0), 0, "xattr {i}: errno {}", common::errno());
+    }
+    let c = common::cpath(&f);
+    let mut names = vec![0u8; 65536];
+    // SAFETY: the buffer is valid for its length; the path is NUL-terminated.
+    let n = unsafe { libc::listxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n > 0, "listxattr: {}", std::io::Error::last_os_error());
+    let listed = names[..n as usize].split(|&b| b == 0).filter(|s| s.starts_with(b"user.k")).count();
+    assert_eq!(listed, 1000, "listxattr of 1000 names");
+    assert_alive_and_small(pid, "after the Linux limits");
+}
+
+#[test]
+fn linux_limits_are_reached_and_refused_cleanly_with_and_without_a_store() {
+    let mut node = Node::init_file();
+    node.mount(&[]);
+    linux_limits(&node.fx.mountpoint, node.fx.daemon_pid.expect("daemon"));
+    node.fx.umount();
+    let hot = Fixture::mounted();
+    linux_limits(&hot.mountpoint, hot.daemon_pid.expect("daemon"));
 }

@@ -72,12 +72,11 @@ impl Node {
     /// `tierfs --json mount --store … MOUNTPOINT`; on success the daemon's pid is kept.
     pub fn try_mount(&mut self, extra: &[&str]) -> Output {
         let mut cmd = env(self.fx.tierfs());
-        cmd.args(["--json", "mount", "--store"])
-            .arg(&self.store_file)
-            .args(["--cache-size", "1G", "--data-dir"])
-            .arg(&self.fx.data_dir)
-            .args(extra)
-            .arg(&self.fx.mountpoint);
+        cmd.args(["--json", "mount", "--store"]).arg(&self.store_file);
+        if !extra.contains(&"--cache-size") {
+            cmd.args(["--cache-size", "1G"]);
+        }
+        cmd.arg("--data-dir").arg(&self.fx.data_dir).args(extra).arg(&self.fx.mountpoint);
         let out = run(&mut cmd, common::MOUNT_TIMEOUT);
         if out.success() {
             let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("mount --json");
