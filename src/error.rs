@@ -7,22 +7,7 @@
 use crate::tier::HotTierError;
 use crate::vfs::VfsError;
 
-/// What a caller can do about an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The named thing does not exist.
-    NotFound,
-    /// Someone else holds it (another mount of the data directory, an existing name).
-    Conflict,
-    /// Try again later: a resource is temporarily unavailable.
-    Unavailable,
-    /// The request itself is wrong.
-    InvalidInput,
-    /// Stored data failed verification or could not be decoded.
-    Corrupt,
-    /// Anything else: a bug or an unexpected system failure.
-    Internal,
-}
+pub use crate::types::ErrorKind;
 
 /// The library's public error.
 #[derive(Debug, thiserror::Error)]

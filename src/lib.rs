@@ -11,7 +11,8 @@
 //!   blocks in the store);
 //! - [`remote`]: the workspace's metadata in the store (journal, checkpoints, snapshots,
 //!   writer lease);
-//! - [`store`], [`block`], [`crypto`], [`backend`]: the encrypted, redundant object store.
+//! - [`store`], [`block`], [`crypto`], [`backend`]: the encrypted, redundant object store;
+//! - [`types`]: the value types every layer shares (inode numbers, attributes, [`ErrorKind`]).
 //!
 //! ```
 //! use tierfs::vfs::{Caller, Vfs, VfsConfig, ROOT_INO};
@@ -35,6 +36,7 @@ pub mod meta;
 pub mod remote;
 pub mod store;
 pub mod tier;
+pub mod types;
 pub mod vfs;
 
 pub use error::{Error, ErrorKind};

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::error::ErrorKind;
+use crate::types::ErrorKind;
 
 /// An error of the object-storage layer.
 #[derive(Debug, thiserror::Error)]

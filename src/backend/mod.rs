@@ -44,7 +44,7 @@ mod single;
 mod spec;
 
 pub use error::BackendError;
-pub use redundant::{BackendHealth, CreateOutcome, Open, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
+pub use redundant::{CreateOutcome, Open, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
 pub use repair::{SavedRepair, SavedSource};
-pub use single::{Backend, Fault, ObjectInfo};
+pub use single::{Backend, BackendHealth, Fault, ObjectInfo};
 pub use spec::{BackendOptions, BackendSpec, Credentials, DEFAULT_REGION, PayloadCheck};

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use super::erasure::{Codec, TRAILER_LEN, open_shard, shard_key, split_shard_key};
 use super::error::BackendError;
 use super::repair::{DEFAULT_REPAIR_MEMORY, RepairQueue, RepairSource, RepairTask, SavedRepair, SavedSource};
-use super::single::{Backend, ObjectInfo, validate_key};
+use super::single::{Backend, BackendHealth, ObjectInfo, validate_key};
 
 /// How a store spreads its data over its backends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,15 +134,6 @@ pub type Verify<'a> = &'a (dyn Fn(&[u8]) -> bool + Send + Sync);
 /// it made of them (say, the plaintext, decrypted where the bytes lie), `None` if they fail.
 /// A failed copy's bytes are never used again, so the callback may leave them as it likes.
 pub type Open<'a, T> = &'a (dyn Fn(Bytes) -> Option<T> + Send + Sync);
-
-/// One backend's state, for status displays.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BackendHealth {
-    pub name: String,
-    pub available: bool,
-    pub consecutive_failures: u32,
-    pub last_error: Option<String>,
-}
 
 /// What a scrub of one object or pack found (counted per copy, or per shard).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -35,11 +35,20 @@ use object_store::{
     RetryConfig,
 };
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 
 use super::breaker::{CircuitBreaker, Refusal};
 use super::error::BackendError;
-use super::redundant::BackendHealth;
 use super::spec::{BackendOptions, BackendSpec, Credentials, PayloadCheck, check_segment};
+
+/// One backend's state, for status displays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendHealth {
+    pub name: String,
+    pub available: bool,
+    pub consecutive_failures: u32,
+    pub last_error: Option<String>,
+}
 
 /// One object stored on a backend.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 
 use super::codec::InodeRecord;
-use crate::vfs::Ino;
+use crate::types::Ino;
 
 const SHARDS: usize = 32;
 /// Records per shard: 32 × 4096 = 131 072 records.

@@ -5,7 +5,7 @@
 //! entries form one prefix range. Values are fixed little-endian layouts with a leading
 //! version byte, so a record written by a newer layout is detected instead of misread.
 
-use crate::vfs::{Attr, FileKind, Ino, Timestamp};
+use crate::types::{Attr, FileKind, Ino, Timestamp};
 
 use super::MetaError;
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
-use crate::vfs::{FileKind, Ino};
+use crate::types::{FileKind, Ino};
 use cache::{InodeCache, Lookup, Touched};
 pub use codec::{ChunkRecord, InodeRecord};
 pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{MetaError, MetaStore};
-use crate::vfs::{FileKind, Ino, ROOT_INO};
+use crate::types::{FileKind, Ino, ROOT_INO};
 
 /// One path that differs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

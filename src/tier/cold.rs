@@ -46,7 +46,7 @@ use super::{DataFile, HotTier, HotTierError};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
 use crate::crypto::Keys;
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
-use crate::vfs::Ino;
+use crate::types::Ino;
 
 /// Chunks used within this many of the engine's ticks (one per read, write or fetch) are not
 /// evicted to keep the disk's free-space floor.

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::vfs::Ino;
+use crate::types::Ino;
 
 pub mod cold;
 pub use cold::{BlockStore, ColdConfig, ColdError, ColdStats, ColdTier};

@@ -20,9 +20,9 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
+use crate::config::{MountConfig, StreamLimit};
 use crate::mounts;
 use crate::paths;
-use crate::serve::{MountConfig, StreamLimit};
 
 /// Exit status documentation shown at the end of `--help`.
 pub const EXIT_STATUS_HELP: &str = "\

@@ -251,7 +251,7 @@ fn mount(cli: &Cli, cmd: &MountCommand) -> Result<()> {
     }
 
     if cmd.foreground {
-        let rt = serve::build_runtime()?;
+        let rt = crate::config::build_runtime()?;
         let mut readiness = Readiness::Print { json: cli.json };
         let result = serve::run(&rt, &config, &mut readiness);
         rt.shutdown_timeout(Duration::from_secs(1));

@@ -27,8 +27,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
+use crate::config::MountConfig;
 use crate::paths;
-use crate::serve::MountConfig;
 
 /// How many lines of the daemon log to show when it dies without a message.
 const LOG_TAIL_LINES: usize = 20;

@@ -6,7 +6,8 @@
 //! `tierfs::vfs`'s.
 //!
 //! Modules, in the order a mount goes through them:
-//! - [`cli`]: clap definitions and value parsers; resolves options into a [`serve::MountConfig`];
+//! - [`config`]: the resolved [`config::MountConfig`], the async runtime, the lease holder name;
+//! - [`cli`]: clap definitions and value parsers; resolves options into a [`config::MountConfig`];
 //! - [`paths`]: data dir, runtime dir, control socket and embedded default store locations;
 //! - [`store_link`]: stores seen from the binaries: unlocking, the blocking block-store
 //!   adapter, the embedded store's creation, saved repairs, `init`/`key`/`scrub`/`warmup`;
@@ -23,6 +24,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod control;
 pub mod launch;
 pub mod logging;

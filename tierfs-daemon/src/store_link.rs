@@ -148,7 +148,7 @@ pub fn open_store(handle: &Handle, path: &Path) -> Result<(Store, StoreConfig)> 
 
 /// A runtime for a one-shot command and `workspace` of the store of `store_file`.
 pub fn open_workspace(store_file: &Path, workspace: &str) -> Result<(Runtime, tierfs::remote::Workspace)> {
-    let rt = crate::serve::build_runtime()?;
+    let rt = crate::config::build_runtime()?;
     let (store, _) = open_store(rt.handle(), store_file)?;
     let ws = tierfs::remote::Workspace::new(Arc::new(store), workspace);
     Ok((rt, ws))
@@ -193,10 +193,10 @@ pub fn diff(store_file: &Path, workspace: &str, a: &str, b: &str) -> Result<Vec<
 
 /// `tierfs gc`, with progress lines on stderr (unless `json`).
 pub fn gc(store_file: &Path, dry_run: bool, json: bool) -> Result<tierfs::remote::GcReport> {
-    let rt = crate::serve::build_runtime()?;
+    let rt = crate::config::build_runtime()?;
     let (store, _) = open_store(rt.handle(), store_file)?;
     let scratch = tempfile::Builder::new().prefix("tierfs-gc-").tempdir().context("creating a scratch directory")?;
-    let holder = format!("tierfs gc on {}", crate::serve::holder_name());
+    let holder = format!("tierfs gc on {}", crate::config::holder_name());
     let progress = |line: &str| {
         if !json {
             eprintln!("gc: {line}");
@@ -326,7 +326,7 @@ pub fn prepare_mount_store(args: &MountArgs) -> Result<()> {
         );
     }
     crate::paths::ensure_private_dir(&embedded.home)?;
-    let rt = crate::serve::build_runtime()?;
+    let rt = crate::config::build_runtime()?;
     let new = NewStore {
         backends: vec![embedded.backend_url()],
         replicas: Some(1),

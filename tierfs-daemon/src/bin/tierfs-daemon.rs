@@ -43,7 +43,7 @@ fn run(cli: &DaemonCli, readiness: &mut Readiness) -> Result<()> {
     // `tierfs mount` would (started by `tierfs mount`, it always gets one of them).
     store_link::prepare_mount_store(&cli.mount)?;
     let config = cli.mount.resolve(cli.runtime_dir.as_deref())?;
-    let rt = serve::build_runtime()?;
+    let rt = tierfs_daemon::config::build_runtime()?;
     let result = serve::run(&rt, &config, readiness);
     rt.shutdown_timeout(Duration::from_secs(1));
     result
