@@ -1068,6 +1068,11 @@ impl ColdTier {
         let mut st = self.state.lock();
         if let Some(f) = st.files.get_mut(&ino) {
             f.open = open;
+            // A closed file with no chunk state (empty, or all hole) keeps nothing in memory:
+            // the engine's memory follows the files that hold data, not every file opened.
+            if !open && f.chunks.is_empty() && f.dirty_chunks == 0 && !f.marked_dirty && !f.keep_cached {
+                st.files.remove(&ino);
+            }
         } else if open {
             st.files.entry(ino).or_default().open = true;
         }
