@@ -16,7 +16,7 @@ pub mod cache;
 pub mod codec;
 pub mod journal;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -330,21 +330,22 @@ impl MetaStore {
         self.marked_inodes(&codec::DIRTY_TABLE)
     }
 
-    /// Chunks marked unsealed (written since they were last sealed): `(ino, chunk index)`,
-    /// in key order.
-    pub fn unsealed_chunks(&self) -> Result<Vec<(Ino, u64)>> {
-        let mut out = Vec::new();
+    /// Chunks marked unsealed (written since they were last sealed), by inode, each inode's
+    /// chunk indexes in order.
+    pub fn unsealed_chunks(&self) -> Result<BTreeMap<Ino, Vec<u64>>> {
+        let mut out: BTreeMap<Ino, Vec<u64>> = BTreeMap::new();
         self.scan(&codec::UNSEALED_TABLE, |rest, _| {
             let mut key = codec::UNSEALED_TABLE.to_vec();
             key.extend_from_slice(rest);
-            out.push(codec::decode_chunk_key(&key)?);
+            let (ino, idx) = codec::decode_chunk_key(&key)?;
+            out.entry(ino).or_default().push(idx);
             Ok(true)
         })?;
         Ok(out)
     }
 
     /// The chunk records of one file: `(chunk index, record)`, in index order.
-    pub fn chunks_of(&self, ino: Ino) -> Result<Vec<(u64, ChunkRecord)>> {
+    pub fn file_chunks(&self, ino: Ino) -> Result<Vec<(u64, ChunkRecord)>> {
         let mut out = Vec::new();
         self.scan(&codec::chunk_prefix(ino), |rest, v| {
             let idx = rest
@@ -372,24 +373,18 @@ impl MetaStore {
         let marks = self.unsealed_chunks()?;
         let mut batch = MetaBatch::new();
         let mut cut = 0;
-        let mut i = 0;
-        while i < marks.len() {
-            let ino = marks[i].0;
-            let mut j = i;
-            while j < marks.len() && marks[j].0 == ino {
-                batch.delete_unsealed(ino, marks[j].1);
-                j += 1;
+        for (&ino, indexes) in &marks {
+            for &idx in indexes {
+                batch.delete_unsealed(ino, idx);
             }
-            let indexes: Vec<u64> = marks[i..j].iter().map(|m| m.1).collect();
-            i = j;
             let Some(mut rec) = self.inode(ino)? else { continue };
             if rec.attr.kind != FileKind::File {
                 continue;
             }
             let size = rec.attr.size;
-            let records: HashMap<u64, ChunkRecord> = self.chunks_of(ino)?.into_iter().collect();
+            let records: HashMap<u64, ChunkRecord> = self.file_chunks(ino)?.into_iter().collect();
             let mut stored_end = size;
-            for idx in indexes {
+            for &idx in indexes {
                 let start = idx.saturating_mul(chunk);
                 if start >= size {
                     break;

@@ -459,10 +459,7 @@ impl ColdTier {
         // Inodes marked dirty by a version that marked inodes only (their resident chunks
         // are re-sealed), and the chunks marked unsealed: written, maybe not sealed since.
         let marked: HashSet<Ino> = meta.dirty_inodes()?.into_iter().collect();
-        let mut unsealed: HashMap<Ino, Vec<u64>> = HashMap::new();
-        for (ino, idx) in meta.unsealed_chunks()? {
-            unsealed.entry(ino).or_default().push(idx);
-        }
+        let mut unsealed = meta.unsealed_chunks()?;
         let mut stale = MetaBatch::new();
         let mut sizes: HashMap<Ino, u64> = HashMap::new();
         for (ino, size, dense) in meta.file_sizes()? {
@@ -711,9 +708,10 @@ impl ColdTier {
                 } else {
                     (c.dirty_from.min(start_in_chunk), (c.dirty_from + c.dirty_len).max(end_in_chunk))
                 };
-                *dirty_bytes += (hi - lo).saturating_sub(c.dirty_len);
+                // The span only grows: it contains the old one.
+                *dirty_bytes += hi - lo - c.dirty_len;
                 c.dirty_from = lo;
-                c.dirty_len = c.dirty_len.max(hi - lo);
+                c.dirty_len = hi - lo;
                 if end_in_chunk > c.local_len {
                     *resident_bytes += end_in_chunk - c.local_len;
                     c.local_len = end_in_chunk;
@@ -1070,7 +1068,7 @@ impl ColdTier {
             f.open = open;
             // A closed file with no chunk state (empty, or all hole) keeps nothing in memory:
             // the engine's memory follows the files that hold data, not every file opened.
-            if !open && f.chunks.is_empty() && f.dirty_chunks == 0 && !f.marked_dirty && !f.keep_cached {
+            if !open && f.chunks.is_empty() && !f.marked_dirty && !f.keep_cached {
                 st.files.remove(&ino);
             }
         } else if open {

@@ -42,6 +42,13 @@ fn assert_alive_and_small(pid: u32, when: &str) {
     assert!(rss < RSS_CEILING, "{when}: the daemon holds {} MiB", rss / MIB);
 }
 
+/// fallocate(2) on `f`: `Err` with the errno.
+fn fallocate(f: &fs::File, mode: i32, offset: u64, len: u64) -> Result<(), i32> {
+    // SAFETY: fallocate(2) on an open descriptor; the kernel checks the range.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), mode, offset as i64, len as i64) };
+    if rc == 0 { Ok(()) } else { Err(common::errno()) }
+}
+
 fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) -> i32 {
     let e = r.expect_err(what);
     e.raw_os_error().unwrap_or_else(|| panic!("{what}: {e}"))
@@ -59,12 +66,12 @@ fn extremes(root: &Path, pid: u32) {
     for off in [MAX_FILE_SIZE, i64::MAX as u64 - 10] {
         assert_eq!(errno_of(f.write_at(b"xyz", off), "write near 2^63"), libc::EFBIG, "write at {off}");
     }
-    // SAFETY: fallocate(2) on an open descriptor.
-    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, (MAX_FILE_SIZE - 4096) as i64, 1 << 20) };
-    assert_eq!((rc, common::errno()), (-1, libc::EFBIG), "fallocate past the limit");
-    // SAFETY: as above.
-    let rc = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, i64::MAX - 10, 5) };
-    assert_eq!((rc, common::errno()), (-1, libc::EFBIG), "fallocate near 2^63");
+    assert_eq!(fallocate(&f, 0, MAX_FILE_SIZE - 4096, 1 << 20), Err(libc::EFBIG), "fallocate past the limit");
+    assert_eq!(
+        fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, i64::MAX as u64 - 10, 5),
+        Err(libc::EFBIG),
+        "fallocate near 2^63"
+    );
 
     // The largest size is fine, and cheap: a hole of 16 TiB.
     f.set_len(MAX_FILE_SIZE).expect("truncate to the largest size");
@@ -82,30 +89,15 @@ fn extremes(root: &Path, pid: u32) {
     let past = unsafe { libc::lseek(f.as_raw_fd(), MAX_FILE_SIZE as i64, libc::SEEK_DATA) };
     assert_eq!((past, common::errno()), (-1, libc::ENXIO), "SEEK_DATA at the end");
     // A punch hole and a zero range over the whole length touch only the chunks with data.
-    // SAFETY: as above.
-    let rc = unsafe {
-        libc::fallocate(
-            f.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            4,
-            (MAX_FILE_SIZE - 8) as i64,
-        )
-    };
-    assert_eq!(rc, 0, "punch hole over 16 TiB: {}", std::io::Error::last_os_error());
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    assert_eq!(fallocate(&f, punch, 4, MAX_FILE_SIZE - 8), Ok(()), "punch hole over 16 TiB");
     f.read_exact_at(&mut buf, 0).expect("read the first bytes");
     assert_eq!(&buf, b"head", "the punch reached before its offset");
-    // SAFETY: as above.
-    let rc = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_ZERO_RANGE, TIB as i64, 64 * MIB as i64) };
-    assert!(rc == 0 || common::errno() == libc::EOPNOTSUPP, "zero range: {}", std::io::Error::last_os_error());
+    let r = fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, TIB, 64 * MIB);
+    assert!(matches!(r, Ok(()) | Err(libc::EOPNOTSUPP)), "zero range: {r:?}");
     // Zeroing allocates: a range larger than the disk is ENOSPC, not a crash.
-    // SAFETY: as above.
-    let rc = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_ZERO_RANGE, TIB as i64, 8 * TIB as i64) };
-    let e = common::errno();
-    assert!(
-        rc == 0 || e == libc::ENOSPC || e == libc::EOPNOTSUPP,
-        "zero range of 8 TiB: {}",
-        std::io::Error::last_os_error()
-    );
+    let r = fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, TIB, 8 * TIB);
+    assert!(matches!(r, Ok(()) | Err(libc::ENOSPC | libc::EOPNOTSUPP)), "zero range of 8 TiB: {r:?}");
     // A copy whose target would pass the limit.
     let other = fs::OpenOptions::new()
         .create(true)
@@ -260,28 +252,16 @@ fn fuzz(root: &Path, pid: u32, seed: u64, ops: usize) {
             2 => {
                 let off = extreme(&mut rng);
                 let len = if rng.chance(1, 2) { extreme(&mut rng).max(1) } else { rng.range(1, 9000) };
-                // SAFETY: fallocate(2) on an open descriptor.
-                let rc = unsafe {
-                    libc::fallocate(
-                        f.as_raw_fd(),
-                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                        off as i64,
-                        len as i64,
-                    )
-                };
-                let e = common::errno();
+                let r = fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, len);
                 match off.checked_add(len).filter(|&end| end <= i64::MAX as u64) {
                     Some(end) if end <= MAX_FILE_SIZE => {
-                        assert_eq!(rc, 0, "{what}: punch {off}+{len}: errno {e}");
+                        assert_eq!(r, Ok(()), "{what}: punch {off}+{len}");
                         let gone: Vec<u64> = bytes.range(off..end).map(|(&o, _)| o).collect();
                         for o in gone {
                             bytes.remove(&o);
                         }
                     }
-                    _ => assert!(
-                        rc == -1 && (e == libc::EFBIG || e == libc::EINVAL),
-                        "{what}: punch {off}+{len}: rc {rc} errno {e}"
-                    ),
+                    _ => assert!(matches!(r, Err(libc::EFBIG | libc::EINVAL)), "{what}: punch {off}+{len}: {r:?}"),
                 }
             }
             _ => {

@@ -10,7 +10,6 @@ mod moto;
 mod store_node;
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -77,7 +76,7 @@ fn cases() -> Vec<Case> {
 }
 
 fn write_case(root: &Path, case: &Case, fsync: bool) {
-    let mut f = fs::File::create(root.join(case.name)).expect("create");
+    let f = fs::File::create(root.join(case.name)).expect("create");
     for (off, body) in &case.ops {
         match body {
             Some(b) => f.write_all_at(b, *off).expect("pwrite"),
@@ -87,7 +86,6 @@ fn write_case(root: &Path, case: &Case, fsync: bool) {
     if fsync {
         f.sync_all().expect("fsync");
     }
-    f.flush().expect("flush");
 }
 
 /// Size, bytes and zeros of every case under `root`; `sparse` also checks that the holes are
