@@ -1,10 +1,21 @@
 //! The public error of the tierfs library: a message a user can act on plus an
 //! [`ErrorKind`] that tells a caller what to do about it.
 //!
-//! Module errors ([`VfsError`], and through it the metadata and hot-tier errors) convert into
-//! it; binaries add context with `anyhow`, never by matching on message text.
+//! Every module error converts into it, each through its own exhaustive `kind()` (no
+//! catch-all, no error turned into a string on the way), so a front end, a language binding
+//! or a metric can tell a store that is down from corrupt data, a fenced writer, a missing
+//! thing and bad input. The module error stays reachable as the source
+//! ([`Error::module_error`]); binaries add context with `anyhow`, never by matching on
+//! message text.
 
-use crate::tier::HotTierError;
+use crate::backend::BackendError;
+use crate::block::BlockError;
+use crate::crypto::CryptoError;
+use crate::meta::MetaError;
+use crate::remote::RemoteError;
+use crate::session::{FlushError, SessionError};
+use crate::store::StoreError;
+use crate::tier::{ColdError, HotTierError};
 use crate::vfs::VfsError;
 
 pub use crate::types::ErrorKind;
@@ -15,29 +26,68 @@ pub use crate::types::ErrorKind;
 pub struct Error {
     kind: ErrorKind,
     #[source]
-    source: VfsError,
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
 
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
+
+    /// The module error this one was made from, when it is a `T`.
+    pub fn module_error<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.source.downcast_ref::<T>()
+    }
 }
 
-impl From<VfsError> for Error {
-    fn from(source: VfsError) -> Error {
-        use crate::meta::MetaError;
-        let kind = match &source {
-            VfsError::NotFound | VfsError::NoXattr => ErrorKind::NotFound,
-            VfsError::Exists | VfsError::NotEmpty | VfsError::HotTier(HotTierError::InUse { .. }) => {
-                ErrorKind::Conflict
+/// `From` for each module error, through its `kind()`.
+macro_rules! from_module_errors {
+    ($($error:ty),* $(,)?) => {
+        $(impl From<$error> for Error {
+            fn from(e: $error) -> Error {
+                Error { kind: e.kind(), source: Box::new(e) }
             }
-            VfsError::Meta(MetaError::Corrupt(_)) | VfsError::Meta(MetaError::SchemaTooNew { .. }) => {
-                ErrorKind::Corrupt
-            }
-            VfsError::Meta(_) | VfsError::HotTier(_) | VfsError::Cold(_) => ErrorKind::Unavailable,
-            _ => ErrorKind::InvalidInput,
-        };
-        Error { kind, source }
+        })*
+    };
+}
+
+from_module_errors!(
+    BackendError,
+    BlockError,
+    CryptoError,
+    MetaError,
+    StoreError,
+    HotTierError,
+    ColdError,
+    RemoteError,
+    VfsError,
+    SessionError,
+    FlushError,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_survive_the_layers() {
+        let down = BackendError::Unavailable { backend: "s3".into(), reason: "connection refused".into() };
+        let cold = ColdError::from(StoreError::from(down));
+        let err = Error::from(VfsError::Cold(cold));
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "a store that is down is worth a retry");
+        assert!(err.module_error::<VfsError>().is_some());
+
+        let bad = BackendError::Corrupt { key: "p/1".into(), reason: "hash mismatch".into() };
+        assert_eq!(Error::from(VfsError::Cold(ColdError::from(StoreError::from(bad)))).kind(), ErrorKind::Corrupt);
+
+        let held = RemoteError::Held { workspace: "w".into(), holder: "n:1".into(), expires: "soon".into() };
+        assert_eq!(Error::from(SessionError::Remote(held)).kind(), ErrorKind::Fenced);
+        assert_eq!(Error::from(RemoteError::NoSnapshot("x".into())).kind(), ErrorKind::NotFound);
+        assert_eq!(Error::from(StoreError::Crypto(CryptoError::WrongKey)).kind(), ErrorKind::InvalidInput);
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let io = HotTierError::Io { op: "write", path: "/d".into(), source: full };
+        assert_eq!(Error::from(VfsError::HotTier(io)).kind(), ErrorKind::NoSpace);
+        assert_eq!(Error::from(VfsError::TooBig).kind(), ErrorKind::InvalidInput);
+        assert_eq!(Error::from(FlushError::Deadline).kind(), ErrorKind::Unavailable);
     }
 }

@@ -5,6 +5,8 @@
 //! watchers, command lines or signals (those live in `tierfs-mount` and `tierfs-daemon`).
 //!
 //! Layers, each calling only downward:
+//! - [`session`]: one workspace opened, served by a front end and closed safely (restore,
+//!   lease, committer, repairs, drain);
 //! - [`vfs`]: POSIX semantics over inode numbers; the single place errors become errno;
 //! - [`meta`]: the RocksDB metadata store (one atomic batch per operation);
 //! - [`tier`]: the hot tier and the cold tier (file contents on local disk, sealed into
@@ -34,6 +36,7 @@ pub mod crypto;
 pub mod error;
 pub mod meta;
 pub mod remote;
+pub mod session;
 pub mod store;
 pub mod tier;
 pub mod types;

@@ -172,18 +172,54 @@ impl Attr {
 }
 
 /// What a caller can do about an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// The named thing does not exist.
     NotFound,
     /// Someone else holds it (another mount of the data directory, an existing name).
     Conflict,
+    /// Another writer holds the workspace's lease or took it over: this node must not write
+    /// (wait, take over, or start from the store's state).
+    Fenced,
     /// Try again later: a resource is temporarily unavailable.
     Unavailable,
-    /// The request itself is wrong.
+    /// The disk is full: free space, then try again.
+    NoSpace,
+    /// The request itself is wrong (bad input, configuration or credentials).
     InvalidInput,
     /// Stored data failed verification or could not be decoded.
     Corrupt,
     /// Anything else: a bug or an unexpected system failure.
     Internal,
+}
+
+impl ErrorKind {
+    /// A stable lower-case name for scripts, bindings and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Fenced => "fenced",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::NoSpace => "no_space",
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+/// The kind of a local I/O error: a full disk, a missing path, a refused one, or the disk
+/// failing (worth a retry once it is fixed).
+pub fn io_error_kind(e: &std::io::Error) -> ErrorKind {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => return ErrorKind::NoSpace,
+        _ => {}
+    }
+    match e.kind() {
+        std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::InvalidInput => ErrorKind::InvalidInput,
+        std::io::ErrorKind::AlreadyExists => ErrorKind::Conflict,
+        _ => ErrorKind::Unavailable,
+    }
 }

@@ -19,7 +19,8 @@ const CORE_RANKS: &[(&str, u32)] = &[
     ("tier", 4),
     ("remote", 4),
     ("vfs", 5),
-    ("error", 6),
+    ("session", 6),
+    ("error", 7),
 ];
 
 /// `crate::name` references of each top-level module under `root`: module → modules it names.

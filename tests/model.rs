@@ -73,9 +73,11 @@ use proptest::sample::select;
 use proptest::strategy::Union;
 use proptest::test_runner::{Config, TestError, TestRunner};
 use tempfile::TempDir;
-use tierfs::block::{BlockLoc, PackBuilder, open_block};
+use tierfs::backend::BackendError;
+use tierfs::block::{BlockError, BlockLoc, PackBuilder, open_block};
 use tierfs::crypto::{DataKey, Keys};
-use tierfs::tier::{BlockStore, ColdConfig, ColdError};
+use tierfs::store::StoreError;
+use tierfs::tier::{BlockStore, ColdConfig};
 use tierfs::vfs::AttachedStore;
 use tierfs::vfs::{
     Attr, Caller, DirEntry, FileKind, Ino, ROOT_INO, RenameFlags, SetAttr, TimeSet, Timestamp, Vfs, VfsConfig, VfsError,
@@ -1395,18 +1397,19 @@ impl BlockStore for MemStore {
     fn keys(&self) -> &Keys {
         &self.keys
     }
-    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<([u8; 32], BlockLoc)>, ColdError> {
+    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<([u8; 32], BlockLoc)>, StoreError> {
         let pack = pack.finish(&self.keys);
         self.packs.lock().unwrap_or_else(|p| p.into_inner()).insert(pack.id, pack.bytes);
         Ok(pack.blocks)
     }
-    fn get_block(&self, id: &[u8; 32], loc: &BlockLoc) -> Result<bytes::Bytes, ColdError> {
+    fn get_block(&self, id: &[u8; 32], loc: &BlockLoc) -> Result<bytes::Bytes, StoreError> {
         let packs = self.packs.lock().unwrap_or_else(|p| p.into_inner());
-        let pack = packs.get(&loc.pack).ok_or_else(|| ColdError::Store(format!("no pack {}", hex_id(&loc.pack))))?;
+        let key = hex_id(&loc.pack);
+        let pack = packs.get(&loc.pack).ok_or_else(|| BackendError::NotFound { key: key.clone() })?;
         let sealed = pack
             .get(loc.offset as usize..loc.range().end as usize)
-            .ok_or_else(|| ColdError::Store(format!("block {} past its pack's end", hex_id(id))))?;
-        open_block(&self.keys, id, sealed).map(bytes::Bytes::from).map_err(|e| ColdError::Store(e.to_string()))
+            .ok_or_else(|| BlockError::BadPack { pack: key, reason: format!("block {} past its end", hex_id(id)) })?;
+        Ok(open_block(&self.keys, id, sealed).map(bytes::Bytes::from)?)
     }
     fn pack_size(&self) -> usize {
         1 << 20

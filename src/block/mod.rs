@@ -25,6 +25,7 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::crypto::{CryptoError, Hash, Keys, ObjectKind, STAGE_GAP, sealed_len};
+use crate::types::ErrorKind;
 
 /// Size of a file chunk and thus the largest block: big enough that per-block overhead
 /// (an index entry, a RocksDB record, a range GET) is negligible next to the data, small
@@ -64,6 +65,19 @@ pub enum BlockError {
     BadBlock { block: String, reason: String },
     #[error(transparent)]
     Crypto(#[from] CryptoError),
+}
+
+impl BlockError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            BlockError::BadPack { .. } | BlockError::BadIndex { .. } | BlockError::BadBlock { .. } => {
+                ErrorKind::Corrupt
+            }
+            BlockError::TooNew { .. } => ErrorKind::InvalidInput,
+            BlockError::Crypto(e) => e.kind(),
+        }
+    }
 }
 
 type Result<T> = std::result::Result<T, BlockError>;

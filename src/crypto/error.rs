@@ -26,3 +26,16 @@ pub enum CryptoError {
     #[error("key derivation failed: {0}")]
     Kdf(String),
 }
+
+impl CryptoError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> crate::types::ErrorKind {
+        use crate::types::ErrorKind;
+        match self {
+            CryptoError::WrongKey | CryptoError::BadKeyFile(_) => ErrorKind::InvalidInput,
+            CryptoError::Authentication { .. } | CryptoError::Truncated { .. } => ErrorKind::Corrupt,
+            CryptoError::UnsupportedVersion { .. } => ErrorKind::InvalidInput,
+            CryptoError::Kdf(_) => ErrorKind::Internal,
+        }
+    }
+}

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
+use crate::types::ErrorKind;
 use crate::types::{FileKind, Ino};
 use cache::{InodeCache, Lookup, Touched};
 pub use codec::{ChunkRecord, InodeRecord};
@@ -113,6 +114,18 @@ pub enum MetaError {
          names are not"
     )]
     Damaged { path: PathBuf, detail: String },
+}
+
+impl MetaError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            MetaError::Rocks(_) if self.errno() == libc::ENOSPC => ErrorKind::NoSpace,
+            MetaError::Rocks(_) => ErrorKind::Unavailable,
+            MetaError::SchemaTooNew { .. } => ErrorKind::InvalidInput,
+            MetaError::Corrupt(_) | MetaError::Damaged { .. } => ErrorKind::Corrupt,
+        }
+    }
 }
 
 impl MetaError {

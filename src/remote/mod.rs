@@ -41,6 +41,7 @@ use crate::crypto::{CryptoError, ObjectKind};
 use crate::meta::journal::Decoder;
 use crate::meta::{JournalBatch, JournalOp, MetaError, MetaStore};
 use crate::store::{Fencing, Store, StoreError};
+use crate::types::ErrorKind;
 pub use committer::{Committer, RemoteStats};
 pub use diff::{Change, diff};
 pub use gc::{ForgetReport, GcReport, KeepPolicy, gc};
@@ -72,10 +73,7 @@ pub enum RemoteError {
         "{what} was written by a newer tierfs (format {found}, this one reads up to {REMOTE_FORMAT}): upgrade tierfs"
     )]
     TooNew { what: String, found: u32 },
-    #[error(
-        "workspace {workspace:?} is in use by {holder} until {expires} (lease renewed while it runs); \
-         if that node is gone, mount with --takeover"
-    )]
+    #[error("workspace {workspace:?} is in use by {holder} until {expires} (lease renewed while it runs)")]
     Held { workspace: String, holder: String, expires: String },
     #[error(
         "another writer ({holder}) took over workspace {workspace:?}: this node stopped writing to the store; \
@@ -91,11 +89,11 @@ pub enum RemoteError {
     StaleLocal { workspace: String, local: u64, remote: u64 },
     #[error(
         "workspace {workspace:?} diverged: this node has changes that never reached the store (batches {durable}..{local}), \
-         and another node wrote the store since (up to batch {remote}). tierfs will not merge them: mount with an \
-         empty --data-dir to take the store's state (this node's unsynced changes are then lost)"
+         and another node wrote the store since (up to batch {remote}). tierfs will not merge them: an empty data dir \
+         takes the store's state (this node's unsynced changes are then lost)"
     )]
     Diverged { workspace: String, durable: u64, local: u64, remote: u64 },
-    #[error("no snapshot {0:?} in this workspace (see `tierfs snapshots`)")]
+    #[error("no snapshot {0:?} in this workspace")]
     NoSnapshot(String),
     #[error(
         "workspace {workspace:?} is in use by {holder}, which is still renewing its lease: this store is fenced by \
@@ -103,6 +101,24 @@ pub enum RemoteError {
          there, or stop that node, and mount again"
     )]
     StillRenewing { workspace: String, holder: String },
+}
+
+impl RemoteError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RemoteError::Store(e) => e.kind(),
+            RemoteError::Backend(e) => e.kind(),
+            RemoteError::Meta(e) => e.kind(),
+            RemoteError::Corrupt { .. } => ErrorKind::Corrupt,
+            RemoteError::TooNew { .. } => ErrorKind::InvalidInput,
+            RemoteError::Held { .. } | RemoteError::TakenOver { .. } | RemoteError::StillRenewing { .. } => {
+                ErrorKind::Fenced
+            }
+            RemoteError::StaleLocal { .. } | RemoteError::Diverged { .. } => ErrorKind::Conflict,
+            RemoteError::NoSnapshot(_) => ErrorKind::NotFound,
+        }
+    }
 }
 
 impl From<CryptoError> for RemoteError {

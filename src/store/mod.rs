@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redundancy, RedundantStore, ScrubOutcome};
 use crate::block::{self, BlockError, BlockId, BlockLoc, PackBuilder};
 use crate::crypto::{self, CryptoError, DataKey, KdfParams, Keys, Secret, WrappedKey};
+use crate::types::ErrorKind;
 pub use config::{Fencing, StoreConfig};
 
 /// Format version of the store layout (the `config` object).
@@ -52,7 +53,7 @@ pub enum StoreError {
     Crypto(#[from] CryptoError),
     #[error(transparent)]
     Block(#[from] BlockError),
-    #[error("no tierfs store at {0}: run `tierfs init` first (or check the backend URL and prefix)")]
+    #[error("no tierfs store at {0} (check the backend URL and prefix)")]
     NotInitialized(String),
     #[error("a tierfs store already exists at {0}; refusing to initialize it again")]
     AlreadyInitialized(String),
@@ -64,6 +65,24 @@ pub enum StoreError {
     TooNew { found: u32, supported: u32 },
     #[error("{0}")]
     Key(String),
+    #[error("no key with id {0}")]
+    NoSuchKey(String),
+}
+
+impl StoreError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::Config(_) | StoreError::WrongStore { .. } | StoreError::TooNew { .. } | StoreError::Key(_) => {
+                ErrorKind::InvalidInput
+            }
+            StoreError::Backend(e) => e.kind(),
+            StoreError::Crypto(e) => e.kind(),
+            StoreError::Block(e) => e.kind(),
+            StoreError::NotInitialized(_) | StoreError::NoSuchKey(_) => ErrorKind::NotFound,
+            StoreError::AlreadyInitialized(_) => ErrorKind::Conflict,
+        }
+    }
 }
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -414,7 +433,7 @@ impl Store {
     pub async fn remove_key(&self, id: &str) -> Result<()> {
         let keys = self.list_keys().await?;
         if !keys.iter().any(|k| k.id == id) {
-            return Err(StoreError::Key(format!("no key with id {id} (see `tierfs key list`)")));
+            return Err(StoreError::NoSuchKey(id.to_string()));
         }
         if keys.len() == 1 {
             return Err(StoreError::Key("refusing to remove the store's last key: nothing could open it".into()));
@@ -563,6 +582,6 @@ mod tests {
         let empty = tempfile::tempdir().expect("tempdir");
         let none = file_store(&[empty.path()]);
         let err = Store::open(&none, &Secret::Passphrase(b"p")).await.err().expect("no store");
-        assert!(err.to_string().contains("tierfs init"), "{err}");
+        assert!(err.to_string().contains("no tierfs store at"), "{err}");
     }
 }

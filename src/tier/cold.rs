@@ -46,6 +46,8 @@ use super::{DataFile, HotTier, HotTierError};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
 use crate::crypto::Keys;
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
+use crate::store::StoreError;
+use crate::types::ErrorKind;
 use crate::types::Ino;
 
 /// Chunks used within this many of the engine's ticks (one per read, write or fetch) are not
@@ -79,12 +81,12 @@ pub trait BlockStore: Send + Sync {
     }
     /// Uploads a pack the tier filled (blocks sealed with [`BlockStore::keys`]) and returns
     /// where each block landed, after they are durable.
-    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>, ColdError>;
+    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>, StoreError>;
     /// Fetches and verifies one block.
-    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, ColdError>;
+    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, StoreError>;
     /// Fetches and verifies several blocks (in order); blocks next to each other in one pack
     /// may come in one request.
-    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, ColdError> {
+    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, StoreError> {
         blocks.iter().map(|(id, loc)| self.get_block(id, loc)).collect()
     }
     /// Target bytes per pack.
@@ -94,8 +96,12 @@ pub trait BlockStore: Send + Sync {
 /// Why a cold-tier operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ColdError {
+    /// The store failed; its error keeps its kind (unavailable, corrupt, not found).
     #[error("store: {0}")]
-    Store(String),
+    Store(Arc<StoreError>),
+    /// A batched fetch ended without an answer for this block (a bug, reported as EIO).
+    #[error("the store returned no data for a requested block")]
+    NotFetched,
     #[error("block {block} (chunk {index} of inode {ino}) is not in the local block index")]
     MissingLocation { ino: Ino, index: u64, block: String },
     #[error("block of chunk {index} of inode {ino} has {got} bytes, expected {want}")]
@@ -104,6 +110,25 @@ pub enum ColdError {
     Meta(#[from] MetaError),
     #[error(transparent)]
     HotTier(#[from] HotTierError),
+}
+
+impl ColdError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ColdError::Store(e) => e.kind(),
+            ColdError::NotFetched => ErrorKind::Internal,
+            ColdError::MissingLocation { .. } | ColdError::WrongLength { .. } => ErrorKind::Corrupt,
+            ColdError::Meta(e) => e.kind(),
+            ColdError::HotTier(e) => e.kind(),
+        }
+    }
+}
+
+impl From<StoreError> for ColdError {
+    fn from(e: StoreError) -> ColdError {
+        ColdError::Store(Arc::new(e))
+    }
 }
 
 impl ColdError {
@@ -938,7 +963,7 @@ impl ColdTier {
             }
         };
         let mut results = self.fetch_group(ino, &[(idx, rec)]);
-        let result = results.pop().unwrap_or_else(|| Err(ColdError::Store("not fetched".into())));
+        let result = results.pop().unwrap_or_else(|| Err(ColdError::NotFetched));
         let group = self.state.lock().streamed.new_group(1);
         self.finish_streamed(ino, idx, &rec, result, group)
     }
@@ -1484,14 +1509,14 @@ impl ColdTier {
                     }
                 }
                 Err(e) => {
-                    let msg = e.to_string();
+                    let e = Arc::new(e);
                     for (slot, _) in &wanted {
-                        results[*slot] = Some(Err(ColdError::Store(msg.clone())));
+                        results[*slot] = Some(Err(ColdError::Store(e.clone())));
                     }
                 }
             }
         }
-        results.into_iter().map(|r| r.unwrap_or_else(|| Err(ColdError::Store("not fetched".into())))).collect()
+        results.into_iter().map(|r| r.unwrap_or_else(|| Err(ColdError::NotFetched))).collect()
     }
 
     fn prefetch_loop(self: Arc<Self>) {

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
+use crate::types::ErrorKind;
 use crate::types::Ino;
 
 pub mod cold;
@@ -40,14 +41,11 @@ pub use cold::{BlockStore, ColdConfig, ColdError, ColdStats, ColdTier};
 pub enum HotTierError {
     #[error("{op} {path}: {source}")]
     Io { op: &'static str, path: PathBuf, source: std::io::Error },
-    #[error(
-        "data directory {dir} is in use by another tierfs process ({holder}); unmount it first \
-         (`tierfs umount`) or use another --data-dir"
-    )]
+    #[error("data directory {dir} is in use by another tierfs process ({holder})")]
     InUse { dir: PathBuf, holder: String },
     #[error(
         "no space left: the disk of {dir} has {free} bytes free and the last {reserve} are kept \
-         for metadata (delete files, or mount with a smaller --reserve)"
+         for metadata (delete files, or lower the data dir's reserve)"
     )]
     NoSpace { dir: PathBuf, free: u64, reserve: u64 },
     #[error(
@@ -56,6 +54,18 @@ pub enum HotTierError {
          delete the file, or truncate it to 0 to use it again"
     )]
     DataFileMissing { ino: Ino, size: u64, path: PathBuf },
+}
+
+impl HotTierError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            HotTierError::Io { source, .. } => crate::types::io_error_kind(source),
+            HotTierError::InUse { .. } => ErrorKind::Conflict,
+            HotTierError::NoSpace { .. } => ErrorKind::NoSpace,
+            HotTierError::DataFileMissing { .. } => ErrorKind::Corrupt,
+        }
+    }
 }
 
 impl HotTierError {
@@ -559,7 +569,7 @@ mod tests {
         let full = HotTier::open(dir.path(), free + (1 << 30)).expect("open");
         let err = full.claim_space(1).expect_err("nothing may be written into the reserve");
         assert_eq!(err.errno(), libc::ENOSPC, "{err}");
-        assert!(err.to_string().contains("--reserve"), "the message says what to change: {err}");
+        assert!(err.to_string().contains("lower the data dir's reserve"), "the message says what to change: {err}");
 
         // Room for a little: small claims pass, and a claim beyond the counted budget is
         // measured again and refused, even inside the 200 ms a measurement is trusted.

@@ -6,6 +6,7 @@
 
 use crate::meta::MetaError;
 use crate::tier::{ColdError, HotTierError};
+use crate::types::ErrorKind;
 
 /// Why a POSIX operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +52,32 @@ pub enum VfsError {
     /// fsync could not make the change durable in the store (it is durable locally).
     #[error("not durable in the store: {0}")]
     NotDurable(String),
+}
+
+impl VfsError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            VfsError::NotFound | VfsError::NoXattr => ErrorKind::NotFound,
+            VfsError::Exists | VfsError::NotEmpty => ErrorKind::Conflict,
+            VfsError::NotDir
+            | VfsError::IsDir
+            | VfsError::NameTooLong
+            | VfsError::Invalid(_)
+            | VfsError::NotPermitted
+            | VfsError::Access
+            | VfsError::Range
+            | VfsError::TooManyLinks
+            | VfsError::NotSupported(_)
+            | VfsError::BadHandle
+            | VfsError::TooBig
+            | VfsError::NoDataAfter => ErrorKind::InvalidInput,
+            VfsError::Meta(e) => e.kind(),
+            VfsError::HotTier(e) => e.kind(),
+            VfsError::Cold(e) => e.kind(),
+            VfsError::NotDurable(_) => ErrorKind::Unavailable,
+        }
+    }
 }
 
 impl VfsError {

@@ -23,6 +23,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{MountConfig, StreamLimit};
 use crate::mounts;
 use crate::paths;
+use tierfs::session::{FsyncMode, StoreLocality};
 
 /// Exit status documentation shown at the end of `--help`.
 pub const EXIT_STATUS_HELP: &str = "\
@@ -574,12 +575,6 @@ pub struct MountArgs {
     pub mountpoint: PathBuf,
 }
 
-/// `--dirty-age` with a store of one's own: the store trails a writer by about this much.
-const DIRTY_AGE: Duration = Duration::from_millis(500);
-/// `--dirty-age` with the embedded store (on the same disk, so lag costs nothing a lost disk
-/// would not take anyway, while every re-seal of a rewritten chunk costs store space).
-const EMBEDDED_DIRTY_AGE: Duration = Duration::from_secs(30);
-
 /// The store a mount uses (see [`MountArgs::store_choice`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MountStore {
@@ -592,14 +587,22 @@ pub enum MountStore {
     Embedded { create: bool },
 }
 
+impl MountStore {
+    /// Where the store keeps its objects, which picks the core's defaults that depend on it
+    /// (the embedded store is on this disk; without a store they do not matter).
+    fn locality(&self) -> StoreLocality {
+        match self {
+            MountStore::Embedded { .. } => StoreLocality::SameDisk,
+            MountStore::Given(_) | MountStore::None => StoreLocality::Remote,
+        }
+    }
+}
+
 impl MountArgs {
     /// How old dirty data of an open file may get before it is uploaded: as `--dirty-age`
     /// says, else 0.5 s for a given store and 30 s for the embedded one (see `--dirty-age`).
     pub fn dirty_age(&self) -> Duration {
-        self.dirty_age.unwrap_or(match self.store_choice() {
-            MountStore::Embedded { .. } => EMBEDDED_DIRTY_AGE,
-            MountStore::Given(_) | MountStore::None => DIRTY_AGE,
-        })
+        self.dirty_age.unwrap_or_else(|| self.store_choice().locality().dirty_age())
     }
 
     /// Whether fsync waits for the store: as `--fsync` says, else yes for a given store and
@@ -607,7 +610,7 @@ impl MountArgs {
     pub fn fsync_remote(&self) -> bool {
         match self.fsync.as_deref() {
             Some(place) => place == "remote",
-            None => !matches!(self.store_choice(), MountStore::Embedded { .. }),
+            None => self.store_choice().locality().fsync() == FsyncMode::Remote,
         }
     }
 
@@ -659,7 +662,7 @@ impl MountArgs {
             snapshot: self.snapshot.clone(),
             fsync_remote: self.fsync_remote(),
             dirty_limit: self.dirty_limit,
-            stream_above: self.stream_above,
+            stream_above: self.stream_above.unwrap_or(StreamLimit::Default),
             dirty_age: self.dirty_age(),
             takeover: self.takeover,
         })
@@ -715,9 +718,9 @@ impl MountConfig {
             args.extend(["--dirty-limit".into(), limit.to_string().into()]);
         }
         match self.stream_above {
-            Some(StreamLimit::Off) => args.extend(["--stream-above".into(), "off".into()]),
-            Some(StreamLimit::Above(size)) => args.extend(["--stream-above".into(), size.to_string().into()]),
-            None => {}
+            StreamLimit::Off => args.extend(["--stream-above".into(), "off".into()]),
+            StreamLimit::Above(size) => args.extend(["--stream-above".into(), size.to_string().into()]),
+            StreamLimit::Default => {}
         }
         args.extend(["--dirty-age".into(), format_secs(self.dirty_age).into()]);
         if self.takeover {
@@ -928,6 +931,7 @@ mod tests {
         assert_eq!(mount_args(&[]).dirty_age(), Duration::from_secs(30), "embedded store: rewrites seal seldom");
         assert_eq!(mount_args(&["--store", "/s.toml"]).dirty_age(), Duration::from_millis(500));
         assert_eq!(mount_args(&["--dirty-age", "2"]).dirty_age(), Duration::from_secs(2));
+        assert_eq!(mount_args(&[]).flush_timeout, tierfs::session::FLUSH_TIMEOUT, "clap's default is the core's");
         assert_eq!(
             mount_args(&["--store", "/s.toml", "--data-dir", "/d"]).store_choice(),
             MountStore::Given("/s.toml".into())
@@ -992,7 +996,7 @@ mod tests {
         let config = cmd.mount.resolve(Some(&run)).unwrap();
         assert!(!config.allow_other);
         assert_eq!(config.cache_size, Some(3 << 29));
-        assert_eq!(config.stream_above, Some(StreamLimit::Above(1 << 30)));
+        assert_eq!(config.stream_above, StreamLimit::Above(1 << 30));
 
         let mut daemon_argv: Vec<OsString> = vec!["tierfs-daemon".into()];
         daemon_argv.extend(config.to_daemon_args());

@@ -1,16 +1,23 @@
 //! What a serving process is given: the resolved mount configuration the command line makes
 //! (`cli::MountArgs::resolve`) and `serve` and `launch` consume, and the process-wide pieces
-//! every command shares (the async runtime, this process's lease holder name).
+//! every command shares (the async runtime).
 //!
 //! It sits below `cli`, `launch`, `serve` and `store_link` and imports none of them, so the
 //! daemon's modules form no cycle (`tests/layers.rs` checks it).
 
-use std::fs;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+pub use tierfs::session::StreamLimit;
+use tierfs::session::{Access, FsyncMode, SessionConfig};
+use tierfs::store::Store;
 use tokio::runtime::Runtime;
+
+/// The daemon's own log in the data dir (open while it serves): a reset of the data dir
+/// keeps it.
+pub const DAEMON_LOG: &str = "daemon.log";
 
 /// A fully resolved mount configuration (see `cli::MountArgs::resolve`).
 #[derive(Debug, Clone, PartialEq)]
@@ -38,10 +45,10 @@ pub struct MountConfig {
     pub flush_timeout: Duration,
     /// fsync waits for the store (with a store).
     pub fsync_remote: bool,
-    /// Bound on bytes written but not uploaded (`None`: the cold tier's default).
+    /// Bound on bytes written but not uploaded (`None`: the core's default).
     pub dirty_limit: Option<u64>,
-    /// Reads of larger files stream past the cache (`None`: the cold tier's default).
-    pub stream_above: Option<StreamLimit>,
+    /// Reads of larger files stream past the cache.
+    pub stream_above: StreamLimit,
     /// Data of open files is uploaded once this old.
     pub dirty_age: Duration,
     /// Take the workspace over from a live lease.
@@ -50,14 +57,31 @@ pub struct MountConfig {
     pub snapshot: Option<String>,
 }
 
-/// `--stream-above`: reads of files larger than a size bypass the cache, or never do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamLimit {
-    Off,
-    Above(u64),
-}
-
 impl MountConfig {
+    /// The core's session configuration for this mount, with `store` opened from
+    /// [`MountConfig::store`]. Only a mapping: every default was filled in by `resolve`, from
+    /// the core's defaults.
+    pub fn session_config(&self, store: Option<Arc<Store>>) -> SessionConfig {
+        let mut config = SessionConfig::new(&self.data_dir, None);
+        config.store = store;
+        config.workspace = self.workspace.clone();
+        config.access = match (&self.snapshot, self.read_only) {
+            (Some(id), _) => Access::Snapshot(id.clone()),
+            (None, true) => Access::ReadOnly,
+            (None, false) => Access::ReadWrite,
+        };
+        config.cache_size = self.cache_size;
+        config.reserve = self.reserve;
+        config.dirty_limit = self.dirty_limit;
+        config.dirty_age = self.dirty_age;
+        config.stream_above = self.stream_above;
+        config.fsync = if self.fsync_remote { FsyncMode::Remote } else { FsyncMode::Local };
+        config.takeover = self.takeover;
+        config.kernel_owns_times = self.writeback_cache;
+        config.keep_files = vec![DAEMON_LOG.into()];
+        config
+    }
+
     /// The adapter's options for this configuration.
     pub fn mount_options(&self) -> tierfs_mount::MountOptions {
         let defaults = tierfs_mount::MountOptions::default();
@@ -83,10 +107,4 @@ pub fn build_runtime() -> Result<Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
-}
-
-/// This node's name in leases: `host:pid`.
-pub fn holder_name() -> String {
-    let host = fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
-    format!("{}:{}", if host.is_empty() { "localhost" } else { &host }, std::process::id())
 }

@@ -177,7 +177,7 @@ pub fn socket_path(runtime_dir: &Path, canonical_mountpoint: &Path) -> Result<Pa
 
 /// The daemon's log file in a data directory.
 pub fn log_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("daemon.log")
+    data_dir.join(crate::config::DAEMON_LOG)
 }
 
 /// `path` made absolute against the current directory, with `.` and `..` removed lexically.

@@ -22,10 +22,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use tierfs::tier::ColdConfig;
-use tierfs::vfs::{AttachedStore, Attr, Caller, FileKind, Ino, ROOT_INO, Timestamp, Vfs, VfsConfig};
+use tierfs::session::{Access, RESTORE_CACHE_SIZE, Session, SessionConfig};
+use tierfs::vfs::{Attr, Caller, FileKind, Ino, ROOT_INO, Timestamp, Vfs};
 
-use crate::store_link::{StoreBlocks, open_workspace};
+use crate::store_link::open_store;
 
 /// What a restore wrote.
 #[derive(Debug, Default, Serialize)]
@@ -55,42 +55,24 @@ pub fn restore(
     }
     fs::create_dir_all(target).with_context(|| format!("creating {}", target.display()))?;
     let started = Instant::now();
-    let (rt, ws) = open_workspace(store_file, workspace)?;
-    let store = ws.store().clone();
+    let rt = crate::config::build_runtime()?;
+    let (store, _) = open_store(rt.handle(), store_file)?;
     let scratch = tempfile::Builder::new()
         .prefix(".tierfs-restore-")
         .tempdir_in(target.parent().unwrap_or(Path::new("/tmp")))
         .context("creating a scratch directory next to the target")?;
-    let prepared = Vfs::prepare(scratch.path()).context("opening the scratch metadata")?;
-    let snapshot_id = match snapshot {
-        Some(id) => {
-            rt.block_on(ws.restore_snapshot(prepared.meta(), id))?;
-            Some(id.to_string())
-        }
-        None => {
-            rt.block_on(ws.restore(prepared.meta()))?;
-            None
-        }
-    };
-    // What a writer had not stored when it stopped is cut off, as a mount on a new node does.
-    prepared.meta().cut_to_stored_data().context("checking the restored files against their stored data")?;
-    let blocks = StoreBlocks { store: store.clone(), handle: rt.handle().clone() };
-    let mut cold = ColdConfig::new(Some(1 << 30));
-    cold.uploaders = 1;
-    let vfs = Vfs::from_prepared(
-        VfsConfig {
-            data_dir: scratch.path().to_path_buf(),
-            kernel_owns_times: false,
-            cache_size: Some(1 << 30),
-            store: Some(AttachedStore { store: Arc::new(blocks), config: cold }),
-            fsync_remote: None,
-            reserve: tierfs::tier::DEFAULT_RESERVE,
-        },
-        prepared,
-    )
-    .context("opening the restored metadata")?;
+    // A read-only session of a scratch data dir restores the metadata (cut to the data that
+    // reached the store, as on a new node) and fetches file data as it is read.
+    let mut config = SessionConfig::new(scratch.path(), None);
+    config.store = Some(Arc::new(store));
+    config.workspace = workspace.to_owned();
+    config.access = snapshot.map_or(Access::ReadOnly, |id| Access::Snapshot(id.to_owned()));
+    config.cache_size = Some(RESTORE_CACHE_SIZE);
+    let session = Session::open(config, rt.handle()).context("reading the workspace from the store")?;
+    let vfs = session.vfs();
+    let snapshot_id = snapshot.map(str::to_owned);
     let mut copier = Copier {
-        vfs: &vfs,
+        vfs,
         report: RestoreReport { snapshot: snapshot_id, ..RestoreReport::default() },
         links: HashMap::new(),
         show: !json && std::io::stderr().is_terminal(),
@@ -106,7 +88,7 @@ pub fn restore(
     }
     let mut report = copier.report;
     report.millis = started.elapsed().as_millis() as u64;
-    drop(vfs);
+    drop(session);
     drop(scratch);
     Ok(report)
 }

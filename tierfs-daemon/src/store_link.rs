@@ -1,17 +1,15 @@
 //! Stores seen from the binaries: unlocking a store (key file, `TIERFS_PASSPHRASE` or a
-//! prompt), the blocking [`BlockStore`] adapter the cold tier uses, the store commands
-//! `tierfs init`, `tierfs key …`, `tierfs scrub` and `tierfs warmup`, and the creation of the
-//! embedded default store at the first mount that uses it.
+//! prompt), the store commands `tierfs init`, `tierfs key …`, `tierfs scrub` and
+//! `tierfs warmup`, and the creation of the embedded default store at the first mount that
+//! uses it. (The cold tier's view of a store and the saved repairs are the core's
+//! `tierfs::session`.)
 //!
 //! Invariants:
 //! - a secret is never printed or logged, and a wrong one fails before anything changes;
 //! - the embedded default store is created by a mount only (never by a one-shot command),
 //!   with a key file, so creating it never asks anything;
-//! - repairs a mount could not finish are saved in its data dir ([`RepairLog`]) and queued
-//!   again by the next mount of it, so a copy missed while a backend was down is repaired
-//!   without waiting for a `tierfs scrub`;
-//! - the adapter enters the async store with `Handle::block_on` from the tier's worker
-//!   threads and FUSE threads, never from a runtime thread (see STYLE.md, "Async meets FUSE").
+//! - one-shot commands enter the async store with `Handle::block_on` from the main thread,
+//!   never from a runtime thread.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -19,12 +17,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use bytes::Bytes;
 use serde::Serialize;
-use tierfs::block::{BlockId, BlockLoc, PackBuilder};
-use tierfs::crypto::{self, KdfParams, Keys, Secret};
+use tierfs::crypto::{self, KdfParams, Secret};
 use tierfs::store::{Fencing, Progress, Store, StoreConfig};
-use tierfs::tier::{BlockStore, ColdError};
 use tokio::runtime::{Handle, Runtime};
 
 use crate::cli::{MountArgs, MountStore};
@@ -196,100 +191,13 @@ pub fn gc(store_file: &Path, dry_run: bool, json: bool) -> Result<tierfs::remote
     let rt = crate::config::build_runtime()?;
     let (store, _) = open_store(rt.handle(), store_file)?;
     let scratch = tempfile::Builder::new().prefix("tierfs-gc-").tempdir().context("creating a scratch directory")?;
-    let holder = format!("tierfs gc on {}", crate::config::holder_name());
+    let holder = format!("tierfs gc on {}", tierfs::session::holder_name());
     let progress = |line: &str| {
         if !json {
             eprintln!("gc: {line}");
         }
     };
     rt.block_on(tierfs::remote::gc(Arc::new(store), scratch.path(), &holder, dry_run, &progress)).context("gc")
-}
-
-/// The cold tier's view of a store: blocking calls into the async store.
-pub struct StoreBlocks {
-    pub store: Arc<Store>,
-    pub handle: Handle,
-}
-
-impl BlockStore for StoreBlocks {
-    fn keys(&self) -> &Keys {
-        self.store.keys()
-    }
-
-    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>, ColdError> {
-        self.handle.block_on(self.store.put_pack(pack)).map_err(|e| ColdError::Store(e.to_string()))
-    }
-
-    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, ColdError> {
-        self.handle.block_on(self.store.get_block(id, loc)).map_err(|e| ColdError::Store(e.to_string()))
-    }
-
-    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, ColdError> {
-        self.handle.block_on(self.store.get_blocks(blocks)).map_err(|e| ColdError::Store(e.to_string()))
-    }
-
-    fn pack_size(&self) -> usize {
-        self.store.config().pack_size as usize
-    }
-}
-
-/// The file in a mount's data dir that holds the repairs it could not finish.
-pub const SAVED_REPAIRS: &str = "pending-repairs.json";
-
-/// Repairs (copies a backend missed) saved across runs of one data dir: read and queued when
-/// the store is opened, written again whenever the queue changed (the repair loop calls
-/// [`RepairLog::save`] every few seconds, and at exit). A crash loses at most the changes of
-/// the last few seconds, which `tierfs scrub --repair` still finds.
-pub struct RepairLog {
-    path: PathBuf,
-    written: std::sync::Mutex<Vec<tierfs::backend::SavedRepair>>,
-}
-
-impl RepairLog {
-    /// Queues what an earlier run of `data_dir` saved; an unreadable file is reported, not
-    /// fatal (scrub finds what it held).
-    pub fn load(data_dir: &Path, store: &Store) -> RepairLog {
-        let path = data_dir.join(SAVED_REPAIRS);
-        let saved: Vec<tierfs::backend::SavedRepair> = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                tracing::warn!("ignoring {}: {e}; `tierfs scrub --repair` finds what it listed", path.display());
-                Vec::new()
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => {
-                tracing::warn!("cannot read {}: {e}; `tierfs scrub --repair` finds what it listed", path.display());
-                Vec::new()
-            }
-        };
-        if !saved.is_empty() {
-            let queued = store.backend().restore_repairs(&saved);
-            tracing::info!(queued, saved = saved.len(), "repairs left by the last run queued again");
-        }
-        RepairLog { path, written: std::sync::Mutex::new(saved) }
-    }
-
-    /// Writes the queue if it changed since the last write (atomically; none left: no file).
-    pub fn save(&self, store: &Store) {
-        let now = store.backend().saved_repairs();
-        let mut written = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *written == now {
-            return;
-        }
-        let result = if now.is_empty() {
-            std::fs::remove_file(&self.path)
-                .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
-        } else {
-            let tmp = self.path.with_extension("json.tmp");
-            serde_json::to_vec(&now)
-                .map_err(std::io::Error::other)
-                .and_then(|bytes| std::fs::write(&tmp, bytes))
-                .and_then(|()| std::fs::rename(&tmp, &self.path))
-        };
-        match result {
-            Ok(()) => *written = now,
-            Err(e) => tracing::warn!("cannot save the repair queue to {}: {e}", self.path.display()),
-        }
-    }
 }
 
 // ---- commands ----------------------------------------------------------------------------

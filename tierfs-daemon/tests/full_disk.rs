@@ -125,7 +125,7 @@ fn writes_stop_at_the_reserve_with_enospc_and_the_metadata_keeps_working() {
 
     let log = fs::read_to_string(w.disk.join("daemon.log")).expect("daemon log");
     assert!(
-        log.lines().any(|l| l.contains("WARN") && l.contains("no space left") && l.contains("--reserve")),
+        log.lines().any(|l| l.contains("WARN") && l.contains("no space left") && l.contains("reserve")),
         "the daemon log says nothing about the full disk:\n{log}"
     );
 

@@ -1,0 +1,603 @@
+//! A workspace session: one data dir opened against its store (or none), served by any front
+//! end (the FUSE mount, the watcher, a node daemon, the Python package), then closed safely.
+//!
+//! [`Session::open`] does everything that comes before serving: it reloads the repairs the
+//! last run saved, restores the workspace into an empty data dir (or a read-only or snapshot
+//! view of it), checks a used one against the store and drops it when it is only an outdated
+//! copy, takes the writer lease, opens the [`Vfs`] and starts the background work (the
+//! committer, the repair loop, the sweep of leftover data files). The front end serves the
+//! [`Vfs`] it hands out; [`Session::flush`] and [`Session::close`] make everything durable
+//! within one deadline and say how far they got.
+//!
+//! Invariants:
+//! - nothing a user wrote is removed: only a data dir whose every change is in the store
+//!   (`RemoteError::StaleLocal`) is cleared, and a snapshot cache only when it carries the
+//!   snapshot marker;
+//! - a read-only or snapshot session takes no lease and writes nothing to the store;
+//! - defaults live here ([`SessionConfig::new`], the constants below); front ends only map
+//!   their options onto [`SessionConfig`];
+//! - blocking calls (`open`, `sync`) enter the runtime with `Handle::block_on`, so they are
+//!   made from a plain thread, never from a runtime thread.
+
+mod blocks;
+mod error;
+mod repairs;
+
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::backend::BackendHealth;
+use crate::remote::{CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
+use crate::store::{Fencing, Store};
+use crate::tier::{ColdConfig, DEFAULT_RESERVE};
+use crate::vfs::{AttachedStore, Prepared, Vfs, VfsConfig, VfsStats};
+
+pub use blocks::StoreBlocks;
+pub use error::{FlushError, SessionError};
+pub use repairs::{RepairLog, SAVED_REPAIRS};
+
+/// A node that vanishes keeps its workspace's lease this long (others wait or take over).
+pub const LEASE_TTL: Duration = Duration::from_secs(30);
+/// With [`FsyncMode::Remote`], how long fsync waits for the store before failing with EIO.
+pub const FSYNC_REMOTE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often copies that a backend missed are retried (and how long the last try at close
+/// may take).
+pub const REPAIR_INTERVAL: Duration = Duration::from_secs(5);
+/// How long data of an open file may stay dirty before it is uploaded to a store on other
+/// machines.
+pub const DIRTY_AGE: Duration = Duration::from_millis(500);
+/// The same for a store on this machine's own disk ([`StoreLocality::SameDisk`]): an upload
+/// protects against nothing a local fsync does not, so rewrites are sealed seldom.
+pub const SAME_DISK_DIRTY_AGE: Duration = Duration::from_secs(30);
+/// How long a close may take to make everything durable.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+/// The cache size of a restore's scratch session.
+pub const RESTORE_CACHE_SIZE: u64 = 1 << 30;
+/// The marker file of a snapshot session's data dir (a cache, rebuilt at every open).
+pub const SNAPSHOT_MARKER: &str = ".tierfs-snapshot-cache";
+
+/// What a session may do with the workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// Read and write; with a store, takes the writer lease and journals every change.
+    ReadWrite,
+    /// Read only, no lease; an empty data dir shows the workspace's latest state.
+    ReadOnly,
+    /// Read only, one snapshot; the data dir is a cache of it, rebuilt at every open.
+    Snapshot(String),
+}
+
+/// When fsync returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncMode {
+    /// Once the data is on local disk.
+    Local,
+    /// Once the data and the metadata that finds it are in the store.
+    Remote,
+}
+
+/// Reads of files larger than a size bypass the cache, or never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamLimit {
+    /// The cold tier's default (half the cache).
+    Default,
+    Off,
+    Above(u64),
+}
+
+/// Where the store keeps its objects, which sets the defaults that depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreLocality {
+    /// On other machines (S3 servers): a reset of this node does not lose it.
+    Remote,
+    /// On this machine's own disk (the embedded default store).
+    SameDisk,
+}
+
+impl StoreLocality {
+    /// The default dirty age for a store here.
+    pub fn dirty_age(self) -> Duration {
+        match self {
+            StoreLocality::Remote => DIRTY_AGE,
+            StoreLocality::SameDisk => SAME_DISK_DIRTY_AGE,
+        }
+    }
+
+    /// The default fsync mode for a store here: an upload to the same disk adds nothing to a
+    /// local fsync.
+    pub fn fsync(self) -> FsyncMode {
+        match self {
+            StoreLocality::Remote => FsyncMode::Remote,
+            StoreLocality::SameDisk => FsyncMode::Local,
+        }
+    }
+}
+
+/// Everything a session is opened from.
+#[derive(Clone)]
+pub struct SessionConfig {
+    /// The hot tier and the metadata store; created if missing.
+    pub data_dir: PathBuf,
+    /// The opened store behind the cold tier and the workspace; `None`: local only.
+    pub store: Option<Arc<Store>>,
+    pub workspace: String,
+    pub access: Access,
+    /// Hot-tier size limit (`None`: the disk).
+    pub cache_size: Option<u64>,
+    /// Free disk space file data leaves for metadata.
+    pub reserve: u64,
+    /// Bound on bytes written but not uploaded (`None`: the cold tier's default).
+    pub dirty_limit: Option<u64>,
+    /// Data of open files is uploaded once this old.
+    pub dirty_age: Duration,
+    pub stream_above: StreamLimit,
+    pub fsync: FsyncMode,
+    pub lease_ttl: Duration,
+    /// This node's name in the lease.
+    pub holder: String,
+    /// Take the workspace over from a live lease.
+    pub takeover: bool,
+    /// The front end keeps mtime/ctime of written files (the FUSE writeback cache).
+    pub kernel_owns_times: bool,
+    /// Files of the front end in the data dir that clearing it keeps (a daemon's log).
+    pub keep_files: Vec<OsString>,
+}
+
+impl std::fmt::Debug for SessionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionConfig")
+            .field("data_dir", &self.data_dir)
+            .field("store", &self.store.is_some())
+            .field("workspace", &self.workspace)
+            .field("access", &self.access)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionConfig {
+    /// A read-write session of workspace `default` in `data_dir` with every default; with a
+    /// store at `locality`, the defaults that depend on where it is.
+    pub fn new(data_dir: impl Into<PathBuf>, store: Option<(Arc<Store>, StoreLocality)>) -> SessionConfig {
+        let locality = store.as_ref().map_or(StoreLocality::Remote, |(_, l)| *l);
+        SessionConfig {
+            data_dir: data_dir.into(),
+            store: store.map(|(s, _)| s),
+            workspace: "default".into(),
+            access: Access::ReadWrite,
+            cache_size: None,
+            reserve: DEFAULT_RESERVE,
+            dirty_limit: None,
+            dirty_age: locality.dirty_age(),
+            stream_above: StreamLimit::Default,
+            fsync: locality.fsync(),
+            lease_ttl: LEASE_TTL,
+            holder: holder_name(),
+            takeover: false,
+            kernel_owns_times: false,
+            keep_files: Vec::new(),
+        }
+    }
+
+    fn cold_config(&self) -> ColdConfig {
+        let mut cold = ColdConfig::new(self.cache_size);
+        if let Some(limit) = self.dirty_limit {
+            cold.max_dirty = limit.max(2 * crate::block::CHUNK_SIZE);
+        }
+        cold.seal_after = self.dirty_age;
+        match self.stream_above {
+            StreamLimit::Default => {}
+            StreamLimit::Off => cold.stream_above = None,
+            StreamLimit::Above(size) => cold.stream_above = Some(size),
+        }
+        cold
+    }
+}
+
+/// This process's name in leases: `host:pid`.
+pub fn holder_name() -> String {
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    format!("{}:{}", if host.is_empty() { "localhost" } else { &host }, std::process::id())
+}
+
+/// What [`Session::sync`] committed.
+#[derive(Debug, Clone)]
+pub struct Synced {
+    pub snapshot: String,
+    pub report: CheckpointReport,
+    /// File data uploaded by this sync.
+    pub data_bytes: u64,
+    pub took: Duration,
+}
+
+/// Numbers for a status report.
+#[derive(Debug, Clone)]
+pub struct SessionStatus {
+    pub vfs: VfsStats,
+    pub remote: Option<RemoteStats>,
+    pub backends: Vec<BackendHealth>,
+    pub pending_repairs: u64,
+}
+
+/// The background work of an open session, stopped by [`Session::close`].
+struct Background {
+    stop_remote: watch::Sender<bool>,
+    remote_task: Option<JoinHandle<()>>,
+    repairer: Option<JoinHandle<()>>,
+}
+
+/// An open workspace (see the module documentation).
+pub struct Session {
+    vfs: Arc<Vfs>,
+    store: Option<Arc<Store>>,
+    committer: Option<Arc<Committer>>,
+    repairs: Option<Arc<RepairLog>>,
+    handle: Handle,
+    background: Mutex<Option<Background>>,
+    closed: AtomicBool,
+}
+
+impl Session {
+    /// Opens the session `config` describes (see the module documentation). Blocking.
+    pub fn open(config: SessionConfig, handle: &Handle) -> Result<Session, SessionError> {
+        let store = config.store.clone();
+        if matches!(config.access, Access::Snapshot(_)) && store.is_none() {
+            return Err(SessionError::NoStore);
+        }
+        // Before anything may clear the data dir.
+        let repairs = store.as_ref().map(|s| Arc::new(RepairLog::load(&config.data_dir, s)));
+        if matches!(config.access, Access::Snapshot(_)) {
+            reset_snapshot_dir(&config.data_dir, &config.keep_files)?;
+        }
+        let mut prepared = Vfs::prepare(&config.data_dir)?;
+        if let Some(store) = &store {
+            restore_view(&config, store, &prepared, handle)?;
+        }
+        let committer = match &store {
+            Some(store) if config.access == Access::ReadWrite => {
+                match open_remote(&config, store, &prepared, handle) {
+                    Ok(c) => Some(c),
+                    Err(SessionError::Remote(e @ RemoteError::StaleLocal { .. })) => {
+                        // Another node wrote the workspace since, and everything this node
+                        // wrote is in the store: its copy is only an outdated cache.
+                        warn!("{e}; dropping this node's outdated copy and restoring the store's state");
+                        drop(prepared);
+                        clear_data_dir(&config.data_dir, &config.keep_files)?;
+                        prepared = Vfs::prepare(&config.data_dir)?;
+                        Some(open_remote(&config, store, &prepared, handle)?)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            _ => None,
+        };
+        let attached = store.as_ref().map(|s| AttachedStore {
+            store: Arc::new(StoreBlocks::new(s.clone(), handle.clone())),
+            config: config.cold_config(),
+        });
+        let fsync_remote = (committer.is_some() && config.fsync == FsyncMode::Remote).then_some(FSYNC_REMOTE_TIMEOUT);
+        let vfs = Vfs::from_prepared(
+            VfsConfig {
+                data_dir: config.data_dir.clone(),
+                kernel_owns_times: config.kernel_owns_times,
+                cache_size: config.cache_size,
+                store: attached,
+                fsync_remote,
+                reserve: config.reserve,
+            },
+            prepared,
+        );
+        let vfs = match vfs {
+            Ok(vfs) => Arc::new(vfs),
+            Err(e) => {
+                if let Some(c) = &committer {
+                    // Nothing was served: let the next attempt (or node) have the workspace.
+                    let _ = handle.block_on(c.release());
+                }
+                return Err(e.into());
+            }
+        };
+        let session = Session {
+            vfs,
+            store,
+            committer,
+            repairs,
+            handle: handle.clone(),
+            background: Mutex::new(None),
+            closed: AtomicBool::new(false),
+        };
+        session.start(config.access == Access::ReadWrite);
+        Ok(session)
+    }
+
+    /// Starts the committer, the repair loop and (when writable) the sweep.
+    fn start(&self, writable: bool) {
+        let (stop_remote, stop_rx) = watch::channel(false);
+        let remote_task = self.committer.clone().map(|c| self.handle.spawn(c.run(stop_rx)));
+        // Copies a backend could not take when they were written (it was down) are retried
+        // until they are in; what is left is saved for the next session.
+        let repairer = self.store.clone().zip(self.repairs.clone()).map(|(store, log)| {
+            self.handle.spawn(async move {
+                loop {
+                    tokio::time::sleep(REPAIR_INTERVAL).await;
+                    store.run_repairs().await;
+                    log.save(&store);
+                }
+            })
+        });
+        *self.background.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(Background { stop_remote, remote_task, repairer });
+        if writable {
+            spawn_sweep(self.vfs.clone());
+        }
+    }
+
+    /// The filesystem the front end serves.
+    pub fn vfs(&self) -> &Arc<Vfs> {
+        &self.vfs
+    }
+
+    /// The store, when the session has one.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
+    /// Whether this session journals to the store (a read-write session with a store).
+    pub fn is_synced(&self) -> bool {
+        self.committer.is_some()
+    }
+
+    /// Numbers for a status report.
+    pub fn status(&self) -> SessionStatus {
+        SessionStatus {
+            vfs: self.vfs.stats(),
+            remote: self.committer.as_ref().map(|c| c.stats()),
+            backends: self.store.as_ref().map(|s| s.backend().health()).unwrap_or_default(),
+            pending_repairs: self.store.as_ref().map_or(0, |s| s.backend().pending_repairs() as u64),
+        }
+    }
+
+    /// Uploads everything written so far (waiting up to `timeout`), then commits a snapshot
+    /// named `message`. Blocking.
+    pub fn sync(&self, message: Option<String>, timeout: Duration) -> Result<Synced, SessionError> {
+        let Some(c) = &self.committer else {
+            return Err(if self.store.is_none() { SessionError::NoStore } else { SessionError::ReadOnly });
+        };
+        let start = Instant::now();
+        let uploaded = || self.vfs.stats().cold.map_or(0, |s| s.uploaded_bytes);
+        let before = uploaded();
+        self.vfs.flush_to_store(timeout).map_err(|dirty| SessionError::NotUploaded { dirty, timeout })?;
+        let data_bytes = uploaded().saturating_sub(before);
+        let (manifest, report) = self.handle.block_on(async {
+            c.confirm_lease().await?;
+            c.checkpoint(Some(message)).await
+        })?;
+        Ok(Synced { snapshot: manifest.id.unwrap_or_default(), report, data_bytes, took: start.elapsed() })
+    }
+
+    /// Uploads what is dirty, then makes everything durable on local disk, before `deadline`.
+    /// Runs on its own thread rather than `spawn_blocking`, so a flush stuck past the
+    /// deadline never holds up the runtime's shutdown.
+    pub async fn flush(&self, deadline: tokio::time::Instant) -> Result<(), FlushError> {
+        let (tx, rx) = oneshot::channel();
+        let vfs = self.vfs.clone();
+        let spawned = std::thread::Builder::new().name("tierfs-flush".into()).spawn(move || {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let result = match vfs.flush_to_store(remaining) {
+                Ok(()) => vfs.sync_all().map_err(FlushError::Local),
+                Err(dirty) => Err(FlushError::NotUploaded { dirty }),
+            };
+            // Drop this thread's reference before reporting, so the session holds the last one
+            // and closes RocksDB in order: a reference left here could be the last at process
+            // exit, and RocksDB torn down during exit() aborts.
+            drop(vfs);
+            let _ = tx.send(result);
+        });
+        if let Err(err) = spawned {
+            return Err(FlushError::Thread(format!("starting the flush thread: {err}")));
+        }
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(FlushError::Thread("the flush thread panicked".into())),
+            Err(_) => Err(FlushError::Deadline),
+        }
+    }
+
+    /// Ends the session after the front end stopped serving and [`Session::flush`] ran:
+    /// waits until every metadata change is in the store, writes a checkpoint (so the next
+    /// restore reads one object set instead of a long journal), releases the lease, stops the
+    /// background work and tries the repairs left once more, saving what remains. A second
+    /// call does nothing.
+    pub async fn close(&self, deadline: tokio::time::Instant) -> Result<(), FlushError> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let drained = match &self.committer {
+            Some(c) => self.drain_remote(c, deadline).await,
+            None => Ok(()),
+        };
+        let background = self.background.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(bg) = background {
+            let _ = bg.stop_remote.send(true);
+            if let Some(task) = bg.remote_task {
+                let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            }
+            if let Some(repairer) = bg.repairer {
+                repairer.abort();
+            }
+        }
+        if let Some(store) = &self.store {
+            let pending = match tokio::time::timeout(REPAIR_INTERVAL, store.run_repairs()).await {
+                Ok(pending) => pending,
+                Err(_) => store.backend().pending_repairs(),
+            };
+            if let Some(log) = &self.repairs {
+                log.save(store);
+            }
+            if pending > 0 {
+                warn!(
+                    "{pending} copies could not be repaired before the session closed (a backend is still \
+                     down); the next session of this data dir retries them (a scrub with repair does too)"
+                );
+            }
+        }
+        drained
+    }
+
+    async fn drain_remote(&self, c: &Arc<Committer>, deadline: tokio::time::Instant) -> Result<(), FlushError> {
+        let meta = self.vfs.meta().clone();
+        let last = meta.journal().last_seq();
+        let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let waited = tokio::task::spawn_blocking(move || meta.journal().wait_durable(last, timeout)).await;
+        match waited {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => return Err(FlushError::MetadataNotStored(reason.to_string())),
+            Err(e) => return Err(FlushError::Thread(format!("waiting for the store: {e}"))),
+        }
+        match tokio::time::timeout_at(deadline, c.checkpoint(None)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!("final checkpoint: {e} (the journal has everything; restore replays it)"),
+            Err(_) => warn!("final checkpoint did not finish in time (the journal has everything)"),
+        }
+        if let Err(e) = c.release().await {
+            warn!("releasing the workspace lease: {e} (it expires on its own)");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Closed or not, nothing of the session keeps running (an unclosed session leaves the
+        // lease to expire and its journal to the next session).
+        if let Some(bg) = self.background.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            let _ = bg.stop_remote.send(true);
+            for task in [bg.remote_task, bg.repairer].into_iter().flatten() {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// A read-only session with nothing local shows the latest state; a snapshot session, the
+/// snapshot. Either is shown as a node after a reset would show it: data that was never
+/// stored is cut off.
+fn restore_view(
+    config: &SessionConfig,
+    store: &Arc<Store>,
+    prepared: &Prepared,
+    handle: &Handle,
+) -> Result<(), SessionError> {
+    let ws = Workspace::new(store.clone(), &config.workspace);
+    match &config.access {
+        Access::ReadWrite => return Ok(()),
+        Access::ReadOnly => {
+            if !prepared.meta().is_empty()? {
+                return Ok(());
+            }
+            let state = handle.block_on(ws.restore(prepared.meta()))?;
+            info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored read-only");
+        }
+        Access::Snapshot(id) => {
+            let m = handle.block_on(ws.restore_snapshot(prepared.meta(), id))?;
+            info!(snapshot = %id, entries = m.entries, "snapshot restored read-only");
+        }
+    }
+    prepared.meta().cut_to_stored_data()?;
+    Ok(())
+}
+
+/// Takes the workspace's lease and brings the local metadata in line with the store.
+fn open_remote(
+    config: &SessionConfig,
+    store: &Arc<Store>,
+    prepared: &Prepared,
+    handle: &Handle,
+) -> Result<Arc<Committer>, SessionError> {
+    let ws = Arc::new(Workspace::new(store.clone(), &config.workspace));
+    handle.block_on(async {
+        match store.config().fencing {
+            Fencing::Conditional => {
+                store.backend().check_conditional_create().await.map_err(SessionError::NoConditionalWrites)?
+            }
+            Fencing::Lease => info!(
+                "workspace {:?} is fenced by its lease only: a takeover waits out the holder's lease",
+                config.workspace
+            ),
+        }
+        let started = Instant::now();
+        let lease = ws.lease(&config.holder, config.lease_ttl);
+        let (committer, state) = Committer::open(ws.clone(), prepared.meta().clone(), lease, config.takeover).await?;
+        info!(
+            workspace = %config.workspace,
+            remote_seq = state.remote_seq,
+            segments = state.segments,
+            entries = state.entries,
+            millis = started.elapsed().as_millis() as u64,
+            "workspace metadata in line with the store"
+        );
+        Ok(committer)
+    })
+}
+
+fn io_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + use<> {
+    let path = path.to_path_buf();
+    move |source| SessionError::Io { what, path, source }
+}
+
+/// A snapshot session's data dir holds nothing but a cache of the snapshot: it is emptied
+/// before each such session. A directory that is not one (no marker) is refused, never wiped.
+fn reset_snapshot_dir(dir: &Path, keep: &[OsString]) -> Result<(), SessionError> {
+    fs::create_dir_all(dir).map_err(io_error("creating", dir))?;
+    let mut entries = fs::read_dir(dir).map_err(io_error("reading", dir))?;
+    let foreign = entries.any(|e| e.is_ok_and(|e| e.file_name() != SNAPSHOT_MARKER && !keep.contains(&e.file_name())));
+    if foreign && !dir.join(SNAPSHOT_MARKER).exists() {
+        return Err(SessionError::NotSnapshotCache(dir.to_path_buf()));
+    }
+    clear_data_dir(dir, keep)?;
+    let marker = dir.join(SNAPSHOT_MARKER);
+    fs::write(&marker, b"tierfs: a read-only snapshot's cache, rebuilt at every mount\n")
+        .map_err(io_error("marking", &marker))
+}
+
+/// Removes this node's copy of a workspace (metadata and cached data), keeping `keep`.
+fn clear_data_dir(dir: &Path, keep: &[OsString]) -> Result<(), SessionError> {
+    for e in fs::read_dir(dir).map_err(io_error("reading", dir))? {
+        let e = e.map_err(io_error("reading", dir))?;
+        if keep.contains(&e.file_name()) {
+            continue;
+        }
+        let path = e.path();
+        let removed =
+            if e.file_type().is_ok_and(|t| t.is_dir()) { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        removed.map_err(io_error("removing", &path))?;
+    }
+    Ok(())
+}
+
+/// Removes, in the background, data files that a crash left behind after their inode was
+/// deleted (`Vfs::sweep_leftover_data_files`); one walk of the data dir per session.
+fn spawn_sweep(vfs: Arc<Vfs>) {
+    let spawned = std::thread::Builder::new().name("tierfs-sweep".into()).spawn(move || {
+        let started = Instant::now();
+        match vfs.sweep_leftover_data_files() {
+            Ok(0) => tracing::debug!(millis = started.elapsed().as_millis(), "no leftover data files"),
+            Ok(n) => info!(
+                millis = started.elapsed().as_millis(),
+                "removed {n} data files left behind by a crash (their files were already deleted)"
+            ),
+            Err(e) => warn!("sweeping leftover data files: {e}"),
+        }
+    });
+    if let Err(e) = spawned {
+        warn!("cannot start the sweep of leftover data files: {e}");
+    }
+}

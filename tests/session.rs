@@ -1,0 +1,181 @@
+//! The workspace session of the core, driven as a front end drives it, on a real `file://`
+//! store and real RocksDB: write, snapshot, close; reopen on a fresh node (an empty data dir);
+//! an outdated copy dropped and restored (keeping the front end's files); read-only and
+//! snapshot sessions; the lease refusing a second writer; errors a caller can tell apart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tierfs::backend::BackendSpec;
+use tierfs::crypto::{KdfParams, Secret};
+use tierfs::remote::RemoteError;
+use tierfs::session::{Access, Session, SessionConfig, SessionError, StoreLocality};
+use tierfs::store::{Store, StoreConfig};
+use tierfs::vfs::{Caller, ROOT_INO, Vfs};
+use tokio::runtime::Runtime;
+
+const SECRET: Secret<'static> = Secret::Passphrase(b"session test");
+
+struct Fixture {
+    rt: Runtime,
+    dir: tempfile::TempDir,
+    store_config: StoreConfig,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let objects = dir.path().join("objects");
+        std::fs::create_dir_all(&objects).expect("objects dir");
+        let mut store_config = StoreConfig::new(vec![BackendSpec::File { path: objects }.to_url()]);
+        store_config.replicas = Some(1);
+        rt.block_on(Store::init(&store_config, &SECRET, KdfParams::for_tests())).expect("init store");
+        Fixture { rt, dir, store_config }
+    }
+
+    fn store(&self) -> Arc<Store> {
+        Arc::new(self.rt.block_on(Store::open(&self.store_config, &SECRET)).expect("open store"))
+    }
+
+    fn config(&self, data_dir: &str, access: Access) -> SessionConfig {
+        let mut config =
+            SessionConfig::new(self.dir.path().join(data_dir), Some((self.store(), StoreLocality::Remote)));
+        config.access = access;
+        config.holder = format!("test-{data_dir}");
+        config
+    }
+
+    fn open(&self, data_dir: &str, access: Access) -> Result<Session, SessionError> {
+        Session::open(self.config(data_dir, access), self.rt.handle())
+    }
+
+    fn close(&self, session: Session) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        self.rt.block_on(session.flush(deadline)).expect("flush");
+        self.rt.block_on(session.close(deadline)).expect("close");
+    }
+}
+
+fn write_file(vfs: &Vfs, name: &str, at: u64, data: &[u8]) {
+    let (attr, fh) = vfs.create(&Caller::ROOT, ROOT_INO, name.as_bytes(), 0o644, 0o022, libc::O_RDWR).expect("create");
+    vfs.write(attr.ino, fh, at, data).expect("write");
+    vfs.release(attr.ino, fh).expect("release");
+}
+
+fn read_file(vfs: &Vfs, name: &str) -> Vec<u8> {
+    let attr = vfs.lookup(ROOT_INO, name.as_bytes()).expect("lookup");
+    let fh = vfs.open(&Caller::ROOT, attr.ino, libc::O_RDONLY).expect("open");
+    let mut out = Vec::new();
+    while (out.len() as u64) < attr.size {
+        let chunk = vfs.read(attr.ino, fh, out.len() as u64, 1 << 20).expect("read");
+        assert!(!chunk.is_empty(), "{name}: short read at {}", out.len());
+        out.extend_from_slice(&chunk);
+    }
+    vfs.release(attr.ino, fh).expect("release");
+    out
+}
+
+fn exists(vfs: &Vfs, name: &str) -> bool {
+    vfs.lookup(ROOT_INO, name.as_bytes()).is_ok()
+}
+
+#[test]
+fn a_session_syncs_closes_and_comes_back_on_a_fresh_node() {
+    let fx = Fixture::new();
+    let first = fx.open("node-a", Access::ReadWrite).expect("open on node a");
+    assert!(first.is_synced());
+    write_file(first.vfs(), "notes.txt", 0, b"kept across resets");
+    // A hole of two whole chunks before the data.
+    write_file(first.vfs(), "sparse.bin", 9 << 20, b"end");
+    let synced = first.sync(Some("first".into()), Duration::from_secs(30)).expect("sync");
+    assert!(!synced.snapshot.is_empty(), "a sync names its snapshot");
+    assert!(synced.data_bytes > 0, "the sync uploaded the file data");
+    let status = first.status();
+    assert_eq!(status.vfs.cold.as_ref().map(|c| c.dirty_bytes), Some(0), "nothing is pending after a sync");
+    let remote = status.remote.expect("a synced session reports its journal");
+    assert_eq!((remote.durable_seq, remote.last_snapshot), (remote.last_seq, Some(synced.snapshot.clone())));
+    write_file(first.vfs(), "after.txt", 0, b"written after the snapshot");
+    fx.close(first);
+
+    // A fresh node: an empty data dir gets the latest state, holes and all.
+    let second = fx.open("node-b", Access::ReadWrite).expect("open on node b");
+    assert_eq!(read_file(second.vfs(), "notes.txt"), b"kept across resets");
+    assert_eq!(read_file(second.vfs(), "after.txt"), b"written after the snapshot");
+    let sparse = read_file(second.vfs(), "sparse.bin");
+    assert_eq!(sparse.len(), (9 << 20) + 3, "the sparse file keeps its size");
+    assert!(sparse[..9 << 20].iter().all(|&b| b == 0) && sparse.ends_with(b"end"));
+    write_file(second.vfs(), "from-b.txt", 0, b"node b wrote this");
+    fx.close(second);
+
+    // Node a again: its copy is outdated (node b wrote since), so it is dropped and restored;
+    // the front end's own file in the data dir stays.
+    let keep = fx.dir.path().join("node-a").join("front-end.log");
+    std::fs::write(&keep, b"log").expect("front end file");
+    let mut config = fx.config("node-a", Access::ReadWrite);
+    config.keep_files = vec!["front-end.log".into()];
+    let again = Session::open(config, fx.rt.handle()).expect("reopen on node a");
+    assert_eq!(read_file(again.vfs(), "from-b.txt"), b"node b wrote this");
+    assert_eq!(std::fs::read(&keep).expect("kept file"), b"log", "clearing kept the front end's file");
+    fx.close(again);
+}
+
+#[test]
+fn read_only_and_snapshot_sessions_show_the_store_and_write_nothing() {
+    let fx = Fixture::new();
+    let writer = fx.open("writer", Access::ReadWrite).expect("open writer");
+    write_file(writer.vfs(), "v.txt", 0, b"version one");
+    let snapshot = writer.sync(Some("v1".into()), Duration::from_secs(30)).expect("sync").snapshot;
+    let attr = writer.vfs().lookup(ROOT_INO, b"v.txt").expect("lookup");
+    let fh = writer.vfs().open(&Caller::ROOT, attr.ino, libc::O_RDWR).expect("open");
+    writer.vfs().write(attr.ino, fh, 0, b"VERSION TWO").expect("rewrite");
+    writer.vfs().release(attr.ino, fh).expect("release");
+    fx.close(writer);
+
+    let latest = fx.open("reader", Access::ReadOnly).expect("open read-only");
+    assert!(!latest.is_synced(), "a read-only session takes no lease");
+    assert_eq!(read_file(latest.vfs(), "v.txt"), b"VERSION TWO");
+    assert!(matches!(latest.sync(None, Duration::from_secs(5)), Err(SessionError::ReadOnly)));
+    drop(latest);
+
+    let old = fx.open("snap", Access::Snapshot(snapshot.clone())).expect("open snapshot");
+    assert_eq!(read_file(old.vfs(), "v.txt"), b"version one");
+    drop(old);
+    // The snapshot cache is rebuilt at every open; a data dir that is not one is refused.
+    fx.open("snap", Access::Snapshot(snapshot.clone())).expect("reopen snapshot");
+    let foreign = fx.dir.path().join("foreign");
+    std::fs::create_dir_all(&foreign).expect("dir");
+    std::fs::write(foreign.join("mine.txt"), b"user data").expect("user file");
+    let refused = fx.open("foreign", Access::Snapshot(snapshot)).err().expect("a foreign dir is refused");
+    assert!(matches!(refused, SessionError::NotSnapshotCache(_)), "{refused}");
+    assert_eq!(std::fs::read(foreign.join("mine.txt")).expect("still there"), b"user data");
+    let missing = fx.open("nosuch", Access::Snapshot("no-such-id".into())).err().expect("unknown snapshot");
+    assert!(matches!(missing, SessionError::Remote(RemoteError::NoSnapshot(_))), "{missing}");
+}
+
+#[test]
+fn a_second_writer_is_refused_and_a_session_without_store_has_nothing_to_sync() {
+    let fx = Fixture::new();
+    let first = fx.open("one", Access::ReadWrite).expect("open first");
+    let second = fx.open("two", Access::ReadWrite).err().expect("the lease refuses a second writer");
+    assert!(matches!(second, SessionError::Remote(RemoteError::Held { .. })), "{second}");
+    fx.close(first);
+    // Once the first closed (and released its lease), the other node may write.
+    let two = fx.open("two", Access::ReadWrite).expect("open after the release");
+    fx.close(two);
+
+    let local = Session::open(SessionConfig::new(fx.dir.path().join("local"), None), fx.rt.handle())
+        .expect("open without store");
+    assert!(matches!(local.sync(None, Duration::from_secs(5)), Err(SessionError::NoStore)));
+    write_file(local.vfs(), "a.txt", 0, b"local only");
+    fx.close(local);
+    let snapshot_without_store = {
+        let mut config = SessionConfig::new(fx.dir.path().join("x"), None);
+        config.access = Access::Snapshot("s".into());
+        Session::open(config, fx.rt.handle()).err().expect("a snapshot needs a store")
+    };
+    assert!(matches!(snapshot_without_store, SessionError::NoStore));
+    let reopened = Session::open(SessionConfig::new(fx.dir.path().join("local"), None), fx.rt.handle())
+        .expect("reopen without store");
+    assert!(exists(reopened.vfs(), "a.txt"));
+}
