@@ -1,0 +1,711 @@
+//! The cold tier engine: seals dirty chunks of the hot tier into blocks, uploads them, evicts
+//! what is safely stored, and fetches it back on a miss.
+//!
+//! Every regular file is a sequence of [`CHUNK_SIZE`] chunks at the data file's own offsets
+//! (docs/ARCHITECTURE.md, "Extent model"). A chunk is
+//! - **dirty**: written since it was last sealed (only the local data file has its bytes);
+//! - **sealed**: its bytes are a block in the store, recorded in a [`ChunkRecord`], and still
+//!   resident locally;
+//! - **evicted**: sealed, and the local bytes were punched out; a read fetches the block back.
+//!
+//! Invariants (all state transitions happen under one mutex, `ColdTier::state`):
+//! - a chunk record is committed only after `put_blocks` returned, so a record always names a
+//!   block that is in the store at quorum; eviction only punches chunks that have one and are
+//!   not dirty, so eviction never loses a byte;
+//! - writers mark a chunk dirty *before* their `pwrite` and bump its epoch *after* it (see
+//!   [`WriteGuard`]); the uploader seals a chunk only if its epoch did not move and no write is
+//!   in flight, so a write racing with sealing leaves the chunk dirty, never falsely clean;
+//! - eviction punches under the mutex, and writers mark under the mutex before writing, so a
+//!   write never lands in a chunk that is being punched; a write to an evicted chunk first
+//!   fetches it (unless it overwrites the whole chunk);
+//! - an inode with dirty chunks carries a persistent dirty marker, so after a crash its chunks
+//!   are re-sealed (and a stale chunk record is never trusted over newer local bytes);
+//! - writers are throttled, never failed, while dirty bytes exceed the bound;
+//! - a file larger than [`ColdConfig::stream_above`] is *streamed*: the blocks its reads fetch
+//!   go to a small in-memory buffer keyed by block id, not into the data file, and its chunks
+//!   stay evicted. A read is served from that buffer only while its chunk is evicted, clean
+//!   and its record names that block, so the buffer can never show stale bytes (a write first
+//!   fetches the chunk into the data file and marks it dirty).
+//!
+//! The store is reached through [`BlockStore`] (blocking calls from worker threads), so this
+//! layer knows nothing of backends, encryption or async runtimes.
+//!
+//! The engine is one [`ColdTier`] whose methods are spread over files by what they do to a
+//! chunk. This file holds the types, the shared state, start and shutdown, the calls that keep
+//! a file's chunk state in step with the vfs (truncate, forget, open, close) and the stats;
+//! - `write.rs`: marking chunks dirty before a change, and the dirty bound;
+//! - `fetch.rs`: bringing evicted chunks back for a read or a write, and read-ahead;
+//! - `verify.rs`: checking cached chunks left by an earlier run;
+//! - `stream.rs`: reads of large files served from the stream buffer, past the cache;
+//! - `upload.rs`: claiming, sealing and uploading dirty chunks, and flushes;
+//! - `evict.rs`: punching sealed chunks out to keep the cache size and the disk's free space.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+use self::stream::StreamBuffer;
+use super::{DataFile, HotTier, HotTierError};
+use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
+use crate::crypto::Keys;
+use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
+use crate::store::StoreError;
+use crate::types::ErrorKind;
+use crate::types::Ino;
+
+mod evict;
+mod fetch;
+mod stream;
+mod upload;
+mod verify;
+mod write;
+
+/// The store as the tier sees it. Calls block; they are made from worker threads and from
+/// FUSE worker threads, never from inside an async runtime.
+pub trait BlockStore: Send + Sync {
+    /// This store's keys: block ids are keyed hashes under them, and blocks are sealed with them.
+    fn keys(&self) -> &Keys;
+    /// The id of a block with these bytes (keyed hash: only the store's key holder can compute it).
+    fn block_id(&self, data: &[u8]) -> BlockId {
+        self.keys().block_id(data)
+    }
+    /// Uploads a pack the tier filled (blocks sealed with [`BlockStore::keys`]) and returns
+    /// where each block landed, after they are durable.
+    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>, StoreError>;
+    /// Fetches and verifies one block.
+    fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, StoreError>;
+    /// Fetches and verifies several blocks (in order); blocks next to each other in one pack
+    /// may come in one request.
+    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, StoreError> {
+        blocks.iter().map(|(id, loc)| self.get_block(id, loc)).collect()
+    }
+    /// Target bytes per pack.
+    fn pack_size(&self) -> usize;
+}
+
+/// Why a cold-tier operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ColdError {
+    /// The store failed; its error keeps its kind (unavailable, corrupt, not found).
+    #[error("store: {0}")]
+    Store(Arc<StoreError>),
+    /// A batched fetch ended without an answer for this block (a bug, reported as EIO).
+    #[error("the store returned no data for a requested block")]
+    NotFetched,
+    #[error("block {block} (chunk {index} of inode {ino}) is not in the local block index")]
+    MissingLocation { ino: Ino, index: u64, block: String },
+    #[error("block of chunk {index} of inode {ino} has {got} bytes, expected {want}")]
+    WrongLength { ino: Ino, index: u64, got: usize, want: usize },
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error(transparent)]
+    HotTier(#[from] HotTierError),
+}
+
+impl ColdError {
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ColdError::Store(e) => e.kind(),
+            ColdError::NotFetched => ErrorKind::Internal,
+            ColdError::MissingLocation { .. } | ColdError::WrongLength { .. } => ErrorKind::Corrupt,
+            ColdError::Meta(e) => e.kind(),
+            ColdError::HotTier(e) => e.kind(),
+        }
+    }
+}
+
+impl From<StoreError> for ColdError {
+    fn from(e: StoreError) -> ColdError {
+        ColdError::Store(Arc::new(e))
+    }
+}
+
+impl ColdError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            ColdError::HotTier(e) => e.errno(),
+            ColdError::Meta(e) => e.errno(),
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// Tuning of the cold tier.
+#[derive(Debug, Clone)]
+pub struct ColdConfig {
+    /// Upper bound of the hot tier's size (bytes); eviction keeps below it.
+    pub cache_size: Option<u64>,
+    /// Writers wait while more than this many bytes are dirty.
+    pub max_dirty: u64,
+    /// A chunk written this long ago is sealed even if its file is still open.
+    pub seal_after: Duration,
+    /// Parallel uploads.
+    pub uploaders: usize,
+    /// Parallel fetches for read-ahead.
+    pub prefetchers: usize,
+    /// Chunks fetched ahead of a sequential reader.
+    pub prefetch_chunks: u64,
+    /// Evict until at least this fraction of the disk is free.
+    pub min_free_ratio: f64,
+    /// Reads of a file larger than this stream: fetched blocks stay in memory for the reader
+    /// and are not written to the hot tier (a file that cannot stay cached would only push
+    /// everything else out, and writing it costs the reader a copy through the page cache).
+    /// `None`: every fetched block is cached.
+    pub stream_above: Option<u64>,
+}
+
+impl ColdConfig {
+    pub fn new(cache_size: Option<u64>) -> ColdConfig {
+        let max_dirty = cache_size.map_or(1 << 30, |c| (c / 2).clamp(2 * CHUNK_SIZE, 1 << 30));
+        ColdConfig {
+            cache_size,
+            max_dirty,
+            seal_after: Duration::from_millis(500),
+            uploaders: 4,
+            prefetchers: 4,
+            prefetch_chunks: 16,
+            min_free_ratio: 0.05,
+            stream_above: cache_size.map(|c| c / 2),
+        }
+    }
+}
+
+/// Numbers for `tierfs status` (also its JSON form).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ColdStats {
+    /// Bytes written but not yet in the store.
+    pub dirty_bytes: u64,
+    pub dirty_files: u64,
+    pub oldest_dirty_ms: u64,
+    pub resident_bytes: u64,
+    pub evicted_bytes: u64,
+    pub uploaded_bytes: u64,
+    pub uploaded_packs: u64,
+    pub fetched_bytes: u64,
+    pub evictions: u64,
+    pub upload_errors: u64,
+    /// Cached chunks that failed their check against the store at start (fetched again).
+    #[serde(default)]
+    pub verify_failures: u64,
+    /// Of `fetched_bytes`, those fetched for streamed reads (kept in memory, not cached).
+    #[serde(default)]
+    pub streamed_bytes: u64,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Chunk {
+    /// Last sealed content, if any.
+    rec: Option<ChunkRecord>,
+    dirty: bool,
+    /// Estimate of the dirty bytes (for the dirty bound and `status`): the length of the span
+    /// from the first to the last byte written since the last seal, so a small write far
+    /// into a chunk counts its own bytes, not the hole before it.
+    dirty_len: u64,
+    /// Where that span starts, as an offset in the chunk.
+    dirty_from: u64,
+    /// Bytes held locally (0 when evicted).
+    local_len: u64,
+    epoch: u64,
+    inflight: u32,
+    /// Reads between their fetch and their `pread`: not evictable.
+    readers: u32,
+    /// The local bytes were checked against the record's block id since this process
+    /// started (or were written, sealed or fetched by it): only then are they served.
+    verified: bool,
+    claimed: bool,
+    fetching: bool,
+    last_access: u64,
+}
+
+impl Chunk {
+    fn evicted(&self) -> bool {
+        self.rec.is_some_and(|r| !r.resident)
+    }
+
+    /// Bytes that live only in the store. A zero block is stored nowhere: like a hole, it
+    /// takes no space.
+    fn evicted_len(&self) -> u64 {
+        self.rec.filter(|r| !r.resident && r.block != ZERO_BLOCK).map_or(0, |r| u64::from(r.len))
+    }
+
+    /// Clean, resident bytes from an earlier run that were not checked yet.
+    fn unverified(&self) -> bool {
+        !self.dirty && !self.verified && self.rec.is_some_and(|r| r.resident)
+    }
+
+    /// Must be checked or fetched before its bytes are used.
+    fn not_ready(&self) -> bool {
+        self.evicted() || self.unverified()
+    }
+}
+
+#[derive(Debug, Default)]
+struct FileState {
+    chunks: BTreeMap<u64, Chunk>,
+    dirty_chunks: usize,
+    dirty_since: Option<Instant>,
+    open: bool,
+    marked_dirty: bool,
+    /// Larger than [`ColdConfig::stream_above`] when last read: read-ahead fetches into the
+    /// stream buffer, not into the data file.
+    streaming: bool,
+    /// Never streamed, whatever its size ([`ColdTier::keep_cached`]).
+    keep_cached: bool,
+    /// The chunk after the last streamed read that queued read-ahead.
+    stream_ahead_from: Option<u64>,
+}
+
+impl FileState {
+    /// Whether chunk `idx` must be fetched or verified before its bytes are used.
+    fn not_ready(&self, idx: u64) -> bool {
+        self.chunks.get(&idx).is_some_and(Chunk::not_ready)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    files: HashMap<Ino, FileState>,
+    dirty_bytes: u64,
+    resident_bytes: u64,
+    tick: u64,
+    flush: bool,
+    /// Files an fsync waits for (with how many waiters): sealed at once, partial chunks too.
+    urgent: HashMap<Ino, u32>,
+    stopping: bool,
+    prefetch: VecDeque<(Ino, u64)>,
+    /// Files that may have dirty chunks (a superset: cleaned up as the uploaders look), so
+    /// claiming work does not walk every file of a large workspace on every wake-up.
+    dirty_inos: HashSet<Ino>,
+    /// Blocks fetched for streamed files (see the module invariants).
+    streamed: StreamBuffer,
+}
+
+#[derive(Default)]
+struct Counters {
+    uploaded_bytes: AtomicU64,
+    uploaded_packs: AtomicU64,
+    fetched_bytes: AtomicU64,
+    evictions: AtomicU64,
+    upload_errors: AtomicU64,
+    verify_failures: AtomicU64,
+    streamed_bytes: AtomicU64,
+}
+
+/// The cold tier of one workspace.
+pub struct ColdTier {
+    store: Arc<dyn BlockStore>,
+    meta: Arc<MetaStore>,
+    hot: Arc<HotTier>,
+    config: ColdConfig,
+    state: Mutex<State>,
+    /// Waiters on the state: fetches, throttled writers, flushes, truncates.
+    changed: Condvar,
+    /// Uploaders wait here: woken (one at a time) by a finished write or a closed file, all
+    /// at once by a flush; they also look every 100 ms. Apart from `changed`, so that each
+    /// write does not wake every worker thread (a file of an untar woke nine).
+    work: Condvar,
+    /// Read-ahead threads wait here, woken when chunks are queued ahead of a reader.
+    ahead: Condvar,
+    /// The evictor's 200 ms tick (woken early only to stop).
+    tick: Condvar,
+    counters: Counters,
+    last_error: Mutex<Option<String>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Chunk indexes covering `range`.
+fn chunks_of(range: &Range<u64>) -> Range<u64> {
+    if range.start >= range.end {
+        return 0..0;
+    }
+    range.start / CHUNK_SIZE..(range.end - 1) / CHUNK_SIZE + 1
+}
+
+fn chunk_len(size: u64, index: u64) -> u64 {
+    size.saturating_sub(index * CHUNK_SIZE).min(CHUNK_SIZE)
+}
+
+/// Marks an in-flight write; dropping it ends the write (see the module invariants).
+pub struct WriteGuard<'a> {
+    tier: &'a ColdTier,
+    ino: Ino,
+    chunks: Vec<u64>,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.tier.state.lock();
+        if let Some(f) = st.files.get_mut(&self.ino) {
+            for idx in &self.chunks {
+                if let Some(c) = f.chunks.get_mut(idx) {
+                    c.inflight = c.inflight.saturating_sub(1);
+                    c.epoch += 1;
+                }
+            }
+        }
+        drop(st);
+        // Only an uploader cares: the chunk may be sealable now.
+        self.tier.work.notify_one();
+    }
+}
+
+/// Pins chunks against eviction while a read uses them.
+pub struct ReadGuard<'a> {
+    tier: &'a ColdTier,
+    ino: Ino,
+    /// The chunks pinned (those with a state: a hole has nothing to pin).
+    chunks: Vec<u64>,
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        if self.chunks.is_empty() {
+            return;
+        }
+        let mut st = self.tier.state.lock();
+        if let Some(f) = st.files.get_mut(&self.ino) {
+            for idx in &self.chunks {
+                if let Some(c) = f.chunks.get_mut(idx) {
+                    c.readers = c.readers.saturating_sub(1);
+                }
+            }
+        }
+    }
+}
+
+impl ColdTier {
+    /// Loads the chunk state from the metadata store, marks everything not yet stored as
+    /// dirty, and starts the uploader, evictor and prefetcher threads.
+    pub fn start(
+        store: Arc<dyn BlockStore>,
+        meta: Arc<MetaStore>,
+        hot: Arc<HotTier>,
+        config: ColdConfig,
+    ) -> Result<Arc<ColdTier>, ColdError> {
+        let mut st = State::default();
+        for (ino, index, rec) in meta.chunks()? {
+            let local_len = if rec.resident { u64::from(rec.len) } else { 0 };
+            st.files
+                .entry(ino)
+                .or_default()
+                .chunks
+                .insert(index, Chunk { rec: Some(rec), local_len, ..Chunk::default() });
+        }
+        // Inodes marked dirty by a version that marked inodes only (their resident chunks
+        // are re-sealed), and the chunks marked unsealed: written, maybe not sealed since.
+        let marked: HashSet<Ino> = meta.dirty_inodes()?.into_iter().collect();
+        let mut unsealed = meta.unsealed_chunks()?;
+        let mut stale = MetaBatch::new();
+        let mut sizes: HashMap<Ino, u64> = HashMap::new();
+        for (ino, size, dense) in meta.file_sizes()? {
+            sizes.insert(ino, size);
+            let n = size.div_ceil(CHUNK_SIZE);
+            let f = st.files.entry(ino).or_default();
+            f.marked_dirty = marked.contains(&ino);
+            let marks = unsealed.remove(&ino).unwrap_or_default();
+            let mut dirty: HashSet<u64> = HashSet::new();
+            for &idx in &marks {
+                if idx < n {
+                    dirty.insert(idx);
+                } else {
+                    stale.delete_unsealed(ino, idx);
+                }
+            }
+            if f.marked_dirty {
+                // Written after it was sealed (crash before re-sealing).
+                dirty.extend(f.chunks.range(..n).filter(|(_, c)| !c.evicted()).map(|(i, _)| *i));
+            }
+            // Chunks with no record that hold data here were never sealed (a data dir used
+            // without a store before). Found from the data file's extents, never by reading:
+            // a chunk with neither data nor a record is a hole and stays one.
+            if (f.chunks.range(..n).count() as u64) < n {
+                if dense {
+                    dirty.extend((0..n).filter(|i| !f.chunks.contains_key(i)));
+                } else if let Some(file) = hot.open_existing(ino)? {
+                    for run in (DataFile { file: &file, ino }).data_extents(0..size)? {
+                        dirty.extend(chunks_of(&run).filter(|i| !f.chunks.contains_key(i)));
+                    }
+                }
+            }
+            for index in dirty {
+                let len = chunk_len(size, index);
+                let c = f.chunks.entry(index).or_insert_with(|| Chunk { local_len: len, ..Chunk::default() });
+                if !c.dirty {
+                    c.dirty = true;
+                    c.dirty_len = len;
+                    f.dirty_chunks += 1;
+                    st.dirty_bytes += len;
+                }
+                if !marks.contains(&index) {
+                    stale.put_unsealed(ino, index);
+                }
+            }
+            if f.dirty_chunks > 0 {
+                f.dirty_since = Some(Instant::now());
+                st.dirty_inos.insert(ino);
+            }
+        }
+        // Marks of files that are gone or empty.
+        for (ino, marks) in unsealed {
+            for idx in marks {
+                stale.delete_unsealed(ino, idx);
+            }
+        }
+        // Chunk records past the end of a file (a crash between a truncate and its cleanup)
+        // or of deleted files are dropped.
+        st.files.retain(|ino, f| {
+            let size = sizes.get(ino).copied().unwrap_or(0);
+            let n = size.div_ceil(CHUNK_SIZE);
+            let beyond: Vec<u64> = f.chunks.range(n..).map(|(i, _)| *i).collect();
+            for i in beyond {
+                stale.delete_chunk(*ino, i);
+                f.chunks.remove(&i);
+            }
+            if f.chunks.is_empty() && f.marked_dirty {
+                stale.delete_dirty(*ino);
+            }
+            !f.chunks.is_empty()
+        });
+        st.resident_bytes =
+            st.files.values().flat_map(|f| f.chunks.values()).map(|c| if c.evicted() { 0 } else { c.local_len }).sum();
+        meta.commit(stale)?;
+        let tier = Arc::new(ColdTier {
+            store,
+            meta,
+            hot,
+            config,
+            state: Mutex::new(st),
+            changed: Condvar::new(),
+            work: Condvar::new(),
+            ahead: Condvar::new(),
+            tick: Condvar::new(),
+            counters: Counters::default(),
+            last_error: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
+        });
+        let mut threads = Vec::new();
+        for i in 0..tier.config.uploaders.max(1) {
+            let t = tier.clone();
+            threads.push(spawn(format!("tierfs-upload-{i}"), move || t.upload_loop()));
+        }
+        for i in 0..tier.config.prefetchers.max(1) {
+            let t = tier.clone();
+            threads.push(spawn(format!("tierfs-fetch-{i}"), move || t.prefetch_loop()));
+        }
+        let t = tier.clone();
+        threads.push(spawn("tierfs-evict".into(), move || t.evict_loop()));
+        let t = tier.clone();
+        threads.push(spawn("tierfs-verify".into(), move || t.verify_loop()));
+        *tier.threads.lock() = threads;
+        Ok(tier)
+    }
+
+    /// Stops the worker threads (after [`ColdTier::flush`] if nothing may stay behind).
+    pub fn shutdown(&self) {
+        self.state.lock().stopping = true;
+        for c in [&self.changed, &self.work, &self.ahead, &self.tick] {
+            c.notify_all();
+        }
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    /// The block id of a chunk's bytes; all zeros get [`ZERO_BLOCK`] (never uploaded).
+    fn content_id(&self, data: &[u8]) -> BlockId {
+        if data.iter().all(|&b| b == 0) { ZERO_BLOCK } else { self.store.block_id(data) }
+    }
+
+    // ---- called by the vfs -------------------------------------------------------------
+
+    /// A truncate to `new_size` drops the chunks past the end (their records go in `batch`,
+    /// which the caller commits with the new size).
+    pub fn truncate(&self, ino: Ino, new_size: u64, batch: &mut MetaBatch) {
+        let first_gone = new_size.div_ceil(CHUNK_SIZE);
+        let mut st = self.state.lock();
+        loop {
+            let busy = st.files.get(&ino).is_some_and(|f| f.chunks.range(first_gone..).any(|(_, c)| c.fetching));
+            if !busy {
+                break;
+            }
+            self.changed.wait_for(&mut st, Duration::from_millis(100));
+        }
+        let State { files, dirty_bytes, resident_bytes, .. } = &mut *st;
+        let Some(f) = files.get_mut(&ino) else { return };
+        if self.config.stream_above.is_none_or(|limit| new_size <= limit) {
+            f.streaming = false;
+        }
+        let gone: Vec<u64> = f.chunks.range(first_gone..).map(|(i, _)| *i).collect();
+        for idx in gone {
+            if let Some(c) = f.chunks.remove(&idx) {
+                if c.dirty {
+                    f.dirty_chunks -= 1;
+                    *dirty_bytes -= c.dirty_len;
+                    batch.delete_unsealed(ino, idx);
+                }
+                if !c.evicted() {
+                    *resident_bytes = resident_bytes.saturating_sub(c.local_len);
+                }
+                if c.rec.is_some() {
+                    batch.delete_chunk(ino, idx);
+                }
+            }
+        }
+    }
+
+    /// The inode is gone: forget its chunks, deleting their records in `batch` (the batch that
+    /// deletes the inode).
+    pub fn forget(&self, ino: Ino, batch: &mut MetaBatch) {
+        let mut st = self.state.lock();
+        let State { files, dirty_bytes, resident_bytes, .. } = &mut *st;
+        if let Some(f) = files.remove(&ino) {
+            for (&idx, c) in &f.chunks {
+                if c.dirty {
+                    *dirty_bytes -= c.dirty_len;
+                    batch.delete_unsealed(ino, idx);
+                }
+                if !c.evicted() {
+                    *resident_bytes = resident_bytes.saturating_sub(c.local_len);
+                }
+                // One point delete per chunk (the map holds every record of the file): a
+                // range delete per unlinked file piles up range tombstones that every later
+                // RocksDB read must sort through (unlinks went from 15 000/s to 700/s).
+                batch.delete_chunk(ino, idx);
+            }
+        }
+        batch.delete_dirty(ino);
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Reads of `ino` are cached from now on, whatever its size (`tierfs warmup`).
+    pub fn keep_cached(&self, ino: Ino) {
+        let mut st = self.state.lock();
+        let f = st.files.entry(ino).or_default();
+        f.keep_cached = true;
+        f.streaming = false;
+    }
+
+    /// Whether `ino` has open handles (a closed file is sealed at once).
+    pub fn set_open(&self, ino: Ino, open: bool) {
+        let mut st = self.state.lock();
+        if let Some(f) = st.files.get_mut(&ino) {
+            f.open = open;
+            // A closed file with no chunk state (empty, or all hole) keeps nothing in memory:
+            // the engine's memory follows the files that hold data, not every file opened.
+            if !open && f.chunks.is_empty() && !f.marked_dirty && !f.keep_cached {
+                st.files.remove(&ino);
+            }
+        } else if open {
+            st.files.entry(ino).or_default().open = true;
+        }
+        drop(st);
+        if !open {
+            self.work.notify_one(); // a closed file is sealed at once
+        }
+    }
+
+    /// Whether every chunk of the first `size` bytes of `ino` is sealed (in the store, not
+    /// written since): then its data file holds nothing the store does not have.
+    pub fn all_sealed(&self, ino: Ino, size: u64) -> bool {
+        let st = self.state.lock();
+        let Some(f) = st.files.get(&ino) else { return false };
+        let n = size.div_ceil(CHUNK_SIZE);
+        let mut known = 0;
+        for c in f.chunks.range(..n).map(|(_, c)| c) {
+            if c.rec.is_none() || c.dirty {
+                return false;
+            }
+            known += 1;
+        }
+        known == n
+    }
+
+    /// Bytes of `ino` that live only in the store (counted in `st_blocks`).
+    pub fn evicted_bytes(&self, ino: Ino) -> u64 {
+        let st = self.state.lock();
+        st.files.get(&ino).map_or(0, |f| f.chunks.values().map(Chunk::evicted_len).sum())
+    }
+
+    /// A number that changes whenever an upload or an eviction completes (cheap: two
+    /// counters), for a writer waiting for the disk to make room.
+    pub fn progress(&self) -> u64 {
+        self.counters
+            .uploaded_bytes
+            .load(Ordering::Relaxed)
+            .wrapping_add(self.counters.evictions.load(Ordering::Relaxed))
+    }
+
+    pub fn stats(&self) -> ColdStats {
+        let st = self.state.lock();
+        let oldest = st.files.values().filter(|f| f.dirty_chunks > 0).filter_map(|f| f.dirty_since).min();
+        let evicted = st.files.values().flat_map(|f| f.chunks.values()).map(Chunk::evicted_len).sum();
+        ColdStats {
+            dirty_bytes: st.dirty_bytes,
+            dirty_files: st.files.values().filter(|f| f.dirty_chunks > 0).count() as u64,
+            oldest_dirty_ms: oldest.map_or(0, |t| t.elapsed().as_millis() as u64),
+            resident_bytes: st.resident_bytes,
+            evicted_bytes: evicted,
+            uploaded_bytes: self.counters.uploaded_bytes.load(Ordering::Relaxed),
+            uploaded_packs: self.counters.uploaded_packs.load(Ordering::Relaxed),
+            fetched_bytes: self.counters.fetched_bytes.load(Ordering::Relaxed),
+            evictions: self.counters.evictions.load(Ordering::Relaxed),
+            upload_errors: self.counters.upload_errors.load(Ordering::Relaxed),
+            verify_failures: self.counters.verify_failures.load(Ordering::Relaxed),
+            streamed_bytes: self.counters.streamed_bytes.load(Ordering::Relaxed),
+            last_error: self.last_error.lock().clone(),
+        }
+    }
+}
+
+/// Data files opened by one pass of a worker, each opened once (`None`: no data file).
+#[derive(Default)]
+struct OpenFiles(HashMap<Ino, Option<File>>);
+
+impl OpenFiles {
+    fn get(&mut self, hot: &HotTier, ino: Ino) -> Result<Option<&File>, HotTierError> {
+        let file = match self.0.entry(ino) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(hot.open_existing(ino)?),
+        };
+        Ok(file.as_ref())
+    }
+}
+
+fn read_full(file: &File, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<(), ColdError> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break, // past the data file's end: zeros (already in buf)
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(ColdError::HotTier(HotTierError::Io {
+                    op: "read",
+                    path: format!("data file of inode {ino}").into(),
+                    source: e,
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    match std::thread::Builder::new().name(name).spawn(f) {
+        Ok(h) => h,
+        // Thread creation fails only when the process is out of resources; nothing to salvage.
+        Err(e) => panic!("cannot start a tierfs worker thread: {e}"),
+    }
+}
