@@ -129,7 +129,7 @@ fi
 
 # --- moto: the S3 server of the integration tests ---------------------------
 # The tests start `moto_server` (in-memory S3 that honours conditional PUT) on
-# loopback themselves (tests/support/moto.rs). They look for it, in order, at
+# loopback themselves (tests/support/src/moto.rs). They look for it, in order, at
 # $TIERFS_MOTO_SERVER, at $TIERFS_TOOLS_DIR/moto-venv/bin/moto_server (this
 # install; TIERFS_TOOLS_DIR defaults to /var/lib/tierfs-test-tools on both
 # sides, so scripts/test.sh passes nothing), then on PATH.

@@ -73,15 +73,12 @@ use proptest::sample::select;
 use proptest::strategy::Union;
 use proptest::test_runner::{Config, TestError, TestRunner};
 use tempfile::TempDir;
-use tierfs::backend::BackendError;
-use tierfs::block::{BlockError, BlockLoc, PackBuilder, open_block};
-use tierfs::crypto::{DataKey, Keys};
-use tierfs::store::StoreError;
-use tierfs::tier::{BlockStore, ColdConfig};
+use tierfs::tier::ColdConfig;
 use tierfs::vfs::AttachedStore;
 use tierfs::vfs::{
     Attr, Caller, DirEntry, FileKind, Ino, ROOT_INO, RenameFlags, SetAttr, TimeSet, Timestamp, Vfs, VfsConfig, VfsError,
 };
+use tierfs_test_support::mem_store::MemStore;
 
 const ME: &Caller = &Caller::ROOT;
 const UMASK: u32 = 0o022;
@@ -1377,47 +1374,6 @@ struct Real {
     /// eviction and fetching.
     store: Option<AttachedStore>,
     dir: TempDir,
-}
-
-/// An in-memory block store for the cold variant of the model test (the real store is tested
-/// against S3 servers in `tests/store_s3.rs` and the mount tests). Packs are sealed and opened
-/// with real keys, as the store does.
-struct MemStore {
-    keys: Keys,
-    packs: Mutex<HashMap<[u8; 32], bytes::Bytes>>,
-}
-
-impl MemStore {
-    fn new() -> MemStore {
-        MemStore { keys: Keys::new(&DataKey::from_bytes([7; 32])), packs: Mutex::new(HashMap::new()) }
-    }
-}
-
-impl BlockStore for MemStore {
-    fn keys(&self) -> &Keys {
-        &self.keys
-    }
-    fn put_pack(&self, pack: PackBuilder) -> Result<Vec<([u8; 32], BlockLoc)>, StoreError> {
-        let pack = pack.finish(&self.keys);
-        self.packs.lock().unwrap_or_else(|p| p.into_inner()).insert(pack.id, pack.bytes);
-        Ok(pack.blocks)
-    }
-    fn get_block(&self, id: &[u8; 32], loc: &BlockLoc) -> Result<bytes::Bytes, StoreError> {
-        let packs = self.packs.lock().unwrap_or_else(|p| p.into_inner());
-        let key = hex_id(&loc.pack);
-        let pack = packs.get(&loc.pack).ok_or_else(|| BackendError::NotFound { key: key.clone() })?;
-        let sealed = pack
-            .get(loc.offset as usize..loc.range().end as usize)
-            .ok_or_else(|| BlockError::BadPack { pack: key, reason: format!("block {} past its end", hex_id(id)) })?;
-        Ok(open_block(&self.keys, id, sealed).map(bytes::Bytes::from)?)
-    }
-    fn pack_size(&self) -> usize {
-        1 << 20
-    }
-}
-
-fn hex_id(id: &[u8; 32]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Real {

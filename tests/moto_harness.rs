@@ -1,12 +1,11 @@
-//! Self-test of the S3 test server helper (`tests/support/moto.rs`): a real `moto_server`
+//! Self-test of the S3 test server helper (`tests/support/src/moto.rs`, crate `tierfs-test-support`): a real `moto_server`
 //! on loopback, driven through the helper's raw HTTP client. The other integration tests
 //! trust it to show exactly what reached the server and to simulate loss, outages and
 //! stalls, so each of those is checked here against the real server. Also here: S3 behaviour
 //! tierfs depends on that only a real server shows, such as conditional create
 //! (If-None-Match: *) deciding between two writers.
 
-#[path = "support/moto.rs"]
-mod moto;
+use tierfs_test_support::moto;
 
 use std::collections::BTreeMap;
 use std::io;

@@ -5,8 +5,7 @@
 //!
 //! Each test starts its own servers ([`moto::MotoServer`]); nothing here is faked.
 
-#[path = "support/moto.rs"]
-mod moto;
+use tierfs_test_support::moto;
 
 use moto::MotoServer;
 use tierfs::backend::Credentials;

@@ -4,8 +4,7 @@
 //! once it is back; a wrong passphrase is refused before anything is mounted.
 
 mod common;
-#[path = "../../tests/support/moto.rs"]
-mod moto;
+use tierfs_test_support::moto;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -4,8 +4,7 @@
 //! bytes, status numbers, a generous RSS ceiling), never timings.
 
 mod common;
-#[path = "../../tests/support/moto.rs"]
-mod moto;
+use tierfs_test_support::moto;
 mod store_node;
 
 use std::fs;

@@ -12,8 +12,7 @@
 //! saying so otherwise.
 
 mod common;
-#[path = "../../tests/support/moto.rs"]
-mod moto;
+use tierfs_test_support::moto;
 mod store_node;
 
 use std::fs;

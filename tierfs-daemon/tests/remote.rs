@@ -5,8 +5,7 @@
 //! durability.
 
 mod common;
-#[path = "../../tests/support/moto.rs"]
-mod moto;
+use tierfs_test_support::moto;
 mod store_node;
 
 use std::collections::BTreeMap;

@@ -23,8 +23,7 @@
 //! (the kill point still depends on timing). On failure both daemon logs are printed.
 
 mod common;
-#[path = "../../tests/support/moto.rs"]
-mod moto;
+use tierfs_test_support::moto;
 mod store_node;
 
 use std::collections::{BTreeMap, BTreeSet};

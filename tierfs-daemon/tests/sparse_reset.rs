@@ -5,8 +5,7 @@
 //! store: before the fix, a file with a whole-chunk hole ahead of its data came back cut.
 
 mod common;
-#[path = "../../tests/support/moto.rs"]
-mod moto;
+use tierfs_test_support::moto;
 mod store_node;
 
 use std::fs;

@@ -15,8 +15,7 @@
 //! [`MotoServer::pause`] / [`MotoServer::resume`] (SIGSTOP / SIGCONT) make requests hang
 //! and then let them through with the data intact.
 //!
-//! Plain std + libc, because several test crates include this file with
-//! `#[path = "../tests/support/moto.rs"] mod moto;` and share no dev-dependencies.
+//! Plain std + libc; the test suites reach it as `tierfs_test_support::moto`.
 //! The binary is looked up in the order `$TIERFS_MOTO_SERVER`, then
 //! `${TIERFS_TOOLS_DIR:-/var/lib/tierfs-test-tools}/moto-venv/bin/moto_server` (where
 //! `scripts/setup-debian.sh` installs a pinned moto), then `moto_server` on `PATH`.

@@ -2,7 +2,7 @@
 //! runtime dir (a [`Fixture`]) on a store file shared with other nodes, plus the moto
 //! credentials and test passphrase every `tierfs` command needs.
 //!
-//! Included by the test binaries that declare `mod common;` and `mod moto;` themselves.
+//! Included by the test binaries that declare `mod common;` and `use tierfs_test_support::moto;` themselves.
 #![allow(dead_code)] // each test binary uses its own subset of the helpers
 
 use std::fs;
