@@ -38,7 +38,7 @@ use tracing::{info, warn};
 use crate::backend::BackendHealth;
 use crate::remote::{CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
 use crate::store::{Fencing, Store};
-use crate::tier::{ColdConfig, DEFAULT_RESERVE};
+use crate::tier::{ColdConfig, DEFAULT_INFLIGHT_BUDGET, DEFAULT_RESERVE};
 use crate::vfs::{AttachedStore, Prepared, Vfs, VfsConfig, VfsStats};
 
 pub use blocks::StoreBlocks;
@@ -140,6 +140,9 @@ pub struct SessionConfig {
     /// Data of open files is uploaded once this old.
     pub dirty_age: Duration,
     pub stream_above: StreamLimit,
+    /// Bound on memory for work in flight: uploads being packed, fetches, the stream buffer
+    /// (`ColdConfig::share_budget`).
+    pub inflight_budget: u64,
     pub fsync: FsyncMode,
     pub lease_ttl: Duration,
     /// This node's name in the lease.
@@ -178,6 +181,7 @@ impl SessionConfig {
             dirty_limit: None,
             dirty_age: locality.dirty_age(),
             stream_above: StreamLimit::Default,
+            inflight_budget: DEFAULT_INFLIGHT_BUDGET,
             fsync: locality.fsync(),
             lease_ttl: LEASE_TTL,
             holder: holder_name(),
@@ -197,6 +201,9 @@ impl SessionConfig {
             StreamLimit::Default => {}
             StreamLimit::Off => cold.stream_above = None,
             StreamLimit::Above(size) => cold.stream_above = Some(size),
+        }
+        if let Some(store) = &self.store {
+            cold.share_budget(self.inflight_budget, store.config().pack_size);
         }
         cold
     }

@@ -34,7 +34,7 @@ use crate::types::ErrorKind;
 use crate::types::Ino;
 
 pub mod cold;
-pub use cold::{BlockStore, ColdConfig, ColdError, ColdStats, ColdTier};
+pub use cold::{BlockStore, ColdConfig, ColdError, ColdStats, ColdTier, DEFAULT_INFLIGHT_BUDGET};
 
 /// Why a hot-tier operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -67,6 +67,8 @@ pub struct Cli {
 
 /// Subcommands of `tierfs`.
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of the mount variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Mount a workspace at MOUNTPOINT (created if missing).
     ///
@@ -536,6 +538,12 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE|off", value_parser = parse_stream_limit)]
     pub stream_above: Option<StreamLimit>,
 
+    /// With a store: memory for work in flight (packs being uploaded, read-ahead, the stream
+    /// buffer) stays within this; fewer parallel uploads and fetches below the default, and
+    /// never less than one of each (68M with the default 16 MiB packs) [default: 320M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_budget: Option<u64>,
+
     /// With a store: data still being written is uploaded once it is this old, even if its
     /// file stays open (closed files and full 4 MiB chunks go at once) [default: 0.5 with
     /// --store; 30 with the embedded store, which is on the same disk: a file rewritten in
@@ -662,6 +670,7 @@ impl MountArgs {
             snapshot: self.snapshot.clone(),
             fsync_remote: self.fsync_remote(),
             dirty_limit: self.dirty_limit,
+            memory_budget: self.memory_budget.unwrap_or(tierfs::tier::DEFAULT_INFLIGHT_BUDGET),
             stream_above: self.stream_above.unwrap_or(StreamLimit::Default),
             dirty_age: self.dirty_age(),
             takeover: self.takeover,
@@ -714,6 +723,7 @@ impl MountConfig {
             args.push("--nonempty".into());
         }
         args.extend(["--fsync".into(), if self.fsync_remote { "remote" } else { "local" }.into()]);
+        args.extend(["--memory-budget".into(), self.memory_budget.to_string().into()]);
         if let Some(limit) = self.dirty_limit {
             args.extend(["--dirty-limit".into(), limit.to_string().into()]);
         }

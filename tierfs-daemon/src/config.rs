@@ -47,6 +47,8 @@ pub struct MountConfig {
     pub fsync_remote: bool,
     /// Bound on bytes written but not uploaded (`None`: the core's default).
     pub dirty_limit: Option<u64>,
+    /// Memory for the cold tier's work in flight (`--memory-budget`).
+    pub memory_budget: u64,
     /// Reads of larger files stream past the cache.
     pub stream_above: StreamLimit,
     /// Data of open files is uploaded once this old.
@@ -73,6 +75,7 @@ impl MountConfig {
         config.cache_size = self.cache_size;
         config.reserve = self.reserve;
         config.dirty_limit = self.dirty_limit;
+        config.inflight_budget = self.memory_budget;
         config.dirty_age = self.dirty_age;
         config.stream_above = self.stream_above;
         config.fsync = if self.fsync_remote { FsyncMode::Remote } else { FsyncMode::Local };

@@ -161,7 +161,14 @@ pub struct ColdConfig {
     /// everything else out, and writing it costs the reader a copy through the page cache).
     /// `None`: every fetched block is cached.
     pub stream_above: Option<u64>,
+    /// Blocks the stream buffer keeps in memory (read-ahead included); `None`: twice what
+    /// read-ahead fetches at once.
+    pub stream_buffer_blocks: Option<usize>,
 }
+
+/// The default bound on memory for work in flight ([`ColdConfig::share_budget`]): enough that
+/// the budget changes none of the defaults with 16 MiB packs.
+pub const DEFAULT_INFLIGHT_BUDGET: u64 = 320 << 20;
 
 impl ColdConfig {
     pub fn new(cache_size: Option<u64>) -> ColdConfig {
@@ -175,7 +182,41 @@ impl ColdConfig {
             prefetch_chunks: 16,
             min_free_ratio: 0.05,
             stream_above: cache_size.map(|c| c / 2),
+            stream_buffer_blocks: None,
         }
+    }
+
+    /// Shares `budget` bytes of memory for work in flight out, so that the cold tier's buffers
+    /// stay under one bound whatever the workload: a quarter for uploads (each uploader packs
+    /// up to `pack_size` bytes plus one chunk), a quarter for read-ahead (each fetcher holds a
+    /// group of four blocks), half for the stream buffer (and a sequential
+    /// reader's read-ahead at most half of that). Counts never go above the defaults of
+    /// [`ColdConfig::new`] nor below one uploader, one fetcher and eight streamed blocks, so
+    /// the floor with 16 MiB packs is 68 MiB. Foreground fetches by FUSE threads are not
+    /// counted (each holds at most one group, 16 MiB).
+    pub fn share_budget(&mut self, budget: u64, pack_size: u64) {
+        let group = fetch::FETCH_GROUP as u64 * CHUNK_SIZE;
+        let fits = |share: u64, each: u64| usize::try_from(share / each.max(1)).unwrap_or(usize::MAX);
+        self.uploaders = fits(budget / 4, pack_size + CHUNK_SIZE).clamp(1, self.uploaders.max(1));
+        self.prefetchers = fits(budget / 4, group).clamp(1, self.prefetchers.max(1));
+        let min_stream = 2 * fetch::FETCH_GROUP;
+        let stream = fits(budget / 2, CHUNK_SIZE).clamp(min_stream, self.stream_blocks().max(min_stream));
+        self.stream_buffer_blocks = Some(stream);
+        self.prefetch_chunks = self.prefetch_chunks.min(stream as u64 / 2).max(1);
+    }
+
+    /// The most memory the buffers of work in flight take with this configuration.
+    pub fn inflight_bound(&self, pack_size: u64) -> u64 {
+        let group = fetch::FETCH_GROUP as u64 * CHUNK_SIZE;
+        self.uploaders as u64 * (pack_size + CHUNK_SIZE)
+            + self.prefetchers as u64 * group
+            + self.stream_blocks() as u64 * CHUNK_SIZE
+    }
+
+    /// The stream buffer's size in blocks.
+    pub(super) fn stream_blocks(&self) -> usize {
+        self.stream_buffer_blocks
+            .unwrap_or_else(|| 2 * (self.prefetch_chunks as usize).max(fetch::FETCH_GROUP * self.prefetchers.max(1)))
     }
 }
 
@@ -707,5 +748,38 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         Ok(h) => h,
         // Thread creation fails only when the process is out of resources; nothing to salvage.
         Err(e) => panic!("cannot start a tierfs worker thread: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    const PACK: u64 = 16 << 20;
+
+    #[test]
+    fn the_default_budget_keeps_the_defaults_and_a_small_one_bounds_memory() {
+        let defaults = ColdConfig::new(Some(1 << 30));
+        let mut shared = defaults.clone();
+        shared.share_budget(DEFAULT_INFLIGHT_BUDGET, PACK);
+        assert_eq!((shared.uploaders, shared.prefetchers, shared.prefetch_chunks), (4, 4, 16));
+        assert_eq!(shared.stream_blocks(), defaults.stream_blocks());
+        assert!(shared.inflight_bound(PACK) <= DEFAULT_INFLIGHT_BUDGET);
+
+        for budget in [96 << 20, 128 << 20, 200 << 20] {
+            let mut small = defaults.clone();
+            small.share_budget(budget, PACK);
+            assert!(small.inflight_bound(PACK) <= budget, "{budget}: {small:?}");
+            assert!(small.prefetch_chunks as usize <= small.stream_blocks() / 2);
+        }
+        // Below the floor: one of each, eight streamed blocks.
+        let mut tiny = defaults.clone();
+        tiny.share_budget(1 << 20, PACK);
+        assert_eq!((tiny.uploaders, tiny.prefetchers, tiny.stream_blocks()), (1, 1, 8));
+        assert_eq!(tiny.inflight_bound(PACK), 68 << 20);
+        // Big packs take fewer uploaders.
+        let mut big = defaults;
+        big.share_budget(DEFAULT_INFLIGHT_BUDGET, 64 << 20);
+        assert_eq!(big.uploaders, 1);
     }
 }

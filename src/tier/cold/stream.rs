@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::fetch::{FETCH_GROUP, Fetch, check_len};
+use super::fetch::{Fetch, check_len};
 use super::{ColdError, ColdTier, FileState, State, chunks_of};
 use crate::block::{BlockId, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::ChunkRecord;
@@ -250,7 +250,7 @@ impl ColdTier {
 
     /// Blocks the stream buffer holds: what read-ahead keeps in flight, twice.
     fn stream_buffer_blocks(&self) -> usize {
-        2 * (self.config.prefetch_chunks as usize).max(FETCH_GROUP * self.config.prefetchers.max(1))
+        self.config.stream_blocks()
     }
 }
 
