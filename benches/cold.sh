@@ -115,13 +115,7 @@ tierfs_umount() {
       fusermount3 -u "$TMNT" 2>>"$LOG" || umount -l "$TMNT" 2>>"$LOG"
     fi
   fi
-  if [[ -n $TIERFS_PID ]]; then
-    for _ in $(seq 300); do kill -0 "$TIERFS_PID" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$TIERFS_PID" 2>/dev/null; then
-      log "tierfs daemon $TIERFS_PID still running 30 s after umount: SIGTERM"
-      kill "$TIERFS_PID"; sleep 5; kill -0 "$TIERFS_PID" 2>/dev/null && kill -9 "$TIERFS_PID"
-    fi
-  fi
+  [[ -z $TIERFS_PID ]] || stop_daemon "$TIERFS_PID"
   [[ -f $WORK/tierfs-data/daemon.log ]] && cp "$WORK/tierfs-data/daemon.log" "$OUTDIR/tierfs-daemon.log"
   TMNT='' TIERFS_PID=''
 }

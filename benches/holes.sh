@@ -244,13 +244,7 @@ stop_tierfs() {
       fusermount3 -u "$mnt" 2>>"$LOG" || umount -l "$mnt" 2>>"$LOG"
     }
   fi
-  if [[ -n $pid ]]; then
-    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "tierfs daemon $pid still running 30 s after umount: SIGTERM"
-      kill "$pid"; sleep 5; kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-    fi
-  fi
+  [[ -z $pid ]] || stop_daemon "$pid"
   [[ -f $(dirname "$mnt")/data/daemon.log ]] && cp "$(dirname "$mnt")/data/daemon.log" "$OUTDIR/tierfs-daemon-$ph.log"
   unset "TPID[$mnt]" "TPHASE[$mnt]"
 }
@@ -395,11 +389,7 @@ phase_many() {
   ls_timed $ph ls_R_s "ls -R" "$n" -R "$mnt"
   rss $ph rss_ls "daemon RSS after ls -R" "$mnt"
   tumount $ph umount_s "tierfs umount" "$mnt"
-  tmount $ph remount_s "mount again (same data dir)" || return 1
-  rss $ph rss_remount "daemon RSS after the remount" "$mnt"
-  ls_timed $ph ls_R_remount_s "ls -R after the remount" "$n" -R "$mnt"
-  rss $ph rss_remount_ls "daemon RSS after the remount and ls -R" "$mnt"
-  tstatus $ph status_remount_s "tierfs status after the remount" "$mnt"
+  remounted $ph "$n" -R "$mnt" || return 1
   if [[ $VERIFY == 1 ]]; then
     in_bg "$WORK/many-count" find "$mnt" -type f -printf .
     got=$(stat -c %s "$WORK/many-count")
@@ -409,6 +399,17 @@ phase_many() {
   tumount $ph umount_remount_s "tierfs umount after the remount" "$mnt"
   du_rec $ph data_dir_bytes "data dir on disk" "$WORK/many/data"
   du_rec $ph store_bytes "store (file:// objects) on disk" "$WORK/many/objects"
+}
+
+# remounted PHASE N FLAG DIR: mounts PHASE's workspace again and records its RSS, the time of
+# `ls FLAG DIR` (N entries), the RSS after it and the time of `tierfs status`
+remounted() {
+  local ph=$1 mnt=$WORK/$1/mnt
+  tmount "$ph" remount_s "mount again (same data dir)" || return 1
+  rss "$ph" rss_remount "daemon RSS after the remount" "$mnt"
+  ls_timed "$ph" "ls_${3#-}_remount_s" "ls $3 after the remount" "$2" "$3" "$4"
+  rss "$ph" rss_remount_ls "daemon RSS after the remount and ls $3" "$mnt"
+  tstatus "$ph" status_remount_s "tierfs status after the remount" "$mnt"
 }
 
 # --- 2. one sparse file --------------------------------------------------------------------
@@ -566,11 +567,7 @@ PY
   [[ -n ${BPID[$w/bindfs]:-} ]] && stop_bindfs "$w/bindfs"
   tstatus $ph status_s "tierfs status" "$mnt"
   tumount $ph umount_s "tierfs umount" "$mnt"
-  tmount $ph remount_s "mount again (same data dir)" || return 1
-  rss $ph rss_remount "daemon RSS after the remount" "$mnt"
-  ls_timed $ph ls_f_remount_s "ls -f after the remount" "$n" -f "$mnt/one"
-  rss $ph rss_remount_ls "daemon RSS after the remount and ls -f" "$mnt"
-  tstatus $ph status_remount_s "tierfs status after the remount" "$mnt"
+  remounted $ph "$n" -f "$mnt/one" || return 1
   tumount $ph umount_remount_s "tierfs umount after the remount" "$mnt"
 }
 

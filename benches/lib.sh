@@ -38,3 +38,13 @@ start_moto() {
   RAW=("$BENCH_PY" "$HERE/s3_raw.py")
   "${RAW[@]}" mkbucket 2>>"$LOG" || die "creating bucket $BUCKET failed (see $LOG)"
 }
+
+# stop_daemon PID: waits up to 30 s for a tierfs daemon to exit after its unmount, then ends
+# it (SIGTERM, and SIGKILL 5 s later), saying so in the log.
+stop_daemon() {
+  local pid=$1
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  log "tierfs daemon $pid still running 30 s after umount: SIGTERM"
+  kill "$pid"; sleep 5; kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  return 0
+}

@@ -42,6 +42,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::MountConfig;
 use crate::control::{self, ControlHandler, Pong, StatusReport, SyncReport, UnmountReport, UnmountRequest};
 use crate::launch::{Readiness, ReadyInfo};
+use crate::logging;
 use crate::mounts::{self, UnmountError};
 use crate::paths;
 
@@ -452,11 +453,11 @@ struct Served {
 
 impl ControlHandler for Served {
     fn sync(&self, message: Option<String>, timeout: Duration) -> Result<SyncReport, String> {
+        // Messages (and the flag that fixes them) as every command's errors get them.
         let synced = self.session.sync(message, timeout).map_err(|e| match e {
-            SessionError::NoStore => format!("{e}; mount with --store FILE"),
             SessionError::ReadOnly => "this mount is read-only: it takes no snapshots".into(),
-            SessionError::NotUploaded { .. } => e.to_string(),
-            e => format!("committing the snapshot: {e}"),
+            SessionError::NoStore | SessionError::NotUploaded { .. } => logging::error_message(&e.into()),
+            e => logging::error_message(&anyhow::Error::new(e).context("committing the snapshot")),
         })?;
         Ok(SyncReport {
             snapshot: synced.snapshot,

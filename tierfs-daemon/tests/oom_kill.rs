@@ -19,6 +19,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::Rng;
 use store_node::Node;
 
 const LIMIT: u64 = 16 << 20;
@@ -80,18 +81,14 @@ impl Drop for MemoryCgroup {
     }
 }
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect()
-}
-
 /// The files and directories written before the kill, with their bytes.
 fn tree() -> Vec<(&'static str, Option<Vec<u8>>)> {
     vec![
         ("dir", None),
-        ("dir/fsynced.bin", Some(pattern(1, 3 << 20))),
+        ("dir/fsynced.bin", Some(Rng::new(1).bytes(3 << 20))),
         ("closed.txt", Some(b"acknowledged, closed, never fsynced".to_vec())),
         ("dir/nested", None),
-        ("dir/nested/small", Some(pattern(2, 10_000))),
+        ("dir/nested/small", Some(Rng::new(2).bytes(10_000))),
     ]
 }
 
@@ -137,7 +134,7 @@ fn an_oom_killed_daemon_loses_nothing_it_acknowledged() {
     // Grow the daemon until the OOM killer ends it; every setxattr that returned success
     // was acknowledged and must survive.
     let target = mnt.join("closed.txt");
-    let value = pattern(9, XATTR_VALUE);
+    let value = Rng::new(9).bytes(XATTR_VALUE);
     let mut acked = Vec::new();
     let started = Instant::now();
     for i in 0..MAX_XATTRS {
