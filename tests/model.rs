@@ -2601,6 +2601,44 @@ fn read_ahead_of_a_streamed_file_needs_no_data_file() {
     fs.release(ino, fh).expect("release");
 }
 
+/// A chunk dropped by a truncate and written again while an upload of its old bytes is in
+/// flight keeps its new bytes: the upload must not record the old block as the new chunk's.
+/// (Epochs used to restart with the chunk, so the new chunk's matched the upload's claim: a
+/// seeded fuzz of the mount read back bytes written before the truncate.)
+#[test]
+fn an_upload_in_flight_across_a_truncate_and_rewrite_does_not_bring_old_bytes_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
+    // A 1-byte cache: whatever is sealed is evicted, so the read below comes from the store.
+    // One uploader: while it is held, no other one can seal the rewritten chunk first.
+    let mut cold = ColdConfig::new(Some(1));
+    cold.seal_after = std::time::Duration::ZERO;
+    cold.min_free_ratio = 0.0;
+    cold.uploaders = 1;
+    let mut config = VfsConfig::new(dir.path());
+    config.store = Some(AttachedStore { store: store.clone(), config: cold });
+    let fs = Vfs::new(config).expect("open");
+    let at = 3 * (4 << 20); // chunk 3
+    let (attr, fh) = fs.create(ME, ROOT_INO, b"f", 0o644, UMASK, libc::O_RDWR).expect("create");
+    let held = store.hold_next_put();
+    fs.write(attr.ino, fh, at, b"old bytes").expect("write");
+    held.arrived(); // an uploader holds the old bytes of chunk 3
+    let cut = SetAttr { size: Some(100), ..SetAttr::default() };
+    fs.setattr(ME, attr.ino, &cut, Some(fh)).expect("truncate");
+    fs.write(attr.ino, fh, at, b"new bytes").expect("write again");
+    held.release();
+    fs.release(attr.ino, fh).expect("release");
+    fs.flush_to_store(std::time::Duration::from_secs(60)).expect("flush");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fs.stats().cold.expect("cold").evicted_bytes < 9 {
+        assert!(std::time::Instant::now() < deadline, "not evicted: {:?}", fs.stats().cold);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let fh = fs.open(ME, attr.ino, libc::O_RDONLY).expect("open");
+    assert_eq!(fs.read(attr.ino, fh, at, 9).expect("read"), b"new bytes");
+    fs.release(attr.ino, fh).expect("release");
+}
+
 /// A data file whose removal never happened (a crash between an unlink's commit and the
 /// removal, simulated by dropping the removal unfinished) is found and removed by the sweep;
 /// live files, including one unlinked while open, keep theirs.

@@ -14,7 +14,10 @@
 //!   not dirty, so eviction never loses a byte;
 //! - writers mark a chunk dirty *before* their `pwrite` and bump its epoch *after* it (see
 //!   [`WriteGuard`]); the uploader seals a chunk only if its epoch did not move and no write is
-//!   in flight, so a write racing with sealing leaves the chunk dirty, never falsely clean;
+//!   in flight, so a write racing with sealing leaves the chunk dirty, never falsely clean.
+//!   Epochs come from one counter of the engine, never from the chunk: a chunk dropped by a
+//!   truncate and written again while an uploader holds a claim on its old bytes gets an
+//!   epoch that claim never saw, so the old bytes are not recorded as the new chunk's;
 //! - eviction punches under the mutex, and writers mark under the mutex before writing, so a
 //!   write never lands in a chunk that is being punched; a write to an evicted chunk first
 //!   fetches it (unless it overwrites the whole chunk);
@@ -256,6 +259,7 @@ struct Chunk {
     dirty_from: u64,
     /// Bytes held locally (0 when evicted).
     local_len: u64,
+    /// Moved (from [`State::epochs`]) by every write, before and after it lands.
     epoch: u64,
     inflight: u32,
     /// Reads between their fetch and their `pread`: not evictable.
@@ -319,6 +323,8 @@ struct State {
     dirty_bytes: u64,
     resident_bytes: u64,
     tick: u64,
+    /// The last epoch given to a chunk (see the module invariants): only grows.
+    epochs: u64,
     flush: bool,
     /// Files an fsync waits for (with how many waiters): sealed at once, partial chunks too.
     urgent: HashMap<Ino, u32>,
@@ -386,11 +392,13 @@ pub struct WriteGuard<'a> {
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         let mut st = self.tier.state.lock();
-        if let Some(f) = st.files.get_mut(&self.ino) {
+        let State { files, epochs, .. } = &mut *st;
+        if let Some(f) = files.get_mut(&self.ino) {
             for idx in &self.chunks {
                 if let Some(c) = f.chunks.get_mut(idx) {
                     c.inflight = c.inflight.saturating_sub(1);
-                    c.epoch += 1;
+                    *epochs += 1;
+                    c.epoch = *epochs;
                 }
             }
         }

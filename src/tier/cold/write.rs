@@ -117,7 +117,7 @@ impl ColdTier {
                     self.hydrate(ino, file, idx)?;
                 }
             };
-            let State { files, dirty_bytes, resident_bytes, tick, dirty_inos, .. } = &mut *st;
+            let State { files, dirty_bytes, resident_bytes, tick, epochs, dirty_inos, .. } = &mut *st;
             *tick += 1;
             let f = files.entry(ino).or_default();
             for &idx in &chunks {
@@ -157,7 +157,8 @@ impl ColdTier {
                     c.local_len = end_in_chunk;
                 }
                 c.inflight += 1;
-                c.epoch += 1;
+                *epochs += 1;
+                c.epoch = *epochs;
                 c.last_access = *tick;
             }
             if !chunks.is_empty() {

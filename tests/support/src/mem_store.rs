@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use tierfs::backend::BackendError;
 use tierfs::block::{BlockError, BlockId, BlockLoc, PackBuilder, open_block};
@@ -16,6 +17,26 @@ use tierfs::tier::BlockStore;
 pub struct MemStore {
     keys: Keys,
     packs: Mutex<HashMap<BlockId, bytes::Bytes>>,
+    /// Set by [`MemStore::hold_next_put`]: the next `put_pack` says it arrived, then waits.
+    gate: Mutex<Option<(SyncSender<()>, Receiver<()>)>>,
+}
+
+/// A `put_pack` held at the store (see [`MemStore::hold_next_put`]).
+pub struct HeldPut {
+    arrived: Receiver<()>,
+    go: SyncSender<()>,
+}
+
+impl HeldPut {
+    /// Waits until the held `put_pack` has its pack (the uploader read and sealed the chunks).
+    pub fn arrived(&self) {
+        self.arrived.recv().expect("the held put_pack never came");
+    }
+
+    /// Lets the held `put_pack` store its pack and return.
+    pub fn release(self) {
+        let _ = self.go.send(());
+    }
 }
 
 impl Default for MemStore {
@@ -26,7 +47,20 @@ impl Default for MemStore {
 
 impl MemStore {
     pub fn new() -> MemStore {
-        MemStore { keys: Keys::new(&DataKey::from_bytes([7; 32])), packs: Mutex::new(HashMap::new()) }
+        MemStore {
+            keys: Keys::new(&DataKey::from_bytes([7; 32])),
+            packs: Mutex::new(HashMap::new()),
+            gate: Mutex::new(None),
+        }
+    }
+
+    /// Holds the next `put_pack` before it stores anything, so a test can change files while
+    /// an upload of their old bytes is in flight.
+    pub fn hold_next_put(&self) -> HeldPut {
+        let (arrived_tx, arrived) = sync_channel(1);
+        let (go, go_rx) = sync_channel(1);
+        *self.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some((arrived_tx, go_rx));
+        HeldPut { arrived, go }
     }
 
     /// How many packs were put.
@@ -41,6 +75,11 @@ impl BlockStore for MemStore {
     }
 
     fn put_pack(&self, pack: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>, StoreError> {
+        let gate = self.gate.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((arrived, go)) = gate {
+            let _ = arrived.send(());
+            let _ = go.recv();
+        }
         let pack = pack.finish(&self.keys);
         self.packs.lock().unwrap_or_else(|p| p.into_inner()).insert(pack.id, pack.bytes);
         Ok(pack.blocks)
