@@ -17,6 +17,7 @@ use crate::session::{FlushError, SessionError};
 use crate::store::StoreError;
 use crate::tier::{ColdError, HotTierError};
 use crate::vfs::VfsError;
+use crate::watch::WatchError;
 
 pub use crate::types::ErrorKind;
 
@@ -63,6 +64,7 @@ from_module_errors!(
     VfsError,
     SessionError,
     FlushError,
+    WatchError,
 );
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ pub mod store;
 pub mod tier;
 pub mod types;
 pub mod vfs;
+pub mod watch;
 
 pub use error::{Error, ErrorKind};
 pub use vfs::{Vfs, VfsConfig, VfsError, VfsResult, VfsStats};

@@ -20,6 +20,7 @@ const CORE_RANKS: &[(&str, u32)] = &[
     ("remote", 4),
     ("vfs", 5),
     ("session", 6),
+    ("watch", 6),
     ("error", 7),
 ];
 

@@ -17,6 +17,7 @@
 //!   reclaimed on its last release, or at the next start after a crash;
 //! - errors are [`VfsError`]s; `VfsError::errno` is the single errno mapping.
 
+mod adopt;
 pub mod error;
 pub mod types;
 
@@ -31,6 +32,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::meta::{InodeRecord, MetaBatch, MetaStore};
 use crate::tier::{BlockStore, ColdConfig, ColdStats, ColdTier, DataDirLock, DataFile, HotTier, HotTierError};
+pub use adopt::Content;
 pub use error::{VfsError, VfsResult};
 pub use types::*;
 

@@ -94,6 +94,23 @@ pub enum Command {
     #[command(visible_alias = "unmount", after_help = EXIT_STATUS_HELP)]
     Umount(UmountCommand),
 
+    /// Sync a plain directory (MOUNTPOINT: the directory to watch) where FUSE is unavailable.
+    ///
+    /// Watch mode: DIR keeps the bytes, and every change to it is synced to the workspace
+    /// in the store (inotify events, plus a full pass every few minutes and whenever events
+    /// cannot be trusted). An empty DIR on a fresh node first gets the workspace restored into
+    /// it; a DIR that is not empty and does not hold the workspace is refused. The workspace
+    /// is the one a `tierfs mount` of the same store and --workspace shows. `tierfs status
+    /// DIR`, `tierfs sync DIR` (a barrier: every change made before it is in the snapshot)
+    /// and `tierfs unwatch DIR` work on it. Needs a store (the embedded one by default);
+    /// FUSE-only options (--allow-other, --writeback-cache, TTLs, threads) are ignored.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Watch(MountCommand),
+
+    /// Sync what changed, flush everything and stop watching DIR.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Unwatch(UmountCommand),
+
     /// Show the state of one mount, or of every mount of this user.
     ///
     /// Reports data dir, mountpoint, pid, uptime, inode count, open files, data bytes and
@@ -578,6 +595,11 @@ pub struct MountArgs {
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
     pub flush_timeout: Duration,
 
+    /// Watch mode (what `tierfs watch` runs): MOUNTPOINT is a plain directory whose changes
+    /// are synced, not a FUSE mount.
+    #[arg(long, hide = true)]
+    pub watch: bool,
+
     /// Directory to mount the workspace on; created if missing.
     #[arg(value_name = "MOUNTPOINT")]
     pub mountpoint: PathBuf,
@@ -674,6 +696,7 @@ impl MountArgs {
             stream_above: self.stream_above.unwrap_or(StreamLimit::Default),
             dirty_age: self.dirty_age(),
             takeover: self.takeover,
+            watch: self.watch,
         })
     }
 }
@@ -738,6 +761,9 @@ impl MountConfig {
         }
         if let Some(id) = &self.snapshot {
             args.extend(["--snapshot".into(), id.clone().into()]);
+        }
+        if self.watch {
+            args.push("--watch".into());
         }
         args.push("--".into());
         args.push(self.mountpoint.clone().into());

@@ -25,10 +25,10 @@ use crate::cli::{
     RestoreCommand, ScrubCommand, SnapshotsCommand, StatusCommand, SyncCommand, UmountCommand, WarmupCommand,
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
+use crate::frontend;
 use crate::launch::{self, Readiness, ReadyInfo};
 use crate::mounts;
 use crate::paths;
-use crate::serve;
 use crate::store_link;
 
 /// How long a liveness ping may take before the serving process counts as hung.
@@ -43,8 +43,10 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Runs one `tierfs` invocation.
 pub fn run(cli: &Cli) -> Result<()> {
     match &cli.command {
-        Command::Mount(cmd) => mount(cli, cmd),
+        Command::Mount(cmd) => mount(cli, cmd, false),
         Command::Umount(cmd) => umount(cli, cmd),
+        Command::Watch(cmd) => mount(cli, cmd, true),
+        Command::Unwatch(cmd) => umount(cli, cmd),
         Command::Status(cmd) => status(cli, cmd),
         Command::Init(cmd) => init(cli, cmd),
         Command::Key(cmd) => key(cli, cmd),
@@ -216,9 +218,11 @@ struct MountOutput<'a> {
     info: &'a ReadyInfo,
 }
 
-fn mount(cli: &Cli, cmd: &MountCommand) -> Result<()> {
+/// `tierfs mount`, and with `watch` `tierfs watch`.
+fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
     store_link::prepare_mount_store(&cmd.mount)?;
-    let config = cmd.mount.resolve(cli.runtime_dir.as_deref())?;
+    let mut config = cmd.mount.resolve(cli.runtime_dir.as_deref())?;
+    config.watch |= watch;
 
     // Re-running the mount command of a live mount (a re-executed notebook cell) is fine.
     if let Some(pong) = serving(&config.runtime_dir, &config.mountpoint) {
@@ -253,7 +257,7 @@ fn mount(cli: &Cli, cmd: &MountCommand) -> Result<()> {
     if cmd.foreground {
         let rt = crate::config::build_runtime()?;
         let mut readiness = Readiness::Print { json: cli.json };
-        let result = serve::run(&rt, &config, &mut readiness);
+        let result = frontend::run(&rt, &config, &mut readiness);
         rt.shutdown_timeout(Duration::from_secs(1));
         return result;
     }
@@ -263,7 +267,8 @@ fn mount(cli: &Cli, cmd: &MountCommand) -> Result<()> {
         print_json(&MountOutput { ok: true, already_mounted: false, info: &info })?;
     } else {
         println!(
-            "tierfs: mounted {} (data dir {}, daemon pid {}, log {})",
+            "tierfs: {} {} (data dir {}, daemon pid {}, log {})",
+            if config.watch { "watching" } else { "mounted" },
             info.mountpoint.display(),
             info.data_dir.display(),
             info.pid,
@@ -564,6 +569,38 @@ pub fn format_status(report: &StatusReport) -> String {
             ));
         }
     }
+    if let Some(w) = &report.watch {
+        rows[0] = ("watching", w.dir.display().to_string());
+        let mode = match &w.fallback_reason {
+            Some(why) => format!("{} ({why})", w.mode),
+            None => w.mode.clone(),
+        };
+        rows.push(("watch", format!("{mode}; started {}; {} passes ({} full)", w.start, w.passes, w.full_passes)));
+        rows.push(("changes", format!("{} directories waiting, oldest {} ms", w.pending_dirs, w.oldest_pending_ms)));
+        let t = &w.totals;
+        rows.push((
+            "synced",
+            format!(
+                "{} files read ({}), {} chunks uploaded ({}); {} created, {} renamed, {} removed",
+                t.files_read,
+                format_bytes(t.bytes_read),
+                t.chunks_uploaded,
+                format_bytes(t.bytes_uploaded),
+                t.created,
+                t.renamed,
+                t.removed
+            ),
+        ));
+        if !w.unstable.is_empty() {
+            rows.push(("unstable", format!("{} (kept their last good version)", w.unstable.join(", "))));
+        }
+        for (path, why) in &w.unreadable {
+            rows.push(("unreadable", format!("{path}: {why}")));
+        }
+        if let Some(e) = &w.last_error {
+            rows.push(("watch error", e.clone()));
+        }
+    }
     rows.iter().map(|(key, value)| format!("{key:<12}{value}\n")).collect()
 }
 
@@ -577,7 +614,7 @@ pub fn format_table(reports: &[StatusReport]) -> String {
         .iter()
         .map(|r| {
             [
-                r.mountpoint.display().to_string(),
+                format!("{}{}", r.mountpoint.display(), if r.watch.is_some() { " (watch)" } else { "" }),
                 r.pid.to_string(),
                 format_duration(r.uptime_secs),
                 r.inodes.to_string(),
@@ -845,6 +882,7 @@ mod tests {
             allow_other: true,
             read_only: false,
             writeback_cache: true,
+            watch: None,
         }
     }
 

@@ -57,6 +57,8 @@ pub struct MountConfig {
     pub takeover: bool,
     /// Mount this snapshot read-only (its data dir is rebuilt from the store).
     pub snapshot: Option<String>,
+    /// Watch mode: `mountpoint` is a plain directory kept in sync, not a FUSE mount.
+    pub watch: bool,
 }
 
 impl MountConfig {

@@ -147,6 +147,31 @@ pub struct StatusReport {
     pub allow_other: bool,
     pub read_only: bool,
     pub writeback_cache: bool,
+    /// Set for a watched directory (watch mode), not a FUSE mount.
+    #[serde(default)]
+    pub watch: Option<WatchStatus>,
+}
+
+/// What `tierfs status` shows of a watched directory.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchStatus {
+    pub dir: PathBuf,
+    /// `events` (inotify) or `rescan-only` (events could not be trusted; full passes only).
+    pub mode: String,
+    /// Why the watch fell back to full passes.
+    pub fallback_reason: Option<String>,
+    /// How the directory and the workspace met at start.
+    pub start: String,
+    pub passes: u64,
+    /// Full passes (periodic, overflow, storm, barrier).
+    pub full_passes: u64,
+    /// Directories changed and not passed yet, and for how long (ms).
+    pub pending_dirs: u64,
+    pub oldest_pending_ms: u64,
+    pub unstable: Vec<String>,
+    pub unreadable: Vec<(String, String)>,
+    pub last_error: Option<String>,
+    pub totals: tierfs::watch::Counts,
 }
 
 /// Where the workspace's metadata stands in the store.
@@ -415,6 +440,7 @@ mod tests {
                 allow_other: false,
                 read_only: false,
                 writeback_cache: true,
+                watch: None,
             }
         }
     }

@@ -104,14 +104,7 @@ fn serve(
     // On an error the FUSE session (and with it the mount) was moved into the closure and dropped.
     let session_thread = session_thread.context("starting the FUSE session thread")?;
 
-    let handler = Arc::new(Served {
-        session: session.clone(),
-        config: config.clone(),
-        mountpoint: mountpoint.to_path_buf(),
-        socket: socket.clone(),
-        started: Instant::now(),
-        started_at_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-    });
+    let handler = Arc::new(Served::new(session.clone(), config.clone(), mountpoint.to_path_buf(), socket.clone()));
     let info = ReadyInfo {
         pid: std::process::id(),
         mountpoint: mountpoint.to_path_buf(),
@@ -190,7 +183,7 @@ fn serve(
 
 /// Says what was being opened when a session failed to open (the fix is added where the
 /// error is printed, `logging::error_message`).
-fn session_context(err: SessionError, config: &MountConfig) -> anyhow::Error {
+pub(crate) fn session_context(err: SessionError, config: &MountConfig) -> anyhow::Error {
     let context = match &err {
         SessionError::Remote(_) | SessionError::NoConditionalWrites(_) => {
             format!("opening workspace {:?} of the store", config.workspace)
@@ -262,7 +255,10 @@ fn clear_stale_mount(path: &Path) -> Result<()> {
 
 /// Binds the mount's control socket owner-only, replacing a socket file left behind by a
 /// dead process but never one that still answers.
-fn bind_control_socket(config: &MountConfig, mountpoint: &Path) -> Result<(tokio::net::UnixListener, SocketFile)> {
+pub(crate) fn bind_control_socket(
+    config: &MountConfig,
+    mountpoint: &Path,
+) -> Result<(tokio::net::UnixListener, SocketFile)> {
     paths::ensure_private_dir(&config.runtime_dir)?;
     let socket = paths::socket_path(&config.runtime_dir, mountpoint)?;
     if fs::symlink_metadata(&socket).is_ok() {
@@ -442,13 +438,20 @@ async fn finish(
 }
 
 /// What the control socket reports about this mount.
-struct Served {
+pub(crate) struct Served {
     session: Arc<Session>,
     config: MountConfig,
     mountpoint: PathBuf,
     socket: PathBuf,
     started: Instant,
     started_at_unix: u64,
+}
+
+impl Served {
+    pub(crate) fn new(session: Arc<Session>, config: MountConfig, mountpoint: PathBuf, socket: PathBuf) -> Served {
+        let started_at_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        Served { session, config, mountpoint, socket, started: Instant::now(), started_at_unix }
+    }
 }
 
 impl ControlHandler for Served {
@@ -505,14 +508,15 @@ impl ControlHandler for Served {
             allow_other: self.config.allow_other,
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,
+            watch: None,
         }
     }
 }
 
 /// The control socket file, removed when serving ends however it ends, but only if it is
 /// still the file we created (a new daemon for the same mountpoint may have replaced it).
-struct SocketFile {
-    path: PathBuf,
+pub(crate) struct SocketFile {
+    pub(crate) path: PathBuf,
     identity: (u64, u64),
 }
 

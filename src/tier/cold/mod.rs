@@ -41,7 +41,9 @@
 //! - `verify.rs`: checking cached chunks left by an earlier run;
 //! - `stream.rs`: reads of large files served from the stream buffer, past the cache;
 //! - `upload.rs`: claiming, sealing and uploading dirty chunks, and flushes;
-//! - `evict.rs`: punching sealed chunks out to keep the cache size and the disk's free space.
+//! - `evict.rs`: punching sealed chunks out to keep the cache size and the disk's free space;
+//! - `adopt.rs`: a file's whole content handed in as records of blocks already stored (watch
+//!   mode).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
@@ -64,6 +66,7 @@ use crate::store::StoreError;
 use crate::types::ErrorKind;
 use crate::types::Ino;
 
+mod adopt;
 mod evict;
 mod fetch;
 mod stream;

@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Parser;
 use tierfs_daemon::cli::DaemonCli;
 use tierfs_daemon::launch::Readiness;
-use tierfs_daemon::{logging, serve, store_link};
+use tierfs_daemon::{frontend, logging, store_link};
 use tracing::error;
 
 fn main() -> ExitCode {
@@ -44,7 +44,7 @@ fn run(cli: &DaemonCli, readiness: &mut Readiness) -> Result<()> {
     store_link::prepare_mount_store(&cli.mount)?;
     let config = cli.mount.resolve(cli.runtime_dir.as_deref())?;
     let rt = tierfs_daemon::config::build_runtime()?;
-    let result = serve::run(&rt, &config, readiness);
+    let result = frontend::run(&rt, &config, readiness);
     rt.shutdown_timeout(Duration::from_secs(1));
     result
 }

@@ -1,0 +1,204 @@
+//! Reading a changed file of the watched directory into chunk records: only its data is read
+//! (`SEEK_DATA`/`SEEK_HOLE`), each chunk is hashed, and only chunks whose block the workspace
+//! does not have are staged in a pack. Packs are shared by the files of a pass (one PUT for
+//! many small files) and put before any file that names their blocks is recorded.
+//!
+//! Invariants: a file's records are handed to the workspace only after the pack with its new
+//! blocks returned from the store; a read that a change raced is discarded before its records
+//! are kept (its staged blocks may still be uploaded, unreferenced, and `gc` frees them).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{Counts, Result, WatchError};
+use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
+use crate::meta::ChunkRecord;
+use crate::tier::{BlockStore, DataFile};
+use crate::types::{Ino, Timestamp};
+use crate::vfs::{Content, Vfs};
+
+/// A file read whole, waiting for its pack.
+pub(super) struct Pending {
+    pub ino: Ino,
+    pub path: std::path::PathBuf,
+    pub content: Content,
+    /// Blocks of this file staged in the current pack (their locations come with the put).
+    pub staged: Vec<BlockId>,
+}
+
+/// How a read of a file ended.
+pub(super) enum Read {
+    /// Read whole, not raced: its content (records pending the current pack).
+    Done(Box<Pending>),
+    /// It changed while it was read.
+    Torn,
+}
+
+/// The pack being filled and the files waiting for it.
+pub(super) struct Packer {
+    blocks: Arc<dyn BlockStore>,
+    pack: PackBuilder,
+    /// Blocks staged in `pack`.
+    in_pack: HashSet<BlockId>,
+    /// Blocks put by this mirror whose records may not be committed yet.
+    put: HashMap<BlockId, BlockLoc>,
+    pending: Vec<Pending>,
+}
+
+impl Packer {
+    pub fn new(blocks: Arc<dyn BlockStore>) -> Packer {
+        let pack = PackBuilder::new(blocks.pack_size() + CHUNK_SIZE as usize);
+        Packer { blocks, pack, in_pack: HashSet::new(), put: HashMap::new(), pending: Vec::new() }
+    }
+
+    /// Reads `file` (opened from `path`, whose `lstat` is `before`) into chunk records; the
+    /// caller checks that `before` still holds after (see [`unchanged`]).
+    pub fn read(
+        &mut self,
+        vfs: &Vfs,
+        ino: Ino,
+        path: &Path,
+        file: &File,
+        before: &std::fs::Metadata,
+        counts: &mut Counts,
+    ) -> Result<Read> {
+        let size = before.len();
+        let old: HashMap<u64, ChunkRecord> = vfs.chunk_records(ino).into_iter().collect();
+        let runs = DataFile { file, ino }.data_extents(0..size).map_err(|e| WatchError::Io {
+            op: "seek",
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e),
+        })?;
+        let mut idxs = BTreeSet::new();
+        for r in &runs {
+            idxs.extend(r.start / CHUNK_SIZE..(r.end - 1) / CHUNK_SIZE + 1);
+        }
+        let blocks = self.blocks.clone();
+        let keys = blocks.keys();
+        let mut chunks = Vec::new();
+        let mut staged = Vec::new();
+        let mut new_blocks = Vec::new();
+        for idx in idxs {
+            let start = idx * CHUNK_SIZE;
+            let len = (size - start).min(CHUNK_SIZE);
+            let data = self.pack.stage(len as usize);
+            for r in runs.iter().filter(|r| r.end > start && r.start < start + len) {
+                let (from, to) = (r.start.max(start), r.end.min(start + len));
+                read_full(file, &mut data[(from - start) as usize..(to - start) as usize], from)
+                    .map_err(WatchError::io("read", path))?;
+                counts.bytes_read += to - from;
+            }
+            let data = self.pack.staged();
+            if data.iter().all(|&b| b == 0) {
+                self.pack.drop_staged();
+                continue; // a hole: no record
+            }
+            let id = keys.block_id(data);
+            let rec = ChunkRecord { block: id, len: len as u32, resident: false };
+            chunks.push((idx, rec));
+            let known = old.get(&idx).is_some_and(|r| r.block == id)
+                || id == ZERO_BLOCK
+                || self.in_pack.contains(&id)
+                || vfs.block_location(&id).map_err(WatchError::vfs(path))?.is_some();
+            if known {
+                self.pack.drop_staged();
+                if self.in_pack.contains(&id) {
+                    staged.push(id);
+                } else if let Some(loc) = self.put.get(&id) {
+                    new_blocks.push((id, *loc));
+                }
+            } else {
+                self.pack.seal_staged(keys, &id);
+                self.in_pack.insert(id);
+                staged.push(id);
+                counts.chunks_uploaded += 1;
+                counts.bytes_uploaded += len;
+                if self.pack.len() >= self.blocks.pack_size() {
+                    // Put now; this file's records wait until it is read whole.
+                    self.put_pack(vfs, counts)?;
+                    for id in std::mem::take(&mut staged) {
+                        if let Some(loc) = self.put.get(&id) {
+                            new_blocks.push((id, *loc));
+                        }
+                    }
+                }
+            }
+        }
+        let content = Content {
+            size,
+            chunks,
+            new_blocks,
+            perm: (before.mode() & 0o7777) as u16,
+            uid: before.uid(),
+            gid: before.gid(),
+            atime: Timestamp { secs: before.atime(), nanos: before.atime_nsec() as u32 },
+            mtime: Timestamp { secs: before.mtime(), nanos: before.mtime_nsec() as u32 },
+        };
+        let after = file.metadata().map_err(WatchError::io("stat", path))?;
+        let again = std::fs::symlink_metadata(path);
+        if !unchanged(before, &after) || !again.is_ok_and(|m| unchanged(before, &m)) {
+            counts.torn_reads += 1;
+            return Ok(Read::Torn);
+        }
+        Ok(Read::Done(Box::new(Pending { ino, path: path.to_path_buf(), content, staged })))
+    }
+
+    /// Queues a file read whole; puts the pack when it is full.
+    pub fn push(&mut self, vfs: &Vfs, p: Pending, counts: &mut Counts) -> Result<()> {
+        self.pending.push(p);
+        if self.pack.len() >= self.blocks.pack_size() / 2 || self.pending.len() >= 4096 {
+            self.put_pack(vfs, counts)?;
+        }
+        Ok(())
+    }
+
+    /// Puts the pack (if it holds anything) and records every file waiting for it.
+    pub fn put_pack(&mut self, vfs: &Vfs, _counts: &mut Counts) -> Result<()> {
+        if !self.pack.is_empty() {
+            let full =
+                std::mem::replace(&mut self.pack, PackBuilder::new(self.blocks.pack_size() + CHUNK_SIZE as usize));
+            let locs = self.blocks.put_pack(full)?;
+            self.put.extend(locs);
+            self.in_pack.clear();
+        }
+        for mut p in std::mem::take(&mut self.pending) {
+            for id in std::mem::take(&mut p.staged) {
+                if let Some(loc) = self.put.get(&id) {
+                    p.content.new_blocks.push((id, *loc));
+                }
+            }
+            vfs.adopt_content(p.ino, &p.content).map_err(WatchError::vfs(&p.path))?;
+        }
+        // Every block put so far is recorded in the workspace now.
+        self.put.clear();
+        Ok(())
+    }
+}
+
+/// Whether `a` and `b` are the same version of a file: inode, size, mtime and ctime.
+pub(super) fn unchanged(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    (a.dev(), a.ino(), a.len(), a.mtime(), a.mtime_nsec(), a.ctime(), a.ctime_nsec())
+        == (b.dev(), b.ino(), b.len(), b.mtime(), b.mtime_nsec(), b.ctime(), b.ctime_nsec())
+}
+
+/// Opens a file of the watched directory for reading, never following a symlink and never
+/// blocking on a fifo that replaced it.
+pub(super) fn open_for_read(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+}
+
+fn read_full(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break, // cut meanwhile: the check after the read sees it
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

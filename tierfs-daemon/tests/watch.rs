@@ -1,0 +1,235 @@
+//! `tierfs watch DIR` end to end, with real inotify, real directories, the real daemon and a
+//! real `file://` store: changes reach the workspace by events alone; a storm of edits,
+//! renames, removals, links, a symlink loop, a fifo and a sparse file, then `tierfs sync`, then
+//! every local state wiped, restores identical both ways, into an empty directory by `watch`
+//! and through a FUSE mount; bad directories and a second watcher are refused with nothing
+//! changed; with no inotify watches left the watch falls back to full passes and says so.
+
+mod common;
+use tierfs_test_support::moto;
+mod store_node;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::run;
+use store_node::{Node, env};
+
+const MIB: u64 = 1 << 20;
+
+/// One test at a time: one of them lowers a kernel-wide inotify limit for a moment.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A node's watch of `dir`.
+fn watch(node: &Node, dir: &Path, extra: &[&str]) -> (common::Output, serde_json::Value) {
+    let mut cmd = env(node.fx.tierfs());
+    cmd.args(["--json", "watch", "--store"]).arg(&node.store_file).arg("--data-dir").arg(&node.fx.data_dir);
+    cmd.args(extra).arg(dir);
+    let out = run(&mut cmd, common::MOUNT_TIMEOUT);
+    let json = serde_json::from_str(out.stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (out, json)
+}
+
+fn tierfs(node: &Node, args: &[&str], dir: &Path) -> common::Output {
+    let mut cmd = env(node.fx.tierfs());
+    cmd.args(args).arg(dir);
+    run(&mut cmd, Duration::from_secs(180))
+}
+
+fn status(node: &Node, dir: &Path) -> serde_json::Value {
+    let out = tierfs(node, &["status", "--json"], dir);
+    out.assert_success("tierfs status");
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("status printed {:?}: {e}", out.stdout))
+}
+
+fn unwatch(node: &Node, dir: &Path, pid: u64) {
+    tierfs(node, &["unwatch"], dir).assert_success("tierfs unwatch");
+    assert!(!common::process_alive(pid as u32), "the watcher {pid} still runs after unwatch");
+}
+
+/// Waits until `what` holds of the watch's status, or panics with the last status.
+fn wait_for(node: &Node, dir: &Path, what: &str, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = status(node, dir);
+        if ok(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within 60 s; status {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Kind, mode, links, size, mtime and content (or target) of every entry under `root`.
+fn describe(root: &Path) -> BTreeMap<String, String> {
+    common::walk_tree(root)
+        .into_iter()
+        .map(|(rel, path, m)| {
+            let (kind, body) = common::kind_and_body(&path, &m);
+            let mtime =
+                if kind == "symlink" { String::new() } else { format!(" mtime {}.{:09}", m.mtime(), m.mtime_nsec()) };
+            let size = if kind == "dir" { String::new() } else { format!(" size {}", m.size()) };
+            (
+                rel,
+                format!(
+                    "{kind} {:o} nlink {}{size}{mtime} {body}",
+                    m.mode(),
+                    if kind == "dir" { 0 } else { m.nlink() }
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The storm: what a notebook user and their tools do to a directory, fast.
+fn storm(dir: &Path) {
+    for i in 0..300 {
+        fs::write(dir.join(format!("f{i}")), format!("file {i}")).expect("write");
+    }
+    // 3000 renames: each file moves ten times.
+    for round in 0..10 {
+        for i in 0..300 {
+            fs::rename(dir.join(format!("f{i}")), dir.join(format!("f{i}.{round}"))).expect("rename");
+            fs::rename(dir.join(format!("f{i}.{round}")), dir.join(format!("f{i}"))).expect("rename back");
+        }
+    }
+    fs::create_dir_all(dir.join("a/b/c")).expect("mkdir -p");
+    for i in 0..20 {
+        fs::write(dir.join(format!("a/b/c/n{i}")), vec![i as u8; 1000 + i]).expect("write");
+    }
+    fs::create_dir_all(dir.join("tree/x")).expect("mkdir");
+    fs::write(dir.join("tree/x/old"), b"old").expect("write");
+    fs::remove_dir_all(dir.join("tree")).expect("rm -rf");
+    fs::create_dir_all(dir.join("tree/x")).expect("mkdir again");
+    fs::write(dir.join("tree/x/new"), b"new").expect("write");
+    fs::rename(dir.join("a/b"), dir.join("moved")).expect("rename dir");
+    fs::write(dir.join("moved/c/after-move"), b"written after the move").expect("write into the moved dir");
+    fs::hard_link(dir.join("f1"), dir.join("a/f1-link")).expect("link");
+    std::os::unix::fs::symlink("loop-b", dir.join("loop-a")).expect("symlink");
+    std::os::unix::fs::symlink("loop-a", dir.join("loop-b")).expect("symlink");
+    std::os::unix::fs::symlink("a/f1-link", dir.join("to-link")).expect("symlink");
+    let fifo = common::cpath(&dir.join("pipe"));
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0, "mkfifo");
+    let sparse = fs::File::create(dir.join("disk.img")).expect("create");
+    sparse.write_all_at(b"boot", 0).expect("write");
+    sparse.write_all_at(b"end", 12 * MIB).expect("write past a hole of chunks");
+    let run = dir.join("run.sh");
+    fs::write(&run, b"#!/bin/sh\necho ok\n").expect("write");
+    fs::set_permissions(&run, fs::Permissions::from_mode(0o755)).expect("chmod");
+    for i in 200..300 {
+        fs::remove_file(dir.join(format!("f{i}"))).expect("rm");
+    }
+}
+
+#[test]
+fn a_watched_storm_restores_identical_by_watch_and_by_mount_after_a_reset() {
+    let _one = exclusive();
+    let node = Node::init_file();
+    let dir = node.fx.tmp.path().join("watched");
+    fs::create_dir(&dir).expect("mkdir");
+    fs::write(dir.join("before.txt"), b"there before the watch").expect("write");
+    let (out, json) = watch(&node, &dir, &[]);
+    out.assert_success("tierfs watch");
+    let pid = json["pid"].as_u64().expect("pid");
+
+    // Events alone (the next full pass is minutes away) bring a change in.
+    let read = |s: &serde_json::Value| s["watch"]["totals"]["files_read"].as_u64().unwrap_or(0);
+    let before = read(&status(&node, &dir));
+    fs::write(dir.join("by-event.txt"), b"seen by inotify").expect("write");
+    let s = wait_for(&node, &dir, "the event's pass", |s| read(s) > before);
+    assert_eq!(s["watch"]["mode"], "events", "{s}");
+
+    storm(&dir);
+    let out = tierfs(&node, &["sync", "-m", "storm"], &dir);
+    out.assert_success("tierfs sync");
+    let want = describe(&dir);
+    unwatch(&node, &dir, pid);
+
+    // The reset: every local state of tierfs gone; a fresh node watches an empty directory.
+    node.wipe_local_state();
+    let fresh = Node::new(&node.store_file);
+    let dir2 = fresh.fx.tmp.path().join("watched");
+    fs::create_dir(&dir2).expect("mkdir");
+    let (out, json) = watch(&fresh, &dir2, &[]);
+    out.assert_success("tierfs watch on a fresh node");
+    assert_eq!(describe(&dir2), want, "restored by watch");
+    let alloc = fs::metadata(dir2.join("disk.img")).expect("stat").blocks() * 512;
+    assert!(alloc < 4 * MIB, "the restored sparse file allocates {alloc} bytes");
+    let s = status(&fresh, &dir2);
+    assert!(s["watch"]["start"].as_str().unwrap_or("").starts_with("restored"), "{s}");
+    unwatch(&fresh, &dir2, json["pid"].as_u64().expect("pid"));
+
+    // And through FUSE, on another fresh node.
+    let mut mount = Node::new(&node.store_file);
+    mount.mount(&[]);
+    assert_eq!(describe(&mount.fx.mountpoint), want, "seen by a FUSE mount");
+    mount.fx.umount();
+}
+
+#[test]
+fn bad_directories_and_a_second_watcher_are_refused_and_nothing_changes() {
+    let _one = exclusive();
+    let node = Node::init_file();
+    let missing = node.fx.tmp.path().join("missing");
+    let (out, _) = watch(&node, &missing, &[]);
+    assert!(!out.success() && out.stderr.contains("no such directory"), "{}", out.stderr);
+    assert!(!missing.exists(), "watch created the missing directory");
+
+    let dir = node.fx.tmp.path().join("watched");
+    fs::create_dir(&dir).expect("mkdir");
+    fs::write(dir.join("mine.txt"), b"mine").expect("write");
+    let (out, json) = watch(&node, &dir, &[]);
+    out.assert_success("tierfs watch");
+    let (out, _) = watch(&node, &dir, &["--data-dir", node.fx.tmp.path().join("data2").to_str().expect("utf-8")]);
+    assert!(!out.success(), "a second watcher of the same directory: {}", out.stdout);
+    unwatch(&node, &dir, json["pid"].as_u64().expect("pid"));
+
+    // A directory with other files than the workspace has: refused, untouched.
+    let other = node.fx.tmp.path().join("other");
+    fs::create_dir(&other).expect("mkdir");
+    fs::write(other.join("theirs.txt"), b"theirs").expect("write");
+    let before = describe(&other);
+    let (out, _) = watch(&node, &other, &[]);
+    assert!(!out.success() && out.stderr.contains("does not hold this workspace"), "{}", out.stderr);
+    assert_eq!(describe(&other), before);
+
+    // The data dir inside the watched directory would sync tierfs's own writes.
+    let (out, _) = watch(&node, node.fx.tmp.path(), &[]);
+    assert!(!out.success() && out.stderr.contains("must not contain each other"), "{}", out.stderr);
+}
+
+/// With no inotify watch left, the watch falls back to full passes, says so, and still syncs.
+#[test]
+fn without_inotify_watches_the_watch_falls_back_to_full_passes() {
+    let _one = exclusive();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: lowering fs.inotify.max_user_watches needs root");
+        return;
+    }
+    let node = Node::init_file();
+    let dir = node.fx.tmp.path().join("watched");
+    fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    let knob = PathBuf::from("/proc/sys/fs/inotify/max_user_watches");
+    let saved = fs::read_to_string(&knob).expect("read the watch limit");
+    fs::write(&knob, "1").expect("lower the watch limit");
+    let (out, json) = watch(&node, &dir, &[]);
+    fs::write(&knob, saved.trim()).expect("restore the watch limit");
+    out.assert_success("tierfs watch with no watches left");
+    let s = status(&node, &dir);
+    assert_eq!(s["watch"]["mode"], "rescan-only", "{s}");
+    assert!(s["watch"]["fallback_reason"].as_str().is_some_and(|r| !r.is_empty()), "{s}");
+    fs::write(dir.join("sub/late.txt"), b"found by a full pass").expect("write");
+    let read = |s: &serde_json::Value| s["watch"]["totals"]["files_read"].as_u64().unwrap_or(0);
+    let s = wait_for(&node, &dir, "a full pass finds the new file", |s| read(s) >= 1);
+    assert!(s["watch"]["full_passes"].as_u64().unwrap_or(0) >= 2, "found without a full pass: {s}");
+    unwatch(&node, &dir, json["pid"].as_u64().expect("pid"));
+}
