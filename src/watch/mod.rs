@@ -23,6 +23,9 @@
 //!   the workspace, not removed and created again; an entry that kept its inode, size and
 //!   mtime is not read again.
 //! - The watched directory and the data dir never contain each other.
+//! - A path `.tierfsignore` (gitignore syntax, at the top of the directory) matches is neither
+//!   added nor updated nor removed: what the workspace has of it stays as it was.
+//! - User xattrs (`user.*`) are compared when an entry is new or its ctime moved.
 
 mod error;
 mod import;
@@ -79,6 +82,8 @@ pub struct Counts {
     pub removed: u64,
     /// Entries whose mode, owner or times alone changed.
     pub attrs_set: u64,
+    /// Entries whose user xattrs changed.
+    pub xattrs_set: u64,
     /// Reads discarded because the file changed during them.
     pub torn_reads: u64,
 }
@@ -94,6 +99,7 @@ impl Counts {
         self.linked += o.linked;
         self.removed += o.removed;
         self.attrs_set += o.attrs_set;
+        self.xattrs_set += o.xattrs_set;
         self.torn_reads += o.torn_reads;
     }
 }
@@ -121,6 +127,44 @@ struct Known {
     ino: Ino,
     parent: Ino,
     name: Vec<u8>,
+    /// Its ctime when last looked at: an xattr change moves only the ctime.
+    ctime: (i64, i64),
+}
+
+/// The file in the watched directory whose gitignore patterns exclude paths from sync.
+pub const IGNORE_FILE: &str = ".tierfsignore";
+
+/// `.tierfsignore`, reread when it changes.
+#[derive(Default)]
+struct Ignore {
+    matcher: Option<ignore::gitignore::Gitignore>,
+    stamp: Option<(i64, i64, u64)>,
+}
+
+impl Ignore {
+    /// Rereads the file if it changed; a file that does not parse is reported, not fatal.
+    fn refresh(&mut self, root: &Path) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let path = root.join(IGNORE_FILE);
+        let stamp = std::fs::metadata(&path).ok().map(|m| (m.mtime(), m.mtime_nsec(), m.ino()));
+        if stamp == self.stamp {
+            return None;
+        }
+        self.stamp = stamp;
+        self.matcher = None;
+        stamp?;
+        let mut b = ignore::gitignore::GitignoreBuilder::new(root);
+        let problem = b.add(&path).map(|e| format!("{}: {e}", path.display()));
+        match b.build() {
+            Ok(m) => self.matcher = Some(m),
+            Err(e) => return Some(format!("{}: {e}", path.display())),
+        }
+        problem
+    }
+
+    fn ignores(&self, rel: &Path, is_dir: bool) -> bool {
+        self.matcher.as_ref().is_some_and(|m| m.matched_path_or_any_parents(rel, is_dir).is_ignore())
+    }
 }
 
 /// A watched directory and the workspace that mirrors it.
@@ -132,6 +176,7 @@ pub struct Mirror {
     /// Entries of the directory seen by earlier passes, by inode: how renames and hard links
     /// are told from new files.
     known: HashMap<LocalId, Known>,
+    ignore: Ignore,
     totals: Counts,
     unstable: Vec<String>,
     unreadable: Vec<(String, String)>,
@@ -161,6 +206,7 @@ impl Mirror {
             data_dir,
             packer: Packer::new(blocks),
             known: HashMap::new(),
+            ignore: Ignore::default(),
             totals: Counts::default(),
             unstable: Vec::new(),
             unreadable: Vec::new(),
@@ -211,7 +257,11 @@ impl Mirror {
     /// empty: the root), each with everything below it. A directory that is gone is looked at
     /// from the nearest parent that exists.
     pub fn rescan_dirs(&mut self, dirs: &[PathBuf]) -> Result<Pass> {
+        let problem = self.ignore.refresh(&self.root);
         let mut pass = scan::Pass::new(self);
+        if let Some(p) = problem {
+            pass.report_unreadable(IGNORE_FILE, p);
+        }
         for d in scan::outermost(dirs) {
             pass.reconcile_path(&d)?;
         }

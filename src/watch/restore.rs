@@ -139,7 +139,8 @@ impl Mirror {
     /// entries are done.
     fn learn(&mut self, p: &Path, ino: Ino, parent: Ino, name: &[u8]) -> Result<()> {
         let md = std::fs::symlink_metadata(p).map_err(WatchError::io("stat", p))?;
-        self.known.insert(LocalId { dev: md.dev(), ino: md.ino() }, Known { ino, parent, name: name.to_vec() });
+        let ctime = (md.ctime(), md.ctime_nsec());
+        self.known.insert(LocalId { dev: md.dev(), ino: md.ino() }, Known { ino, parent, name: name.to_vec(), ctime });
         Ok(())
     }
 }

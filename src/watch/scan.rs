@@ -49,6 +49,46 @@ fn atime_of(md: &std::fs::Metadata) -> Timestamp {
     Timestamp { secs: md.atime(), nanos: md.atime_nsec() as u32 }
 }
 
+fn ctime_of(md: &std::fs::Metadata) -> (i64, i64) {
+    (md.ctime(), md.ctime_nsec())
+}
+
+/// The `user.*` xattrs of `path` (not following a symlink).
+fn user_xattrs(path: &Path) -> std::io::Result<std::collections::BTreeMap<Vec<u8>, Vec<u8>>> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let mut names = vec![0u8; 1024];
+    let len = loop {
+        // SAFETY: a valid C string and a buffer of `names.len()` bytes.
+        let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) => names.resize(names.len() * 4, 0),
+            Some(libc::ENOTSUP) => return Ok(Default::default()),
+            _ => return Err(e),
+        }
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for name in names[..len].split(|&b| b == 0).filter(|n| n.starts_with(b"user.")) {
+        let cn = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+        let mut value = vec![0u8; 65536];
+        // SAFETY: valid C strings and a buffer of `value.len()` bytes (XATTR_SIZE_MAX).
+        let n = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENODATA) {
+                continue; // removed meanwhile
+            }
+            return Err(e);
+        }
+        value.truncate(n as usize);
+        out.insert(name.to_vec(), value);
+    }
+    Ok(out)
+}
+
 fn id_of(md: &std::fs::Metadata) -> LocalId {
     LocalId { dev: md.dev(), ino: md.ino() }
 }
@@ -147,6 +187,10 @@ impl<'a> Pass<'a> {
             let Some(kind) = kind_of(&md) else { continue };
             let child = rel.join(&name);
             let nb = name.as_bytes();
+            if self.m.ignore.ignores(&child, md.is_dir()) {
+                ws.remove(nb); // left as the workspace has it
+                continue;
+            }
             match ws.remove(nb) {
                 Some((ino, k)) if k == kind => self.update(&child, dir, nb, ino, kind, &md)?,
                 Some((ino, k)) => {
@@ -157,7 +201,9 @@ impl<'a> Pass<'a> {
             }
         }
         for (name, (ino, kind)) in ws {
-            self.gone.push(Gone { parent: dir, name, ino, kind });
+            if !self.m.ignore.ignores(&rel.join(std::ffi::OsStr::from_bytes(&name)), kind == FileKind::Dir) {
+                self.gone.push(Gone { parent: dir, name, ino, kind });
+            }
         }
         if let Ok(md) = std::fs::symlink_metadata(&path) {
             self.set_attrs(rel, dir, &md, true)?;
@@ -175,7 +221,11 @@ impl<'a> Pass<'a> {
         kind: FileKind,
         md: &std::fs::Metadata,
     ) -> Result<()> {
-        self.m.known.insert(id_of(md), Known { ino, parent, name: name.to_vec() });
+        let ctime = ctime_of(md);
+        let prev = self.m.known.insert(id_of(md), Known { ino, parent, name: name.to_vec(), ctime });
+        if kind != FileKind::Symlink && prev.is_none_or(|k| k.ctime != ctime || k.ino != ino) {
+            self.sync_xattrs(rel, ino)?;
+        }
         match kind {
             FileKind::Dir => self.reconcile_dir(rel, ino),
             FileKind::File => {
@@ -253,7 +303,10 @@ impl<'a> Pass<'a> {
         }
         .map_err(WatchError::vfs(&path))?;
         self.out.counts.created += 1;
-        self.m.known.insert(id, Known { ino: attr.ino, parent, name: name.to_vec() });
+        self.m.known.insert(id, Known { ino: attr.ino, parent, name: name.to_vec(), ctime: ctime_of(md) });
+        if kind != FileKind::Symlink {
+            self.sync_xattrs(rel, attr.ino)?;
+        }
         match kind {
             FileKind::Dir => self.reconcile_dir(rel, attr.ino),
             FileKind::File if md.len() > 0 => self.import(rel, attr.ino),
@@ -346,6 +399,48 @@ impl<'a> Pass<'a> {
 
     fn unreadable(&mut self, rel: &Path, e: &std::io::Error) {
         self.out.unreadable.push((rel.to_string_lossy().into_owned(), e.to_string()));
+    }
+
+    /// Reports something of the directory this pass could not use.
+    pub fn report_unreadable(&mut self, what: &str, why: String) {
+        self.out.unreadable.push((what.to_owned(), why));
+    }
+
+    /// Makes the user xattrs of `ino` those of the entry at `rel`.
+    fn sync_xattrs(&mut self, rel: &Path, ino: Ino) -> Result<()> {
+        let path = self.m.root.join(rel);
+        let local = match user_xattrs(&path) {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()), // gone meanwhile
+            Err(e) => {
+                self.unreadable(rel, &e);
+                return Ok(());
+            }
+        };
+        let meta = self.m.vfs.meta();
+        let ws: Vec<Vec<u8>> = meta
+            .xattr_names(ino)
+            .map_err(|e| self.meta_err(rel, e))?
+            .into_iter()
+            .filter(|n| n.starts_with(b"user."))
+            .collect();
+        let mut changed = false;
+        for n in &ws {
+            if !local.contains_key(n) {
+                self.m.vfs.removexattr(ROOT, ino, n).map_err(WatchError::vfs(&path))?;
+                changed = true;
+            }
+        }
+        for (n, v) in &local {
+            if meta.xattr(ino, n).map_err(|e| self.meta_err(rel, e))?.as_deref() != Some(v.as_slice()) {
+                self.m.vfs.setxattr(ROOT, ino, n, v, 0).map_err(WatchError::vfs(&path))?;
+                changed = true;
+            }
+        }
+        if changed {
+            self.out.counts.xattrs_set += 1;
+        }
+        Ok(())
     }
 
     /// Records what is waiting for its pack, then removes what the directory no longer has.

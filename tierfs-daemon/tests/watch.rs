@@ -233,3 +233,46 @@ fn without_inotify_watches_the_watch_falls_back_to_full_passes() {
     assert!(s["watch"]["full_passes"].as_u64().unwrap_or(0) >= 2, "found without a full pass: {s}");
     unwatch(&node, &dir, json["pid"].as_u64().expect("pid"));
 }
+
+/// kill -9 of the watcher: a restart on the same data dir resumes without reading or
+/// uploading what did not change, and nothing synced before is lost.
+#[test]
+fn a_watcher_killed_with_sigkill_resumes_without_reading_again_and_loses_nothing_synced() {
+    let _one = exclusive();
+    let node = Node::init_file();
+    let dir = node.fx.tmp.path().join("watched");
+    fs::create_dir_all(dir.join("ckpt")).expect("mkdir");
+    let (out, json) = watch(&node, &dir, &[]);
+    out.assert_success("tierfs watch");
+    for i in 0..100 {
+        fs::write(dir.join(format!("ckpt/step-{i}.pt")), vec![i as u8; 10_000 + i]).expect("write");
+    }
+    tierfs(&node, &["sync", "-m", "before the kill"], &dir).assert_success("tierfs sync");
+    let pid = json["pid"].as_u64().expect("pid") as libc::pid_t;
+    // SAFETY: kill(2) of the watcher this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while common::process_alive(pid as u32) {
+        assert!(Instant::now() < deadline, "the watcher survived SIGKILL");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let (out, json) = watch(&node, &dir, &[]);
+    out.assert_success("tierfs watch after kill -9");
+    let s = status(&node, &dir);
+    assert_eq!(s["watch"]["start"], "resumed", "{s}");
+    let totals = &s["watch"]["totals"];
+    assert_eq!((totals["files_read"].as_u64(), totals["chunks_uploaded"].as_u64()), (Some(0), Some(0)), "{s}");
+    fs::write(dir.join("after-restart.txt"), b"after").expect("write");
+    tierfs(&node, &["sync", "-m", "after the restart"], &dir).assert_success("tierfs sync");
+    let want = describe(&dir);
+    unwatch(&node, &dir, json["pid"].as_u64().expect("pid"));
+
+    let fresh = Node::new(&node.store_file);
+    let dir2 = fresh.fx.tmp.path().join("watched");
+    fs::create_dir(&dir2).expect("mkdir");
+    let (out, json) = watch(&fresh, &dir2, &[]);
+    out.assert_success("tierfs watch on a fresh node");
+    assert_eq!(describe(&dir2), want);
+    unwatch(&fresh, &dir2, json["pid"].as_u64().expect("pid"));
+}
