@@ -179,3 +179,31 @@ fn a_second_writer_is_refused_and_a_session_without_store_has_nothing_to_sync() 
         .expect("reopen without store");
     assert!(exists(reopened.vfs(), "a.txt"));
 }
+
+/// A data dir is the copy of one workspace: opened for another (a reused `--data-dir` with a
+/// new `--workspace`), it is refused, and neither workspace gets the other's files.
+#[test]
+fn a_data_dir_of_one_workspace_is_refused_for_another_and_nothing_is_copied() {
+    let fx = Fixture::new();
+    let a = fx.open("node", Access::ReadWrite).expect("open workspace default");
+    write_file(a.vfs(), "only-in-default.txt", 0, b"default's");
+    a.sync(None, Duration::from_secs(30)).expect("sync");
+    fx.close(a);
+
+    let mut other = fx.config("node", Access::ReadWrite);
+    other.workspace = "other".into();
+    let err = Session::open(other, fx.rt.handle()).err().expect("a data dir of another workspace");
+    assert!(matches!(err, SessionError::OtherWorkspace { .. }), "{err}");
+    assert_eq!(tierfs::Error::from(err).kind(), tierfs::ErrorKind::Conflict);
+
+    // Workspace "other" is still empty: opened on a data dir of its own, it has nothing.
+    let mut fresh = fx.config("fresh", Access::ReadWrite);
+    fresh.workspace = "other".into();
+    let s = Session::open(fresh, fx.rt.handle()).expect("open other on its own data dir");
+    assert!(!exists(s.vfs(), "only-in-default.txt"), "the other workspace got default's files");
+    fx.close(s);
+    // And the first data dir still opens as default's.
+    let again = fx.open("node", Access::ReadWrite).expect("reopen default");
+    assert!(exists(again.vfs(), "only-in-default.txt"));
+    fx.close(again);
+}

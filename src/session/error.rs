@@ -37,6 +37,12 @@ pub enum SessionError {
     NoConditionalWrites(#[source] BackendError),
     #[error("this workspace has no store: there is nothing to sync to")]
     NoStore,
+    /// The data dir is the local copy of another workspace; nothing was changed.
+    #[error(
+        "data dir {} holds workspace {workspace:?} of store {store}, not workspace {wanted:?}: opening it for {wanted:?} would copy the other workspace's files into it; nothing was changed",
+        data_dir.display()
+    )]
+    OtherWorkspace { data_dir: PathBuf, store: String, workspace: String, wanted: String },
     #[error("this session is read-only: it takes no snapshots")]
     ReadOnly,
     #[error("{dirty} bytes could not be uploaded within {} s; nothing was committed", timeout.as_secs())]
@@ -51,7 +57,7 @@ impl SessionError {
             SessionError::Meta(e) => e.kind(),
             SessionError::Remote(e) => e.kind(),
             SessionError::Io { source, .. } => io_error_kind(source),
-            SessionError::NotSnapshotCache(_) => ErrorKind::Conflict,
+            SessionError::NotSnapshotCache(_) | SessionError::OtherWorkspace { .. } => ErrorKind::Conflict,
             SessionError::NoConditionalWrites(_) | SessionError::NoStore | SessionError::ReadOnly => {
                 ErrorKind::InvalidInput
             }

@@ -265,6 +265,10 @@ impl Session {
             reset_snapshot_dir(&config.data_dir, &config.keep_files)?;
         }
         let mut prepared = Vfs::prepare(&config.data_dir)?;
+        let owner = store.as_ref().map(|s| format!("{}\n{}\n", s.config().store_id, config.workspace));
+        if let (Some(owner), Access::ReadWrite) = (&owner, &config.access) {
+            check_owner(&config.data_dir, owner, &config.workspace)?;
+        }
         if let Some(store) = &store {
             restore_view(&config, store, &prepared, handle)?;
         }
@@ -286,6 +290,10 @@ impl Session {
             }
             _ => None,
         };
+        if let (Some(owner), Some(_)) = (&owner, &committer) {
+            let path = config.data_dir.join(OWNER_FILE);
+            std::fs::write(&path, owner).map_err(io_error("writing", &path))?;
+        }
         let attached = store.as_ref().map(|s| AttachedStore {
             store: Arc::new(StoreBlocks::new(s.clone(), handle.clone())),
             config: config.cold_config(),
@@ -520,6 +528,28 @@ fn restore_view(
     }
     prepared.meta().cut_to_stored_data()?;
     Ok(())
+}
+
+/// The file in a data dir that names the store and workspace it is a copy of.
+pub const OWNER_FILE: &str = "workspace-of";
+
+/// Refuses a data dir that is the copy of another workspace (or of a workspace of another
+/// store): opened for this one, its files would be uploaded into it. A data dir without the
+/// file (new, or from before it existed) is taken as this workspace's.
+fn check_owner(data_dir: &Path, owner: &str, workspace: &str) -> Result<(), SessionError> {
+    match std::fs::read_to_string(data_dir.join(OWNER_FILE)) {
+        Ok(has) if has != owner => {
+            let mut lines = has.lines();
+            let (store, ws) = (lines.next().unwrap_or("").to_owned(), lines.next().unwrap_or("").to_owned());
+            Err(SessionError::OtherWorkspace {
+                data_dir: data_dir.to_path_buf(),
+                store,
+                workspace: ws,
+                wanted: workspace.to_owned(),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Takes the workspace's lease and brings the local metadata in line with the store.

@@ -38,6 +38,13 @@ impl Vfs {
         self.cold.as_ref().map(|c| c.block_store().clone())
     }
 
+    /// Counts a pack of `bytes` (plaintext) a front end put in the store itself.
+    pub fn count_upload(&self, bytes: u64) {
+        if let Some(cold) = &self.cold {
+            cold.count_upload(bytes);
+        }
+    }
+
     /// Where the store holds block `id`, if the workspace has it.
     pub fn block_location(&self, id: &BlockId) -> VfsResult<Option<BlockLoc>> {
         Ok(self.meta.block(id)?)

@@ -161,6 +161,7 @@ impl Packer {
             let full =
                 std::mem::replace(&mut self.pack, PackBuilder::new(self.blocks.pack_size() + CHUNK_SIZE as usize));
             let locs = self.blocks.put_pack(full)?;
+            vfs.count_upload(locs.iter().map(|(_, loc)| u64::from(loc.plain_len)).sum());
             self.put.extend(locs);
             self.in_pack.clear();
         }

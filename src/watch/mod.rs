@@ -248,21 +248,27 @@ impl Mirror {
         Ok(start)
     }
 
-    /// Makes the whole workspace match the directory.
+    /// Makes the whole workspace match the directory (a full pass).
     pub fn rescan(&mut self) -> Result<Pass> {
-        self.rescan_dirs(&[PathBuf::new()])
+        self.pass(&[PathBuf::new()], true)
     }
 
-    /// Makes the workspace match the directories `dirs` (relative to the watched directory;
-    /// empty: the root), each with everything below it. A directory that is gone is looked at
-    /// from the nearest parent that exists.
+    /// Makes the workspace match the entries of the directories `dirs` (relative to the
+    /// watched directory; empty: the root): what change events name. Their subdirectories
+    /// are not descended into unless they are new or moved. A directory that is gone is looked
+    /// at from the nearest parent that exists.
     pub fn rescan_dirs(&mut self, dirs: &[PathBuf]) -> Result<Pass> {
+        self.pass(dirs, false)
+    }
+
+    fn pass(&mut self, dirs: &[PathBuf], deep: bool) -> Result<Pass> {
         let problem = self.ignore.refresh(&self.root);
-        let mut pass = scan::Pass::new(self);
+        let mut pass = scan::Pass::new(self, deep);
         if let Some(p) = problem {
             pass.report_unreadable(IGNORE_FILE, p);
         }
-        for d in scan::outermost(dirs) {
+        let dirs = if deep { scan::outermost(dirs) } else { dirs.to_vec() };
+        for d in dirs {
             pass.reconcile_path(&d)?;
         }
         let out = pass.finish()?;

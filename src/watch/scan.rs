@@ -108,13 +108,16 @@ pub(super) struct Pass<'a> {
     gone: Vec<Gone>,
     /// Workspace directories by where they are in the watched directory, as seen this pass.
     dir_paths: HashMap<Ino, PathBuf>,
+    /// Whether directories that exist on both sides are descended into (a full pass) or only
+    /// their own entries are looked at (a pass for events, which name each changed directory).
+    deep: bool,
 }
 
 impl<'a> Pass<'a> {
-    pub fn new(m: &'a mut Mirror) -> Pass<'a> {
+    pub fn new(m: &'a mut Mirror, deep: bool) -> Pass<'a> {
         let mut dir_paths = HashMap::new();
         dir_paths.insert(ROOT_INO, PathBuf::new());
-        Pass { m, out: super::Pass::default(), gone: Vec::new(), dir_paths }
+        Pass { m, out: super::Pass::default(), gone: Vec::new(), dir_paths, deep }
     }
 
     /// Reconciles `rel` (a directory, with everything below it), or its nearest ancestor that
@@ -227,7 +230,14 @@ impl<'a> Pass<'a> {
             self.sync_xattrs(rel, ino)?;
         }
         match kind {
-            FileKind::Dir => self.reconcile_dir(rel, ino),
+            FileKind::Dir if self.deep => self.reconcile_dir(rel, ino),
+            FileKind::Dir => {
+                self.dir_paths.insert(ino, rel.to_path_buf());
+                match std::fs::symlink_metadata(self.m.root.join(rel)) {
+                    Ok(md) => self.set_attrs(rel, ino, &md, true),
+                    Err(_) => Ok(()), // gone meanwhile: a later pass sees it
+                }
+            }
             FileKind::File => {
                 let attr = self.m.vfs.getattr(ino).map_err(WatchError::vfs(&self.m.root.join(rel)))?;
                 if attr.size == md.len() && attr.mtime == mtime_of(md) {
@@ -285,7 +295,11 @@ impl<'a> Pass<'a> {
                         .map_err(WatchError::vfs(&path))?;
                     self.out.counts.renamed += 1;
                     if kind == FileKind::Dir {
+                        // Events inside it may have named its old path: look at all of it.
                         self.moved_dir(k.ino, rel);
+                        let ctime = ctime_of(md);
+                        self.m.known.insert(id, Known { ino: k.ino, parent, name: name.to_vec(), ctime });
+                        return self.reconcile_dir(rel, k.ino);
                     }
                     return self.update(rel, parent, name, k.ino, kind, md);
                 }

@@ -44,9 +44,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 pub fn run(cli: &Cli) -> Result<()> {
     match &cli.command {
         Command::Mount(cmd) => mount(cli, cmd, false),
-        Command::Umount(cmd) => umount(cli, cmd),
+        Command::Umount(cmd) => umount(cli, cmd, false),
         Command::Watch(cmd) => mount(cli, cmd, true),
-        Command::Unwatch(cmd) => umount(cli, cmd),
+        Command::Unwatch(cmd) => umount(cli, cmd, true),
         Command::Status(cmd) => status(cli, cmd),
         Command::Init(cmd) => init(cli, cmd),
         Command::Key(cmd) => key(cli, cmd),
@@ -298,7 +298,8 @@ struct UmountOutput {
     flush: Option<UnmountReport>,
 }
 
-fn umount(cli: &Cli, cmd: &UmountCommand) -> Result<()> {
+/// `tierfs umount`, and with `watch` `tierfs unwatch` (the same request; no mount to clear).
+fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
     let runtime_dir = paths::runtime_dir(cli.runtime_dir.as_deref())?;
     let mountpoint = paths::canonical_mountpoint(&cmd.mountpoint)?;
     let socket = paths::socket_path(&runtime_dir, &mountpoint)?;
@@ -312,6 +313,9 @@ fn umount(cli: &Cli, cmd: &UmountCommand) -> Result<()> {
         }
     };
     let Some(pong) = pong else {
+        if watch {
+            bail!("{} is not watched (no tierfs process answers for it)", mountpoint.display());
+        }
         return umount_unserved(cli, cmd, &mountpoint, &socket, deadline);
     };
 
@@ -332,7 +336,8 @@ fn umount(cli: &Cli, cmd: &UmountCommand) -> Result<()> {
             flush: Some(report.clone()),
         })?;
     } else if report.flushed {
-        println!("tierfs: unmounted {} (flushed in {} ms)", mountpoint.display(), report.flush_millis);
+        let done = if watch { "stopped watching" } else { "unmounted" };
+        println!("tierfs: {done} {} (flushed in {} ms)", mountpoint.display(), report.flush_millis);
     }
     if !report.flushed {
         bail!(

@@ -168,6 +168,10 @@ pub struct WatchStatus {
     /// Directories changed and not passed yet, and for how long (ms).
     pub pending_dirs: u64,
     pub oldest_pending_ms: u64,
+    /// Since when the oldest waiting change waits (`oldest_pending_ms` is computed from it
+    /// when the status is asked for).
+    #[serde(skip)]
+    pub pending_since: Option<std::time::Instant>,
     pub unstable: Vec<String>,
     pub unreadable: Vec<(String, String)>,
     pub last_error: Option<String>,

@@ -94,6 +94,7 @@ pub fn cli_hint(cause: &(dyn std::error::Error + 'static)) -> Option<&'static st
             SessionError::Remote(e) => remote(e),
             SessionError::Vfs(e) => vfs(e),
             SessionError::NotSnapshotCache(_) => Some("give a snapshot mount its own --data-dir"),
+            SessionError::OtherWorkspace { .. } => Some("give each workspace its own --data-dir"),
             SessionError::NoConditionalWrites(_) => Some(
                 "for servers that ignore conditional writes, such as Garage 2.x, set `fencing = \"lease\"` in \
                  the store file, or create it with `tierfs init --fencing lease`",

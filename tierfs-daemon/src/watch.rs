@@ -229,6 +229,9 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
         match rx.recv_timeout(wait.max(Duration::from_millis(1))) {
             // Once events cannot be trusted, only full passes sync (what status says).
             Ok(Msg::Event(Ok(_))) if rescan_only => {}
+            // Opens, reads and read-only closes change nothing (and a pass's own directory
+            // opens would otherwise start the next pass).
+            Ok(Msg::Event(Ok(ev))) if !changes(&ev.kind) => {}
             Ok(Msg::Event(Ok(ev))) => {
                 if ev.need_rescan() {
                     full_due = true;
@@ -245,6 +248,9 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
                 if pending.len() > STORM {
                     full_due = true;
                 }
+                let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+                s.pending_dirs = pending.len() as u64;
+                s.pending_since = first_pending;
             }
             Ok(Msg::Event(Err(e))) => {
                 warn!("watcher error: {e}; falling back to full passes");
@@ -288,7 +294,7 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
             }
             let done = if s.last_error.is_none() { Ok(()) } else { Err(s.last_error.clone().unwrap_or_default()) };
             s.pending_dirs = pending.len() as u64;
-            s.oldest_pending_ms = first_pending.map_or(0, |t| t.elapsed().as_millis() as u64);
+            s.pending_since = first_pending;
             drop(s);
             if let Some(reply) = barrier {
                 let _ = reply.send(done.clone());
@@ -298,6 +304,16 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
                 return;
             }
         }
+    }
+}
+
+/// Whether an event can mean a change to sync.
+fn changes(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        notify::EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        notify::EventKind::Access(_) => false,
+        _ => true,
     }
 }
 
@@ -331,7 +347,9 @@ impl ControlHandler for Watched {
 
     fn status(&self) -> StatusReport {
         let mut s = self.served.status();
-        s.watch = Some(self.state.lock().unwrap_or_else(PoisonError::into_inner).clone());
+        let mut w = self.state.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        w.oldest_pending_ms = w.pending_since.map_or(0, |t| t.elapsed().as_millis() as u64);
+        s.watch = Some(w);
         s
     }
 

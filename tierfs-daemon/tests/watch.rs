@@ -23,18 +23,39 @@ const MIB: u64 = 1 << 20;
 /// One test at a time: one of them lowers a kernel-wide inotify limit for a moment.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn exclusive() -> OneAtATime {
+    OneAtATime(ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
-/// A node's watch of `dir`.
+/// A node's watch of `dir`. The watcher it starts is killed when the test ends, however it
+/// ends (a Fixture only knows of FUSE mounts).
 fn watch(node: &Node, dir: &Path, extra: &[&str]) -> (common::Output, serde_json::Value) {
     let mut cmd = env(node.fx.tierfs());
     cmd.args(["--json", "watch", "--store"]).arg(&node.store_file).arg("--data-dir").arg(&node.fx.data_dir);
     cmd.args(extra).arg(dir);
     let out = run(&mut cmd, common::MOUNT_TIMEOUT);
-    let json = serde_json::from_str(out.stdout.trim()).unwrap_or(serde_json::Value::Null);
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap_or(serde_json::Value::Null);
+    if let Some(pid) = json["pid"].as_u64() {
+        WATCHERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(pid as libc::pid_t);
+    }
     (out, json)
+}
+
+/// Watchers started by this test binary's tests.
+static WATCHERS: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+/// Held by each test: at its end, every watcher still running is killed.
+struct OneAtATime(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+impl Drop for OneAtATime {
+    fn drop(&mut self) {
+        for pid in WATCHERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+            if common::process_alive(pid as u32) {
+                // SAFETY: kill(2) of a watcher this binary started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
 }
 
 fn tierfs(node: &Node, args: &[&str], dir: &Path) -> common::Output {

@@ -24,6 +24,13 @@ impl ColdTier {
         &self.store
     }
 
+    /// Counts a pack a front end put itself (`uploaded_bytes` and `uploaded_packs` in
+    /// [`ColdTier::stats`] cover every upload, so `status` and `sync` report them).
+    pub fn count_upload(&self, bytes: u64) {
+        self.counters.uploaded_bytes.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.counters.uploaded_packs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The chunk records of `ino` this engine knows (index order); a missing index is a hole.
     pub fn chunk_records(&self, ino: Ino) -> Vec<(u64, ChunkRecord)> {
         let st = self.state.lock();
