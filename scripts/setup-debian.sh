@@ -38,7 +38,9 @@ fi
 # e2fsprogs: chattr, with which a test makes a data file impossible to remove
 #   (the test skips without it; Debian installs it by default).
 # openssl: the Garage start script makes its RPC secret and admin token with it.
-PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv e2fsprogs openssl)
+# binutils: readelf, with which scripts/python.sh checks the binaries in the wheel.
+PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv e2fsprogs openssl
+    binutils)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -164,6 +166,41 @@ else
     [[ -x $MOTO_VENV/bin/moto_server ]] || die "pip installed moto but $MOTO_VENV/bin/moto_server is missing"
 fi
 say "moto_server at $MOTO_VENV/bin/moto_server"
+
+# --- Python package: maturin and the notebook tests' wheels -----------------------
+# scripts/python.sh (the `python` step of scripts/test.sh) builds the wheel of python/ with
+# maturin from this venv, then tests the wheel in fresh venvs that install everything from
+# the local wheelhouse below (pytest, nbclient, ipykernel, numpy, tqdm and their
+# dependencies, pinned in python/tests/requirements.txt): the test run itself downloads
+# nothing. Both live under $TOOLS_DIR, outside the clone, like moto. Pinned for the same
+# reason: a maturin release may change how it calls cargo (and so what it rebuilds).
+MATURIN_VERSION=1.16.0
+PY_VENV=$TOOLS_DIR/python-venv
+WHEELHOUSE=$TOOLS_DIR/python-wheels
+PY_REQUIREMENTS=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/python/tests/requirements.txt
+maturin_have=$("$PY_VENV/bin/maturin" --version 2>/dev/null | awk '{print $2}' || true)
+if [[ $maturin_have == "$MATURIN_VERSION" ]]; then
+    say "maturin $maturin_have present"
+else
+    say "installing maturin $MATURIN_VERSION into $PY_VENV (had: ${maturin_have:-none})"
+    mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
+    [[ -w $TOOLS_DIR ]] || "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
+    "$SYSTEM_PYTHON" -m venv --clear "$PY_VENV"
+    "$PY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "maturin==$MATURIN_VERSION"
+fi
+# The wheelhouse is complete for exactly one requirements file and interpreter: a stamp
+# holds both, so an edit of the pins or a Python upgrade downloads again.
+wheel_stamp="$(sha256sum "$PY_REQUIREMENTS" | awk '{print $1}') $("$SYSTEM_PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+if [[ -f $WHEELHOUSE/.stamp && $(<"$WHEELHOUSE/.stamp") == "$wheel_stamp" ]]; then
+    say "test wheels present in $WHEELHOUSE"
+else
+    say "downloading the Python test wheels into $WHEELHOUSE"
+    rm -rf "$WHEELHOUSE"
+    mkdir -p "$WHEELHOUSE"
+    "$PY_VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-input \
+        --only-binary :all: -d "$WHEELHOUSE" -r "$PY_REQUIREMENTS"
+    echo "$wheel_stamp" >"$WHEELHOUSE/.stamp"
+fi
 
 # --- External POSIX test suites ----------------------------------------------
 # Pinned: scripts/pjdfstest.sh parses pjdfstest's output and

@@ -5,9 +5,10 @@
 #
 # Usage: scripts/test.sh [STEP...]
 #   Steps, in order: setup fmt clippy build test pjdfstest fsx pjdfstest-writeback
-#   fsx-writeback pjdfstest-store fsx-store garage (default: all; the *-writeback steps run
-#   the suites on a --writeback-cache mount, the *-store steps on a mount with a store and a
-#   4 MiB cache; garage runs scripts/garage.sh on a 3-node Garage cluster).
+#   fsx-writeback pjdfstest-store fsx-store garage python (default: all; the *-writeback steps
+#   run the suites on a --writeback-cache mount, the *-store steps on a mount with a store and
+#   a 4 MiB cache; garage runs scripts/garage.sh on a 3-node Garage cluster; python builds the
+#   Python wheel and runs its tests, notebooks included: scripts/python.sh).
 #   `scripts/test.sh fmt clippy` runs just those two.
 #
 # Every step runs even when an earlier one failed, except that nothing runs
@@ -27,7 +28,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback pjdfstest-store fsx-store garage)
+ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback pjdfstest-store fsx-store garage python)
 if (($# > 0)); then
     for s in "$@"; do
         [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || die "unknown step '$s' (steps: ${ALL_STEPS[*]})"
@@ -161,5 +162,10 @@ step fsx-store 1200 env POSIX_STORE=1 POSIX_MOUNT_ARGS="--cache-size 4M --dirty-
 # conditional writes, so only lease fencing may mount): scripts/garage.sh's checks, small sizes.
 step garage 1200 env TIERFS_BIN_DIR="$CARGO_TARGET_DIR/debug" SIZE_MIB=64 CACHE_MIB=32 \
     scripts/garage.sh "$(mktemp -d "${TMPDIR:-/tmp}/tierfs-garage-out.XXXXXX")" || true
+# The Python package (python/): maturin packs the binaries into a wheel (dev profile, from the
+# build step's cache: RocksDB is not compiled again), which the tests install into fresh venvs
+# to drive real mounts from Python and to run notebooks in real Jupyter kernels, a runtime
+# reset included.
+step python 1500 scripts/python.sh || true
 
 summary

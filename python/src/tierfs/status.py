@@ -1,0 +1,226 @@
+"""What a mount reports about itself: :class:`Status`, read from ``tierfs --json status``.
+
+A :class:`Status` is a frozen snapshot of one moment; ask the mount again for a newer one.
+It answers the questions a notebook user has before a runtime may be recycled: is
+everything I wrote in the store (``pending_bytes``, ``oldest_unsynced_secs``), what was the
+last snapshot, how full is the cache, is the store reachable. :meth:`Status.format` renders
+it as the ``%tierfs status`` text, with a warning line when unsynced data has waited longer
+than a threshold (:data:`UNSYNCED_WARNING_SECS` by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Status", "BackendHealth", "UNSYNCED_WARNING_SECS", "format_bytes", "format_age"]
+
+#: Unsynced data older than this (seconds) earns a warning line in :meth:`Status.format`.
+#: Data normally reaches the store within seconds (a file once closed, open files after
+#: ``--dirty-age``: 0.5 s with a store of your own, 30 s with the embedded one), so five
+#: minutes means something holds it back: a store that does not answer, or a file that is
+#: never closed.
+UNSYNCED_WARNING_SECS = 300.0
+
+Mode = Literal["fuse", "watch"]
+
+
+@dataclass(frozen=True)
+class BackendHealth:
+    """One backend of the store, as the mount sees it."""
+
+    name: str
+    available: bool
+    consecutive_failures: int = 0
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    """The state of one mount at one moment.
+
+    Attributes:
+        path: the mount point.
+        mode: how the workspace is served: ``"fuse"`` (a FUSE mount) or ``"watch"``.
+        workspace: the workspace of the store (``None`` without a store).
+        store: the store file (``None``: hot tier only, nothing leaves this disk).
+        pid: the serving daemon's process id.
+        read_only: whether the mount refuses writes.
+        pending_bytes: file data written but not yet in the store.
+        pending_files: files holding ``pending_bytes``.
+        pending_metadata_bytes: metadata (names, sizes, modes) not yet in the store.
+        oldest_unsynced_secs: age of the oldest change not yet in the store, in seconds;
+            ``None`` when everything is there.
+        last_snapshot: id of the last snapshot this mount committed (``None`` if it took
+            none since it started).
+        cache_used_bytes: file data held on the local disk.
+        cache_limit_bytes: the cache's size limit (``None``: not limited).
+        backends: each backend of the store, reachable or not.
+        healthy: every backend answers and the mount still writes to the store.
+        error: the last store error, or why the mount stopped writing to it.
+        data_dir: the local data directory.
+        uptime_secs: how long the daemon has served the mount.
+        version: the daemon's tierfs version.
+        raw: the full ``tierfs --json status`` report, for fields not mirrored here.
+    """
+
+    path: str
+    mode: Mode
+    workspace: str | None
+    store: str | None
+    pid: int
+    read_only: bool
+    pending_bytes: int
+    pending_files: int
+    pending_metadata_bytes: int
+    oldest_unsynced_secs: float | None
+    last_snapshot: str | None
+    cache_used_bytes: int
+    cache_limit_bytes: int | None
+    backends: tuple[BackendHealth, ...]
+    healthy: bool
+    error: str | None
+    data_dir: str
+    uptime_secs: int
+    version: str
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_report(cls, report: Mapping[str, Any]) -> Status:
+        """A :class:`Status` from one ``tierfs --json status MOUNTPOINT`` report."""
+        # A daemon that serves the workspace in watch mode says so in `watch`.
+        mode: Mode = "watch" if report.get("watch") else "fuse"
+        cold = report.get("cold") or {}
+        remote = report.get("remote") or {}
+        dirty = int(cold.get("dirty_bytes", 0))
+        batches = int(remote.get("pending_batches", 0))
+        ages = []
+        if dirty > 0 or int(cold.get("dirty_files", 0)) > 0:
+            ages.append(int(cold.get("oldest_dirty_ms", 0)) / 1000)
+        if batches > 0:
+            ages.append(int(remote.get("oldest_pending_ms", 0)) / 1000)
+        backends = tuple(
+            BackendHealth(
+                name=str(b.get("name", "")),
+                available=bool(b.get("available", False)),
+                consecutive_failures=int(b.get("consecutive_failures", 0)),
+                last_error=b.get("last_error"),
+            )
+            for b in report.get("backends") or ()
+        )
+        stopped = remote.get("stopped")
+        error = stopped or remote.get("last_error") or cold.get("last_error")
+        store = report.get("store")
+        return cls(
+            path=str(report["mountpoint"]),
+            mode=mode,
+            workspace=remote.get("workspace") if remote else None,
+            store=str(store) if store else None,
+            pid=int(report["pid"]),
+            read_only=bool(report.get("read_only", False)),
+            pending_bytes=dirty,
+            pending_files=int(cold.get("dirty_files", 0)),
+            pending_metadata_bytes=int(remote.get("pending_bytes", 0)),
+            oldest_unsynced_secs=max(ages) if ages else None,
+            last_snapshot=remote.get("last_snapshot"),
+            cache_used_bytes=int(cold["resident_bytes"]) if cold else int(report.get("data_bytes", 0)),
+            cache_limit_bytes=report.get("cache_size"),
+            backends=backends,
+            healthy=all(b.available for b in backends) and not stopped,
+            error=error,
+            data_dir=str(report.get("data_dir", "")),
+            uptime_secs=int(report.get("uptime_secs", 0)),
+            version=str(report.get("version", "")),
+            raw=dict(report),
+        )
+
+    @property
+    def synced(self) -> bool:
+        """Whether everything written so far is in the store."""
+        return self.oldest_unsynced_secs is None
+
+    def warning(self, warn_after: float = UNSYNCED_WARNING_SECS) -> str | None:
+        """A one-line warning when data has waited more than ``warn_after`` seconds to reach
+        the store (or the mount stopped writing to it), else ``None``."""
+        if self.store is None:
+            return None
+        if self.error and not self.healthy:
+            return f"WARNING: the store is not taking changes: {self.error}"
+        age = self.oldest_unsynced_secs
+        if age is not None and age > warn_after:
+            return (
+                f"WARNING: {format_bytes(self.pending_bytes + self.pending_metadata_bytes)} of changes "
+                f"{format_age(age)} old are not in the store yet; a reset now would lose them "
+                f"(run %tierfs sync, and check the backends)"
+            )
+        return None
+
+    def format(self, warn_after: float = UNSYNCED_WARNING_SECS) -> str:
+        """The status as ``%tierfs status`` prints it."""
+        rows = [
+            ("mount", f"{self.path} ({self.mode}{', read-only' if self.read_only else ''}, pid {self.pid})"),
+        ]
+        if self.store is None:
+            rows.append(("store", "none: hot tier only, nothing leaves this disk"))
+        else:
+            rows.append(("workspace", f"{self.workspace} in {self.store}"))
+            if self.synced:
+                rows.append(("pending", "nothing: every change is in the store"))
+            else:
+                rows.append(
+                    (
+                        "pending",
+                        f"{format_bytes(self.pending_bytes)} in {self.pending_files} files, "
+                        f"{format_bytes(self.pending_metadata_bytes)} of metadata; "
+                        f"oldest {format_age(self.oldest_unsynced_secs or 0)}",
+                    )
+                )
+            rows.append(("last snapshot", self.last_snapshot or "none since this mount started"))
+        limit = format_bytes(self.cache_limit_bytes) if self.cache_limit_bytes else "no limit"
+        rows.append(("cache", f"{format_bytes(self.cache_used_bytes)} used of {limit}"))
+        for b in self.backends:
+            state = "ok" if b.available else "DOWN"
+            detail = f" ({b.consecutive_failures} failures; last: {b.last_error})" if b.consecutive_failures else ""
+            rows.append(("backend", f"{state}  {b.name}{detail}"))
+        if self.error and self.healthy:
+            rows.append(("last error", self.error))
+        width = max(len(key) for key, _ in rows) + 2
+        lines = [f"{key:<{width}}{value}" for key, value in rows]
+        warning = self.warning(warn_after)
+        if warning:
+            lines.append(warning)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython shows a Status as its text, not as a 20-field dataclass repr.
+        printer.text(self.format())
+
+
+def format_bytes(n: int | None) -> str:
+    """``1536`` → ``1.5 KiB`` (as the CLI writes sizes)."""
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024 or unit == "PiB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_age(secs: float) -> str:
+    """``75`` → ``1 min 15 s``."""
+    if secs < 10:
+        return f"{secs:.1f} s"
+    whole = int(secs)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
