@@ -425,8 +425,16 @@ impl DataFile<'_> {
     /// Reads up to `len` bytes at `offset`; short only at the end of the file.
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
+        let done = self.read_into(offset, &mut buf)?;
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    /// Fills `buf` from `offset` and returns how many bytes it read: fewer only at the end of
+    /// the file (the rest of `buf` is left as it was).
+    pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let mut done = 0;
-        while done < len {
+        while done < buf.len() {
             match self.file.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
@@ -434,8 +442,7 @@ impl DataFile<'_> {
                 Err(e) => return Err(self.err("read")(e)),
             }
         }
-        buf.truncate(done);
-        Ok(buf)
+        Ok(done)
     }
 
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {

@@ -9,14 +9,14 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
 use super::{Counts, Result, WatchError};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
 use crate::meta::ChunkRecord;
-use crate::tier::{BlockStore, DataFile};
+use crate::tier::{BlockStore, DataFile, HotTierError};
 use crate::types::{Ino, Timestamp};
 use crate::vfs::{Content, Vfs};
 
@@ -67,11 +67,8 @@ impl Packer {
     ) -> Result<Read> {
         let size = before.len();
         let old: HashMap<u64, ChunkRecord> = vfs.chunk_records(ino).into_iter().collect();
-        let runs = DataFile { file, ino }.data_extents(0..size).map_err(|e| WatchError::Io {
-            op: "seek",
-            path: path.to_path_buf(),
-            source: std::io::Error::other(e),
-        })?;
+        let data_file = DataFile { file, ino };
+        let runs = data_file.data_extents(0..size).map_err(hot_error("seek", path))?;
         let mut idxs = BTreeSet::new();
         for r in &runs {
             idxs.extend(r.start / CHUNK_SIZE..(r.end - 1) / CHUNK_SIZE + 1);
@@ -87,8 +84,10 @@ impl Packer {
             let data = self.pack.stage(len as usize);
             for r in runs.iter().filter(|r| r.end > start && r.start < start + len) {
                 let (from, to) = (r.start.max(start), r.end.min(start + len));
-                read_full(file, &mut data[(from - start) as usize..(to - start) as usize], from)
-                    .map_err(WatchError::io("read", path))?;
+                // Cut meanwhile: the short read leaves zeros, and the check after the read sees it.
+                data_file
+                    .read_into(from, &mut data[(from - start) as usize..(to - start) as usize])
+                    .map_err(hot_error("read", path))?;
                 counts.bytes_read += to - from;
             }
             let data = self.pack.staged();
@@ -118,7 +117,7 @@ impl Packer {
                 counts.bytes_uploaded += len;
                 if self.pack.len() >= self.blocks.pack_size() {
                     // Put now; this file's records wait until it is read whole.
-                    self.put_pack(vfs, counts)?;
+                    self.put_pack(vfs)?;
                     for id in std::mem::take(&mut staged) {
                         if let Some(loc) = self.put.get(&id) {
                             new_blocks.push((id, *loc));
@@ -147,16 +146,16 @@ impl Packer {
     }
 
     /// Queues a file read whole; puts the pack when it is full.
-    pub fn push(&mut self, vfs: &Vfs, p: Pending, counts: &mut Counts) -> Result<()> {
+    pub fn push(&mut self, vfs: &Vfs, p: Pending) -> Result<()> {
         self.pending.push(p);
         if self.pack.len() >= self.blocks.pack_size() / 2 || self.pending.len() >= 4096 {
-            self.put_pack(vfs, counts)?;
+            self.put_pack(vfs)?;
         }
         Ok(())
     }
 
     /// Puts the pack (if it holds anything) and records every file waiting for it.
-    pub fn put_pack(&mut self, vfs: &Vfs, _counts: &mut Counts) -> Result<()> {
+    pub fn put_pack(&mut self, vfs: &Vfs) -> Result<()> {
         if !self.pack.is_empty() {
             let full =
                 std::mem::replace(&mut self.pack, PackBuilder::new(self.blocks.pack_size() + CHUNK_SIZE as usize));
@@ -191,15 +190,14 @@ pub(super) fn open_for_read(path: &Path) -> std::io::Result<File> {
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
 }
 
-fn read_full(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break, // cut meanwhile: the check after the read sees it
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+/// A read or seek of a file of the watched directory failed (named by its path, not as a data
+/// file).
+fn hot_error<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(HotTierError) -> WatchError + 'p {
+    move |e| {
+        let source = match e {
+            HotTierError::Io { source, .. } => source,
+            other => std::io::Error::other(other),
+        };
+        WatchError::Io { op, path: path.to_path_buf(), source }
     }
-    Ok(())
 }

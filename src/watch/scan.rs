@@ -360,7 +360,7 @@ impl<'a> Pass<'a> {
             match m.packer.read(&m.vfs, ino, &path, &file, &before, &mut self.out.counts)? {
                 Read::Done(p) => {
                     self.out.counts.files_read += 1;
-                    return m.packer.push(&m.vfs, *p, &mut self.out.counts);
+                    return m.packer.push(&m.vfs, *p);
                 }
                 Read::Torn => std::thread::sleep(Duration::from_millis(10 << (2 * attempt))),
             }
@@ -460,7 +460,7 @@ impl<'a> Pass<'a> {
     /// Records what is waiting for its pack, then removes what the directory no longer has.
     pub fn finish(mut self) -> Result<super::Pass> {
         let m = &mut *self.m;
-        m.packer.put_pack(&m.vfs, &mut self.out.counts)?;
+        m.packer.put_pack(&m.vfs)?;
         let mut touched = std::collections::BTreeSet::new();
         for g in std::mem::take(&mut self.gone) {
             let here = self.m.vfs.meta().dentry(g.parent, &g.name).map_err(|e| self.meta_err(Path::new(""), e))?;

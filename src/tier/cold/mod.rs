@@ -48,7 +48,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -735,22 +734,9 @@ impl OpenFiles {
     }
 }
 
+/// Fills `buf` from `offset` of a data file; past its end the bytes stay zeros (as `buf` holds).
 fn read_full(file: &File, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<(), ColdError> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break, // past the data file's end: zeros (already in buf)
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(ColdError::HotTier(HotTierError::Io {
-                    op: "read",
-                    path: format!("data file of inode {ino}").into(),
-                    source: e,
-                }));
-            }
-        }
-    }
+    DataFile { file, ino }.read_into(offset, buf)?;
     Ok(())
 }
 
