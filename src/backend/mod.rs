@@ -3,8 +3,8 @@
 //!
 //! - [`BackendSpec`] parses `s3://bucket/prefix?endpoint=…&region=…&payload=…` and `file:///path`;
 //!   [`Credentials`] and [`BackendOptions`] complete what [`Backend::open`] needs.
-//! - [`Backend`] wraps one `object_store` client with timeouts, retries with backoff, a circuit
-//!   breaker and test fault injection ([`Fault`]).
+//! - [`Backend`] wraps one `object_store` client with timeouts, retries with backoff and a
+//!   circuit breaker. Tests inject faults by wrapping that client (`faulty`, test builds only).
 //! - [`RedundantStore`] replicates small objects, replicates or erasure-codes packs, verifies
 //!   every read through a caller-supplied [`Verify`] callback (or, for pack ranges, an [`Open`]
 //!   callback that takes the bytes over and may decrypt them in place), repairs what it finds
@@ -38,6 +38,8 @@
 mod breaker;
 mod erasure;
 pub mod error;
+#[cfg(test)]
+pub(crate) mod faulty;
 mod redundant;
 mod repair;
 mod single;
@@ -46,5 +48,5 @@ mod spec;
 pub use error::BackendError;
 pub use redundant::{CreateOutcome, Open, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
 pub use repair::{SavedRepair, SavedSource};
-pub use single::{Backend, BackendHealth, Fault, ObjectInfo};
+pub use single::{Backend, BackendHealth, ObjectInfo};
 pub use spec::{BackendOptions, BackendSpec, Credentials, DEFAULT_REGION, PayloadCheck};

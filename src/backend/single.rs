@@ -15,9 +15,9 @@
 //! - The breaker counts *requests* (after their retries), not attempts. Answers that prove the
 //!   backend works (not found, already exists) count as successes; a missing object is never
 //!   retried and never trips the breaker.
-//! - Bytes are opaque (already encrypted by the caller); this layer never checks content. Fault
-//!   injection ([`Fault`]) is always compiled so higher layers can test against it; unused it
-//!   costs one uncontended lock per request.
+//! - Bytes are opaque (already encrypted by the caller); this layer never checks content. Tests
+//!   inject faults below it, by wrapping the store it is given (`backend::faulty`); nothing
+//!   here knows of them.
 
 use std::fmt;
 use std::future::Future;
@@ -34,7 +34,6 @@ use object_store::{
     BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
     RetryConfig,
 };
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::breaker::{CircuitBreaker, Refusal};
@@ -58,22 +57,6 @@ pub struct ObjectInfo {
     pub size: u64,
 }
 
-/// An injected failure mode, for tests of this and higher layers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// Every request fails as if the backend were unreachable (retried, counted by the breaker).
-    Down,
-    /// Reads succeed but return bytes with one bit flipped.
-    CorruptReads,
-    /// Every request attempt is delayed by this much (inside the request timeout).
-    Slow(Duration),
-    /// The next `n` request attempts fail transiently, then the fault clears itself.
-    FailNext(u32),
-    /// Conditional creates overwrite like plain puts, as on a server that ignores
-    /// `If-None-Match: *` (Garage 2.x).
-    IgnoreConditional,
-}
-
 /// One backend: an object_store client + key prefix, with per-request timeouts, retries with
 /// backoff, and a circuit breaker. `Send + Sync`; share it behind an `Arc`.
 pub struct Backend {
@@ -91,7 +74,6 @@ pub struct Backend {
     /// Deadline of one attempt of this layer (covers the client's own retries, if any).
     attempt_timeout: Duration,
     breaker: CircuitBreaker,
-    fault: Mutex<Option<Fault>>,
 }
 
 /// What a request does, to word its errors.
@@ -242,7 +224,6 @@ impl Backend {
             retry_budget: opts.request_timeout,
             attempt_timeout,
             breaker: CircuitBreaker::new(opts.breaker_threshold, opts.breaker_probe_after),
-            fault: Mutex::new(None),
         }
     }
 
@@ -285,15 +266,11 @@ impl Backend {
     /// their contents unique, e.g. with a nonce.
     pub async fn put_if_absent(&self, key: &str, data: Bytes) -> Result<bool, BackendError> {
         let path = self.path(key)?;
-        let mode = match *self.fault.lock() {
-            Some(Fault::IgnoreConditional) => PutMode::Overwrite,
-            _ => PutMode::Create,
-        };
-        let (store, path_ref, data_ref, mode) = (&self.store, &path, &data, &mode);
+        let (store, path_ref, data_ref) = (&self.store, &path, &data);
         let outcome = self
             .run(Op::PutIfAbsent, key, move || {
                 let payload = PutPayload::from_bytes(data_ref.clone());
-                let opts = PutOptions { mode: mode.clone(), ..PutOptions::default() };
+                let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
                 async move { store.put_opts(path_ref, payload, opts).await.map(drop) }
             })
             .await;
@@ -313,13 +290,11 @@ impl Backend {
     pub async fn get(&self, key: &str) -> Result<Bytes, BackendError> {
         let path = self.path(key)?;
         let (store, path) = (&self.store, &path);
-        let bytes = self
-            .run(Op::Get, key, move || {
-                let (store, path) = (store.clone(), path.clone());
-                on_runtime(async move { store.get_opts(&path, GetOptions::default()).await?.bytes().await })
-            })
-            .await?;
-        Ok(self.corrupt_if_faulty(bytes))
+        self.run(Op::Get, key, move || {
+            let (store, path) = (store.clone(), path.clone());
+            on_runtime(async move { store.get_opts(&path, GetOptions::default()).await?.bytes().await })
+        })
+        .await
     }
 
     /// Bytes `range` of the object; a range reaching past its end is [`BackendError::Corrupt`]
@@ -353,7 +328,7 @@ impl Backend {
                 ),
             });
         }
-        Ok(self.corrupt_if_faulty(bytes))
+        Ok(bytes)
     }
 
     /// Removes the object; a missing one is fine.
@@ -432,34 +407,6 @@ impl Backend {
         }
     }
 
-    /// Fault injection for tests (always compiled, cheap when unused); `None` clears it.
-    pub fn inject_fault(&self, fault: Option<Fault>) {
-        *self.fault.lock() = fault;
-    }
-
-    /// The current fault, consuming one unit of a `FailNext`.
-    fn take_fault(&self) -> Option<Fault> {
-        let mut guard = self.fault.lock();
-        let fault = *guard;
-        if let Some(Fault::FailNext(n)) = fault {
-            *guard = if n > 1 { Some(Fault::FailNext(n - 1)) } else { None };
-            if n == 0 {
-                return None;
-            }
-        }
-        fault
-    }
-
-    fn corrupt_if_faulty(&self, bytes: Bytes) -> Bytes {
-        if *self.fault.lock() != Some(Fault::CorruptReads) || bytes.is_empty() {
-            return bytes;
-        }
-        let mut v = bytes.to_vec();
-        let mid = v.len() / 2;
-        v[mid] ^= 0x01;
-        Bytes::from(v)
-    }
-
     fn root_path(&self) -> Option<Path> {
         if self.root.is_empty() { None } else { Some(Path::from(self.root.as_str())) }
     }
@@ -483,26 +430,10 @@ impl Backend {
         let mut tries = 0u32;
         let started = std::time::Instant::now();
         let result = loop {
-            let outcome = match self.take_fault() {
-                Some(Fault::Down) => Err(self.injected("backend down")),
-                Some(Fault::FailNext(_)) => Err(self.injected("transient failure")),
-                fault => {
-                    let delay = match fault {
-                        Some(Fault::Slow(d)) => d,
-                        _ => Duration::ZERO,
-                    };
-                    let timed = tokio::time::timeout(self.attempt_timeout, async {
-                        if !delay.is_zero() {
-                            tokio::time::sleep(delay).await;
-                        }
-                        attempt().await
-                    });
-                    match timed.await {
-                        Ok(Ok(v)) => Ok(v),
-                        Ok(Err(e)) => Err(self.classify(op, key, e)),
-                        Err(_) => Err((BackendError::Timeout { backend: self.name.clone() }, Class::Transient)),
-                    }
-                }
+            let outcome = match tokio::time::timeout(self.attempt_timeout, attempt()).await {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(self.classify(op, key, e)),
+                Err(_) => Err((BackendError::Timeout { backend: self.name.clone() }, Class::Transient)),
             };
             match outcome {
                 Err((e, Class::Transient)) if tries < self.layer_retries && started.elapsed() < self.retry_budget => {
@@ -543,11 +474,6 @@ impl Backend {
             return d;
         }
         Duration::from_nanos(rand::random_range(nanos / 2..=nanos))
-    }
-
-    fn injected(&self, what: &str) -> (BackendError, Class) {
-        let reason = format!("injected fault: {what}");
-        (BackendError::Unavailable { backend: self.name.clone(), reason }, Class::Transient)
     }
 
     fn refused(&self, r: Refusal) -> BackendError {
@@ -752,6 +678,7 @@ async fn on_runtime<T: Send + 'static>(
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
+    use crate::backend::faulty::{Fault, FaultSwitch, FaultyStore};
     use object_store::memory::InMemory;
     use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -766,6 +693,12 @@ mod tests {
 
     fn mem(name: &str, opts: BackendOptions) -> Backend {
         Backend::from_object_store(name.into(), Arc::new(InMemory::new()), opts)
+    }
+
+    /// A backend over an in-memory store behind a [`FaultyStore`], and the switch of its faults.
+    fn faulty_mem(name: &str, opts: BackendOptions) -> (Backend, FaultSwitch) {
+        let (store, faults) = FaultyStore::wrap(Arc::new(InMemory::new()));
+        (Backend::from_object_store(name.into(), store, opts), faults)
     }
 
     /// CRC-64/NVME, bit by bit (the reference the test holds the client's header against).
@@ -880,13 +813,13 @@ mod tests {
 
     #[tokio::test]
     async fn transient_failures_are_retried() {
-        let b = mem("mem", BackendOptions { max_retries: 2, ..BackendOptions::for_tests() });
+        let (b, faults) = faulty_mem("mem", BackendOptions { max_retries: 2, ..BackendOptions::for_tests() });
         b.put("k", Bytes::from_static(b"v")).await.unwrap();
-        b.inject_fault(Some(Fault::FailNext(2)));
+        faults.set(Some(Fault::FailNext(2)));
         assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
         assert_eq!(b.health().consecutive_failures, 0);
 
-        b.inject_fault(Some(Fault::FailNext(3)));
+        faults.set(Some(Fault::FailNext(3)));
         let err = b.get("k").await.unwrap_err();
         assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
         assert!(err.to_string().contains("mem is unavailable"), "{err}");
@@ -921,7 +854,7 @@ mod tests {
             breaker_probe_after: probe_after,
             ..BackendOptions::for_tests()
         };
-        let b = mem("mem", opts);
+        let (b, faults) = faulty_mem("mem", opts);
         b.put("k", Bytes::from_static(b"v")).await.unwrap();
         // Missing objects never trip it.
         for _ in 0..10 {
@@ -929,7 +862,7 @@ mod tests {
         }
         assert!(b.is_available());
 
-        b.inject_fault(Some(Fault::Down));
+        faults.set(Some(Fault::Down));
         for _ in 0..3 {
             assert!(b.is_available());
             assert!(b.get("k").await.is_err());
@@ -940,19 +873,19 @@ mod tests {
         assert!(health.last_error.unwrap_or_default().contains("injected fault"));
 
         // Refused at once while open, without reaching the store.
-        b.inject_fault(None);
+        faults.set(None);
         let err = b.get("k").await.unwrap_err();
         assert!(err.to_string().contains("tripped out after 3 consecutive failed requests"), "{err}");
 
         // A failed probe re-opens it.
-        b.inject_fault(Some(Fault::Down));
+        faults.set(Some(Fault::Down));
         tokio::time::sleep(probe_after + Duration::from_millis(20)).await;
         assert!(b.is_available());
         assert!(b.get("k").await.is_err());
         assert!(!b.is_available());
 
         // A successful probe closes it.
-        b.inject_fault(None);
+        faults.set(None);
         tokio::time::sleep(probe_after + Duration::from_millis(20)).await;
         assert!(b.is_available());
         assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
@@ -967,34 +900,34 @@ mod tests {
             max_retries: 0,
             ..BackendOptions::for_tests()
         };
-        let b = mem("mem", opts);
+        let (b, faults) = faulty_mem("mem", opts);
         b.put("k", Bytes::from_static(b"v")).await.unwrap();
-        b.inject_fault(Some(Fault::Slow(Duration::from_millis(200))));
+        faults.set(Some(Fault::Slow(Duration::from_millis(200))));
         let err = b.get("k").await.unwrap_err();
         assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
-        b.inject_fault(Some(Fault::Slow(Duration::from_millis(1))));
+        faults.set(Some(Fault::Slow(Duration::from_millis(1))));
         assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
     }
 
     #[tokio::test]
     async fn corrupt_reads_flip_a_bit() {
-        let b = mem("mem", BackendOptions::for_tests());
+        let (b, faults) = faulty_mem("mem", BackendOptions::for_tests());
         b.put("k", Bytes::from_static(b"abcdef")).await.unwrap();
-        b.inject_fault(Some(Fault::CorruptReads));
+        faults.set(Some(Fault::CorruptReads));
         assert_ne!(b.get("k").await.unwrap(), Bytes::from_static(b"abcdef"));
         assert_ne!(b.get_range("k", 0..6).await.unwrap(), Bytes::from_static(b"abcdef"));
-        b.inject_fault(None);
+        faults.set(None);
         assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"abcdef"));
     }
 
     #[tokio::test]
     async fn ignored_conditional_creates_overwrite() {
-        let b = mem("mem", BackendOptions::for_tests());
-        b.inject_fault(Some(Fault::IgnoreConditional));
+        let (b, faults) = faulty_mem("mem", BackendOptions::for_tests());
+        faults.set(Some(Fault::IgnoreConditional));
         assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"me")).await.unwrap());
         assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"you")).await.unwrap(), "the header is ignored");
         assert_eq!(b.get("refs/ws/lease").await.unwrap(), Bytes::from_static(b"you"));
-        b.inject_fault(None);
+        faults.set(None);
         assert!(!b.put_if_absent("refs/ws/lease", Bytes::from_static(b"me")).await.unwrap());
     }
 

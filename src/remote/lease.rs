@@ -254,13 +254,21 @@ mod tests {
     /// A workspace of a `file://` store fenced by lease only, whose backend ignores
     /// conditional writes as Garage 2.x does.
     async fn lease_fenced_workspace(dir: &std::path::Path) -> Arc<Workspace> {
-        use crate::backend::Fault;
+        use crate::backend::faulty::{Fault, FaultyStore};
+        use crate::backend::{Backend, BackendOptions, RedundantStore};
         use crate::crypto::{KdfParams, Secret};
         use crate::store::{Store, StoreConfig};
-        let mut cfg = StoreConfig::new(vec![format!("file://{}", dir.join("b").display())]);
+        let url = format!("file://{}", dir.join("b").display());
+        let mut cfg = StoreConfig::new(vec![url.clone()]);
         cfg.fencing = Fencing::Lease;
-        let store = Store::init(&cfg, &Secret::Passphrase(b"p"), KdfParams::for_tests()).await.expect("init");
-        store.backend().backends()[0].inject_fault(Some(Fault::IgnoreConditional));
+        std::fs::create_dir_all(dir.join("b")).expect("mkdir");
+        let files = object_store::local::LocalFileSystem::new_with_prefix(dir.join("b")).expect("file store");
+        let (files, faults) = FaultyStore::wrap(Arc::new(files));
+        faults.set(Some(Fault::IgnoreConditional));
+        let backend = Backend::from_object_store(url, files, BackendOptions::for_tests());
+        let backend = RedundantStore::new(vec![backend], cfg.redundancy().expect("policy")).expect("store");
+        let secret = Secret::Passphrase(b"p");
+        let store = Store::init_on(backend, &cfg, &secret, KdfParams::for_tests()).await.expect("init");
         Arc::new(Workspace::new(Arc::new(store), "w"))
     }
 

@@ -166,7 +166,16 @@ impl Store {
     /// Creates a new store on the configured backends: writes `config` and the first wrapped
     /// key. Refuses if any backend already holds a store.
     pub async fn init(config: &StoreConfig, secret: &Secret<'_>, kdf: KdfParams) -> Result<Store> {
-        let backend = open_backends(config)?;
+        Store::init_on(open_backends(config)?, config, secret, kdf).await
+    }
+
+    /// [`Store::init`] on backends opened already (tests put fault injection around them).
+    pub(crate) async fn init_on(
+        backend: RedundantStore,
+        config: &StoreConfig,
+        secret: &Secret<'_>,
+        kdf: KdfParams,
+    ) -> Result<Store> {
         for b in backend.backends() {
             b.check().await?;
             match b.get(CONFIG_KEY).await {

@@ -7,8 +7,9 @@ use std::time::Instant;
 
 use super::*;
 use crate::backend::erasure::{TRAILER_LEN, shard_key};
+use crate::backend::faulty::{Fault, FaultSwitch, FaultyStore};
 use crate::backend::repair::RepairSource;
-use crate::backend::{BackendOptions, BackendSpec, Credentials, Fault, ObjectInfo, SavedRepair, SavedSource};
+use crate::backend::{BackendOptions, BackendSpec, Credentials, ObjectInfo, SavedRepair, SavedSource};
 use object_store::memory::InMemory;
 use proptest::prelude::*;
 
@@ -16,10 +17,52 @@ fn opts() -> BackendOptions {
     BackendOptions { max_retries: 1, ..BackendOptions::for_tests() }
 }
 
-fn store(n: usize, redundancy: Redundancy) -> RedundantStore {
-    let backends =
-        (0..n).map(|i| Backend::from_object_store(format!("mem-{i}"), Arc::new(InMemory::new()), opts())).collect();
-    RedundantStore::new(backends, redundancy).unwrap().with_straggler_grace(Duration::from_millis(20))
+fn store(n: usize, redundancy: Redundancy) -> Faulty {
+    Faulty::over((0..n).map(|_| Arc::new(InMemory::new())).collect(), redundancy, opts())
+}
+
+/// A store whose backends each sit behind a [`FaultyStore`], with the switches of their faults.
+struct Faulty {
+    store: RedundantStore,
+    faults: Vec<FaultSwitch>,
+}
+
+impl Faulty {
+    /// Backends `mem-0`, `mem-1`, … over `objects`, with the straggler grace of the tests.
+    fn over(objects: Vec<Arc<InMemory>>, redundancy: Redundancy, opts: BackendOptions) -> Faulty {
+        let (backends, faults) = objects
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let (store, faults) = FaultyStore::wrap(o);
+                (Backend::from_object_store(format!("mem-{i}"), store, opts.clone()), faults)
+            })
+            .unzip();
+        let store = RedundantStore::new(backends, redundancy).unwrap().with_straggler_grace(Duration::from_millis(20));
+        Faulty { store, faults }
+    }
+
+    /// Backend `i` fails as `fault` says from now on (`None` heals it).
+    fn fault(&self, i: usize, fault: Option<Fault>) {
+        self.faults[i].set(fault);
+    }
+
+    fn heal_all(&self) {
+        self.faults.iter().for_each(|f| f.set(None));
+    }
+
+    /// The same backends and switches, the store reconfigured.
+    fn map(self, f: impl FnOnce(RedundantStore) -> RedundantStore) -> Faulty {
+        Faulty { store: f(self.store), faults: self.faults }
+    }
+}
+
+impl std::ops::Deref for Faulty {
+    type Target = RedundantStore;
+
+    fn deref(&self) -> &RedundantStore {
+        &self.store
+    }
 }
 
 fn pack(len: usize, seed: u8) -> Bytes {
@@ -85,7 +128,7 @@ fn placement_is_deterministic_and_spread() {
 async fn quorum_put_with_one_backend_down_queues_a_repair() {
     let s = store(3, Redundancy::Replicas(3));
     let data = Bytes::from_static(b"config v1");
-    s.backends()[1].inject_fault(Some(Fault::Down));
+    s.fault(1, Some(Fault::Down));
     let report = s.put_object("config", data.clone()).await.unwrap();
     assert_eq!(report, PutReport { stored: 2, wanted: 3, queued_repairs: 1 });
     assert_eq!(s.pending_repairs(), 1);
@@ -93,7 +136,7 @@ async fn quorum_put_with_one_backend_down_queues_a_repair() {
 
     // Still down: the repair stays queued.
     assert_eq!(s.run_repairs().await, 1);
-    s.backends()[1].inject_fault(None);
+    s.fault(1, None);
     tokio::time::sleep(Duration::from_millis(30)).await; // a tripped breaker's probe is due
     assert_eq!(s.run_repairs().await, 0);
     assert_eq!(raw(&s, 1, "config").await, Some(data));
@@ -102,8 +145,8 @@ async fn quorum_put_with_one_backend_down_queues_a_repair() {
 #[tokio::test]
 async fn quorum_fails_with_two_backends_down() {
     let s = store(3, Redundancy::Replicas(3));
-    s.backends()[0].inject_fault(Some(Fault::Down));
-    s.backends()[2].inject_fault(Some(Fault::Down));
+    s.fault(0, Some(Fault::Down));
+    s.fault(2, Some(Fault::Down));
     let err = s.put_object("config", Bytes::from_static(b"x")).await.unwrap_err();
     match &err {
         BackendError::QuorumFailed { stored, needed, errors, .. } => {
@@ -131,7 +174,7 @@ async fn read_repairs_missing_and_corrupt_copies() {
     assert_eq!(s.pending_repairs(), 0);
 
     // Corruption in transit on the first replica: served from the next one.
-    s.backends()[p[0]].inject_fault(Some(Fault::CorruptReads));
+    s.fault(p[0], Some(Fault::CorruptReads));
     assert_eq!(s.get_object("index/1", &exactly(data.clone())).await.unwrap(), data);
 }
 
@@ -146,7 +189,7 @@ async fn all_copies_bad_missing_or_unreachable() {
     assert!(s.get_object("refs/ws/none", &|_| true).await.unwrap_err().is_not_found());
 
     // One backend down and the others missing the object: not a false "not found".
-    s.backends()[0].inject_fault(Some(Fault::Down));
+    s.fault(0, Some(Fault::Down));
     let err = s.get_object("refs/ws/none", &|_| true).await.unwrap_err();
     assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
     assert!(err.to_string().contains("mem-0"), "{err}");
@@ -247,26 +290,26 @@ async fn erasure_write_quorum_and_repair_queue() {
     let s = store(6, Redundancy::Erasure { data: 4, parity: 2 });
     let data = pack(10_000, 7);
     let down = s.shard_backend("packs/q/1", 5);
-    s.backends()[down].inject_fault(Some(Fault::Down));
+    s.fault(down, Some(Fault::Down));
     let report = s.put_pack("packs/q/1", data.clone()).await.unwrap();
     assert_eq!(report, PutReport { stored: 5, wanted: 6, queued_repairs: 1 });
-    s.backends()[down].inject_fault(None);
+    s.fault(down, None);
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert_eq!(s.run_repairs().await, 0);
     assert!(s.scrub_pack("packs/q/1", 10_000, &exactly(data.clone()), false).await.is_healthy());
 
     // Two down: 4 of the needed 5.
-    s.backends()[0].inject_fault(Some(Fault::Down));
-    s.backends()[1].inject_fault(Some(Fault::Down));
+    s.fault(0, Some(Fault::Down));
+    s.fault(1, Some(Fault::Down));
     let err = s.put_pack("packs/q/2", data.clone()).await.unwrap_err();
     assert!(matches!(err, BackendError::QuorumFailed { stored: 4, needed: 5, .. }), "{err:?}");
 
     // 2+1 with one backend down still writes (k shards now, the third queued); two down fail.
     let s = store(3, Redundancy::Erasure { data: 2, parity: 1 });
-    s.backends()[0].inject_fault(Some(Fault::Down));
+    s.fault(0, Some(Fault::Down));
     let report = s.put_pack("packs/q/3", data.clone()).await.unwrap();
     assert_eq!(report, PutReport { stored: 2, wanted: 3, queued_repairs: 1 });
-    s.backends()[1].inject_fault(Some(Fault::Down));
+    s.fault(1, Some(Fault::Down));
     let err = s.put_pack("packs/q/4", data).await.unwrap_err();
     assert!(matches!(err, BackendError::QuorumFailed { stored: 1, needed: 2, .. }), "{err:?}");
 }
@@ -275,17 +318,17 @@ async fn erasure_write_quorum_and_repair_queue() {
 async fn repairs_without_kept_bytes_reread_good_data() {
     for redundancy in [Redundancy::Replicas(3), Redundancy::Erasure { data: 4, parity: 2 }] {
         let n = if redundancy == Redundancy::Replicas(3) { 3 } else { 6 };
-        let s = store(n, redundancy).with_repair_memory_limit(0);
+        let s = store(n, redundancy).map(|s| s.with_repair_memory_limit(0));
         let data = pack(3000, 11);
         let target = match redundancy {
             Redundancy::Replicas(_) => s.object_placement("packs/m/1")[2],
             Redundancy::Erasure { .. } => s.shard_backend("packs/m/1", 2),
         };
-        s.backends()[target].inject_fault(Some(Fault::Down));
+        s.fault(target, Some(Fault::Down));
         let report = s.put_pack("packs/m/1", data.clone()).await.unwrap();
         assert_eq!(report.queued_repairs, 1, "{redundancy}");
         assert!(s.repairs.tasks().iter().all(|t| !matches!(t.source, RepairSource::Data(_))));
-        s.backends()[target].inject_fault(None);
+        s.fault(target, None);
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert_eq!(s.run_repairs().await, 0, "{redundancy}");
         let outcome = s.scrub_pack("packs/m/1", 3000, &exactly(data.clone()), false).await;
@@ -294,18 +337,9 @@ async fn repairs_without_kept_bytes_reread_good_data() {
 }
 
 /// Stores over the same in-memory object stores, as two runs of a daemon see them.
-fn shared_stores(n: usize, redundancy: Redundancy, runs: usize) -> Vec<RedundantStore> {
+fn shared_stores(n: usize, redundancy: Redundancy, runs: usize) -> Vec<Faulty> {
     let objects: Vec<Arc<InMemory>> = (0..n).map(|_| Arc::new(InMemory::new())).collect();
-    (0..runs)
-        .map(|_| {
-            let backends = objects
-                .iter()
-                .enumerate()
-                .map(|(i, o)| Backend::from_object_store(format!("mem-{i}"), o.clone(), opts()))
-                .collect();
-            RedundantStore::new(backends, redundancy).unwrap().with_straggler_grace(Duration::from_millis(20))
-        })
-        .collect()
+    (0..runs).map(|_| Faulty::over(objects.clone(), redundancy, opts())).collect()
 }
 
 #[tokio::test]
@@ -316,9 +350,9 @@ async fn saved_repairs_are_done_by_the_next_run() {
         (Redundancy::Erasure { data: 2, parity: 1 }, 3, 0),  // shards rebuilt from the others
     ] {
         let mut runs = shared_stores(n, redundancy, 2).into_iter();
-        let (first, second) = (runs.next().unwrap().with_repair_memory_limit(memory), runs.next().unwrap());
+        let (first, second) = (runs.next().unwrap().map(|s| s.with_repair_memory_limit(memory)), runs.next().unwrap());
         let data = pack(5000, 3);
-        first.backends()[1].inject_fault(Some(Fault::Down));
+        first.fault(1, Some(Fault::Down));
         first.put_object("config", Bytes::from_static(b"config v1")).await.unwrap();
         first.put_pack("packs/r/1", data.clone()).await.unwrap();
         assert!(first.pending_repairs() >= 1, "{redundancy}");
@@ -346,7 +380,7 @@ async fn saved_repairs_are_done_by_the_next_run() {
 async fn slow_backends_finish_in_the_background() {
     let s = store(3, Redundancy::Replicas(3));
     let slow = 2;
-    s.backends()[slow].inject_fault(Some(Fault::Slow(Duration::from_millis(1500))));
+    s.fault(slow, Some(Fault::Slow(Duration::from_millis(1500))));
     let started = Instant::now();
     let report = s.put_object("journal/ws/1", Bytes::from_static(b"segment")).await.unwrap();
     assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
@@ -357,7 +391,7 @@ async fn slow_backends_finish_in_the_background() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(s.pending_repairs(), 0, "the straggler landed and cleared its repair");
-    s.backends()[slow].inject_fault(None);
+    s.fault(slow, None);
     assert_eq!(raw(&s, slow, "journal/ws/1").await, Some(Bytes::from_static(b"segment")));
 }
 
@@ -430,7 +464,7 @@ async fn create_with_one_backend_down_queues_a_repair() {
     let s = store(3, Redundancy::Replicas(3));
     let key = "refs/ws/j/1";
     let down = s.object_placement(key)[0];
-    s.backends()[down].inject_fault(Some(Fault::Down));
+    s.fault(down, Some(Fault::Down));
     let data = Bytes::from_static(b"entry 1");
     assert_eq!(s.create_object(key, data.clone()).await.unwrap(), CreateOutcome::Created);
     assert_eq!(s.pending_repairs(), 1);
@@ -439,7 +473,7 @@ async fn create_with_one_backend_down_queues_a_repair() {
     // Someone else's bytes: two copies answer "taken", which settles it without the third.
     assert_eq!(s.create_object(key, Bytes::from_static(b"other")).await.unwrap(), CreateOutcome::Exists);
 
-    s.backends()[down].inject_fault(None);
+    s.fault(down, None);
     tokio::time::sleep(Duration::from_millis(30)).await; // a tripped breaker's probe is due
     assert_eq!(s.run_repairs().await, 0);
     assert_eq!(copies(&s, key).await, vec![Some(data); 3]);
@@ -450,8 +484,8 @@ async fn create_without_a_majority_fails() {
     let s = store(3, Redundancy::Replicas(3));
     let key = "refs/ws/j/2";
     let p = s.object_placement(key);
-    s.backends()[p[0]].inject_fault(Some(Fault::Down));
-    s.backends()[p[2]].inject_fault(Some(Fault::Down));
+    s.fault(p[0], Some(Fault::Down));
+    s.fault(p[2], Some(Fault::Down));
     let err = s.create_object(key, Bytes::from_static(b"entry 2")).await.unwrap_err();
     match &err {
         BackendError::QuorumFailed { stored: 1, needed: 2, errors, .. } => assert_eq!(errors.len(), 2, "{err}"),
@@ -461,7 +495,7 @@ async fn create_without_a_majority_fails() {
     assert_eq!(s.pending_repairs(), 0, "nothing acknowledged, nothing queued");
 
     // One "taken" and one unreachable: the unreachable copy could decide either way.
-    s.backends()[p[0]].inject_fault(None);
+    s.fault(p[0], None);
     s.backends()[p[1]].put(key, Bytes::from_static(b"theirs")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(30)).await;
     let err = s.create_object(key, Bytes::from_static(b"entry 2")).await.unwrap_err();
@@ -498,7 +532,7 @@ async fn create_on_file_backends() {
 async fn conditional_create_check_names_a_backend_that_ignores_it() {
     let s = store(3, Redundancy::Replicas(3));
     s.check_conditional_create().await.unwrap();
-    s.backends()[1].inject_fault(Some(Fault::IgnoreConditional));
+    s.fault(1, Some(Fault::IgnoreConditional));
     let err = s.check_conditional_create().await.unwrap_err();
     match &err {
         BackendError::NotSupported { backend, operation, .. } => {
@@ -513,10 +547,10 @@ async fn conditional_create_check_names_a_backend_that_ignores_it() {
     }
 
     // Unreachable backends are skipped, as long as one could be probed.
-    s.backends()[1].inject_fault(Some(Fault::Down));
-    s.backends()[2].inject_fault(Some(Fault::Down));
+    s.fault(1, Some(Fault::Down));
+    s.fault(2, Some(Fault::Down));
     s.check_conditional_create().await.unwrap();
-    s.backends()[0].inject_fault(Some(Fault::Down));
+    s.fault(0, Some(Fault::Down));
     let err = s.check_conditional_create().await.unwrap_err();
     assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
     assert!(err.to_string().contains("mem-0") && err.to_string().contains("mem-2"), "{err}");
@@ -590,9 +624,9 @@ async fn list_folds_shards_and_tolerates_failures() {
         ]
     );
     assert_eq!(s.list("").await.unwrap().len(), 3);
-    s.backends()[0].inject_fault(Some(Fault::Down));
+    s.fault(0, Some(Fault::Down));
     assert_eq!(s.list("packs").await.unwrap().len(), 2, "one backend lost is tolerated");
-    s.backends()[1].inject_fault(Some(Fault::Down));
+    s.fault(1, Some(Fault::Down));
     let err = s.list("packs").await.unwrap_err();
     assert!(matches!(err, BackendError::ListIncomplete { .. }), "{err:?}");
 }
@@ -600,15 +634,13 @@ async fn list_folds_shards_and_tolerates_failures() {
 #[tokio::test]
 async fn deletes_remove_every_copy_and_queued_repairs() {
     let s = store(6, Redundancy::Erasure { data: 4, parity: 2 });
-    s.backends()[s.shard_backend("packs/d/1", 1)].inject_fault(Some(Fault::Down));
+    s.fault(s.shard_backend("packs/d/1", 1), Some(Fault::Down));
     s.put_pack("packs/d/1", pack(100, 1)).await.unwrap();
     assert_eq!(s.pending_repairs(), 1);
     assert!(s.delete_pack("packs/d/1").await.is_err(), "one shard's backend is down");
     assert_eq!(s.pending_repairs(), 0, "no repair resurrects a deleted pack");
     s.put_object("index/d", Bytes::from_static(b"i")).await.unwrap();
-    for b in s.backends() {
-        b.inject_fault(None);
-    }
+    s.heal_all();
     tokio::time::sleep(Duration::from_millis(30)).await;
     s.delete_pack("packs/d/1").await.unwrap();
     s.delete_object("index/d").await.unwrap();
@@ -617,14 +649,9 @@ async fn deletes_remove_every_copy_and_queued_repairs() {
 
 #[tokio::test]
 async fn health_reports_each_backend() {
-    let backends = (0..3)
-        .map(|i| {
-            let opts = BackendOptions { breaker_probe_after: Duration::from_secs(60), ..opts() };
-            Backend::from_object_store(format!("mem-{i}"), Arc::new(InMemory::new()), opts)
-        })
-        .collect();
-    let s = RedundantStore::new(backends, Redundancy::Replicas(3)).unwrap();
-    s.backends()[2].inject_fault(Some(Fault::Down));
+    let opts = BackendOptions { breaker_probe_after: Duration::from_secs(60), ..opts() };
+    let s = Faulty::over((0..3).map(|_| Arc::new(InMemory::new())).collect(), Redundancy::Replicas(3), opts);
+    s.fault(2, Some(Fault::Down));
     for i in 0..5 {
         let _ = s.put_object(&format!("journal/w/{i}"), Bytes::from_static(b"j")).await;
     }
@@ -699,7 +726,8 @@ proptest! {
                     continue;
                 }
                 let how = [Damage::Delete, Damage::Corrupt, Damage::Down, Damage::CorruptReads][how as usize];
-                let b = &s.backends()[s.shard_backend("packs/pp/x", i)];
+                let backend = s.shard_backend("packs/pp/x", i);
+                let b = &s.backends()[backend];
                 let shard = shard_key("packs/pp/x", i);
                 match how {
                     Damage::Delete => b.delete(&shard).await.unwrap(),
@@ -708,8 +736,8 @@ proptest! {
                         bytes[0] ^= 0x80;
                         b.put(&shard, Bytes::from(bytes)).await.unwrap();
                     }
-                    Damage::Down => b.inject_fault(Some(Fault::Down)),
-                    Damage::CorruptReads => b.inject_fault(Some(Fault::CorruptReads)),
+                    Damage::Down => s.fault(backend, Some(Fault::Down)),
+                    Damage::CorruptReads => s.fault(backend, Some(Fault::CorruptReads)),
                 }
                 hit.push((i, how));
             }
@@ -725,9 +753,7 @@ proptest! {
             assert!(!scrub.unrepairable, "{scrub:?}");
             let down = hit.iter().filter(|(_, h)| matches!(h, Damage::Down)).count();
             assert_eq!(scrub.copies_unreachable, down, "{scrub:?} {hit:?}");
-            for b in s.backends() {
-                b.inject_fault(None);
-            }
+            s.heal_all();
             tokio::time::sleep(Duration::from_millis(25)).await;
             let after = s.scrub_pack("packs/pp/x", len as u64, &v, true).await;
             // Shards behind a downed backend were never damaged at rest.
