@@ -11,6 +11,7 @@
 use crate::backend::BackendError;
 use crate::block::BlockError;
 use crate::crypto::CryptoError;
+use crate::export::ExportError;
 use crate::meta::MetaError;
 use crate::remote::RemoteError;
 use crate::session::{FlushError, SessionError};
@@ -41,7 +42,7 @@ impl Error {
     }
 }
 
-/// `From` for each module error, through its `kind()`.
+/// `From` for each module error, through its `kind()`, and [`kind_of`] over the same list.
 macro_rules! from_module_errors {
     ($($error:ty),* $(,)?) => {
         $(impl From<$error> for Error {
@@ -49,6 +50,18 @@ macro_rules! from_module_errors {
                 Error { kind: e.kind(), source: Box::new(e) }
             }
         })*
+
+        /// The kind of `e` when it is this library's [`Error`] or one of its module errors,
+        /// for a front end that holds the error behind `dyn Error` (a cause chain).
+        pub fn kind_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
+            if let Some(e) = e.downcast_ref::<Error>() {
+                return Some(e.kind());
+            }
+            $(if let Some(e) = e.downcast_ref::<$error>() {
+                return Some(e.kind());
+            })*
+            None
+        }
     };
 }
 
@@ -65,6 +78,7 @@ from_module_errors!(
     SessionError,
     FlushError,
     WatchError,
+    ExportError,
 );
 
 #[cfg(test)]
@@ -91,5 +105,21 @@ mod tests {
         assert_eq!(Error::from(VfsError::HotTier(io)).kind(), ErrorKind::NoSpace);
         assert_eq!(Error::from(VfsError::TooBig).kind(), ErrorKind::InvalidInput);
         assert_eq!(Error::from(FlushError::Deadline).kind(), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn kind_of_reads_a_module_error_or_the_public_one_behind_dyn_error() {
+        let fenced = RemoteError::Held { workspace: "w".into(), holder: "n:1".into(), expires: "soon".into() };
+        assert_eq!(kind_of(&fenced), Some(ErrorKind::Fenced));
+        assert_eq!(kind_of(&Error::from(VfsError::TooBig)), Some(ErrorKind::InvalidInput));
+        assert_eq!(kind_of(&std::fmt::Error), None, "not an error of this library");
+    }
+
+    #[test]
+    fn kind_names_round_trip() {
+        for kind in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(ErrorKind::from_name("NotFound"), None, "names are the lower-case ones");
     }
 }

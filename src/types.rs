@@ -194,6 +194,22 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::NotFound,
+        ErrorKind::Conflict,
+        ErrorKind::Fenced,
+        ErrorKind::Unavailable,
+        ErrorKind::NoSpace,
+        ErrorKind::InvalidInput,
+        ErrorKind::Corrupt,
+        ErrorKind::Internal,
+    ];
+
+    /// The kind a [`ErrorKind::name`] names (as another process printed it).
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// A stable lower-case name for scripts, bindings and metrics labels.
     pub fn name(self) -> &'static str {
         match self {

@@ -50,7 +50,12 @@ pub struct ReadyInfo {
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ReadyMessage {
     Ready(ReadyInfo),
-    Failed { error: String },
+    Failed {
+        error: String,
+        /// The error's kind ([`tierfs::ErrorKind::name`]), when it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<String>,
+    },
 }
 
 /// How a serving process tells its starter that the mount is ready (or why it is not).
@@ -106,7 +111,8 @@ impl Readiness {
     /// Reports a failure to start; a no-op once readiness was reported.
     pub fn failed(&mut self, err: &anyhow::Error) {
         if let Readiness::Pipe(file) = self {
-            send(file, &ReadyMessage::Failed { error: crate::logging::error_message(err) });
+            let kind = crate::logging::error_kind(err).map(|k| k.name().to_string());
+            send(file, &ReadyMessage::Failed { error: crate::logging::error_message(err), kind });
         }
     }
 }
@@ -218,9 +224,10 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
             info.log = Some(log_path);
             Ok(info)
         }
-        Some(Ok(ReadyMessage::Failed { error })) => {
+        Some(Ok(ReadyMessage::Failed { error, kind })) => {
             let _ = child.wait();
-            Err(anyhow!("{error}"))
+            let kind = kind.as_deref().and_then(tierfs::ErrorKind::from_name);
+            Err(crate::logging::Reported { message: error, kind }.into())
         }
         Some(Err(err)) => {
             let _ = child.wait();
@@ -293,8 +300,12 @@ mod tests {
 
     #[test]
     fn ready_message_wire_format() {
-        let failed = ReadyMessage::Failed { error: "data dir locked".into() };
+        let failed = ReadyMessage::Failed { error: "data dir locked".into(), kind: None };
         assert_eq!(serde_json::to_string(&failed).unwrap(), r#"{"status":"failed","error":"data dir locked"}"#);
+        let kinded = ReadyMessage::Failed { error: "held".into(), kind: Some("fenced".into()) };
+        let line = serde_json::to_string(&kinded).unwrap();
+        assert_eq!(line, r#"{"status":"failed","error":"held","kind":"fenced"}"#);
+        assert_eq!(serde_json::from_str::<ReadyMessage>(&line).unwrap(), kinded);
         let ready = ReadyMessage::Ready(ReadyInfo {
             pid: 1,
             mountpoint: "/m".into(),

@@ -9,6 +9,7 @@
 
 use std::io::IsTerminal;
 
+use tierfs::ErrorKind;
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber; `default_filter` applies when `RUST_LOG` is unset or
@@ -48,6 +49,26 @@ pub fn error_message(err: &anyhow::Error) -> String {
         message.push_str(hint);
     }
     message
+}
+
+/// A failure a serving process reported on its readiness pipe, as its starter sees it: the
+/// daemon's message and the kind of its error.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Reported {
+    pub message: String,
+    pub kind: Option<ErrorKind>,
+}
+
+/// What a caller can do about `err`: the kind of the outermost cause that has one (a core
+/// error, a failure a daemon reported with its kind, or a local I/O error). `None` when no
+/// cause says, as for the CLI's own checks.
+pub fn error_kind(err: &anyhow::Error) -> Option<ErrorKind> {
+    err.chain().find_map(|cause| {
+        tierfs::error::kind_of(cause)
+            .or_else(|| cause.downcast_ref::<Reported>().and_then(|r| r.kind))
+            .or_else(|| cause.downcast_ref::<std::io::Error>().map(tierfs::types::io_error_kind))
+    })
 }
 
 /// The command-line fix for a core error, looked through the core's wrappers (a
@@ -147,5 +168,18 @@ mod tests {
         let missing = anyhow::Error::new(RemoteError::NoSnapshot("x".into()));
         assert!(error_message(&missing).contains("`tierfs snapshots`"));
         assert_eq!(error_message(&anyhow::anyhow!("plain")), "plain", "no hint for errors the core did not make");
+    }
+
+    #[test]
+    fn the_kind_comes_from_the_outermost_cause_that_has_one() {
+        use tierfs::remote::RemoteError;
+        let held = RemoteError::Held { workspace: "w".into(), holder: "n:1".into(), expires: "soon".into() };
+        let err = anyhow::Error::new(held).context("opening workspace \"w\"");
+        assert_eq!(error_kind(&err), Some(ErrorKind::Fenced));
+        let reported = Reported { message: "no space left".into(), kind: Some(ErrorKind::NoSpace) };
+        assert_eq!(error_kind(&anyhow::Error::new(reported).context("mounting /m")), Some(ErrorKind::NoSpace));
+        let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(error_kind(&anyhow::Error::new(missing).context("reading /x")), Some(ErrorKind::NotFound));
+        assert_eq!(error_kind(&anyhow::anyhow!("plain")), None);
     }
 }

@@ -217,7 +217,29 @@ fn the_embedded_default_keeps_an_encrypted_local_store_that_sync_and_restore_use
     assert_eq!(after.len(), before.len(), "extra entries after the restore");
     assert!(fs::read(dir.join("deeper/big.bin")).expect("read") == big, "big.bin differs after the restore");
     assert_eq!(fs::read_link(fx.p("dangling")).expect("readlink"), PathBuf::from(format!("/nowhere/{marker}")));
+
+    // Failures in --json say what kind they are, whether the command itself or the daemon it
+    // started failed: what a script (and the Python package) decides on.
+    let copy = root.join("copy").display().to_string();
+    let missing = home.command(&fx, &["restore", "--snapshot", "0123456789abcdef", &copy]);
+    assert_json_failure(&missing, "not_found", "no snapshot");
+    let second = root.join("second-mountpoint");
+    fs::create_dir_all(&second).expect("mkdir");
+    let busy = home.command(&fx, &["mount", &second.display().to_string()]);
+    assert_json_failure(&busy, "conflict", "in use");
+    assert!(!common::is_mounted(&second), "the data dir was mounted twice");
     fx.umount();
+}
+
+/// `out` failed with `{"ok": false, "kind": KIND, "error": …}` naming `words`.
+fn assert_json_failure(out: &Output, kind: &str, words: &str) {
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("no JSON answer ({e}): {out:?}"));
+    assert_eq!(json["ok"], false, "{json}");
+    assert_eq!(json["kind"], kind, "{json}");
+    let message = json["error"].as_str().unwrap_or_default();
+    assert!(message.contains(words), "{json}");
 }
 
 #[test]

@@ -7,11 +7,11 @@ about it; the kinds are the core's (``tierfs::ErrorKind``: not found, conflict, 
 unavailable, no space, invalid input, corrupt, internal), named as the CLI names them.
 
 How a failure gets its class: ``tierfs --json`` prints ``{"ok": false, "error": MESSAGE}``
-and, when it names one, ``"kind": KIND``. The kind decides; refinements (a wrong passphrase
-is invalid input, a busy mount point is a conflict) are read from the message. The CLI of
-this version prints no kind yet, so the class comes from the message alone
-(:func:`classify`): a table of the core's own message texts, tested against real failures
-in ``python/tests``. Once the CLI prints the kind, the message table only refines it.
+and, when the error has one, ``"kind": KIND`` (the core's errors and a daemon's failure to
+start carry it; some checks of the CLI's own do not yet). The kind decides; refinements (a
+wrong passphrase is invalid input, a busy mount point is a conflict) are read from the
+message (:func:`classify`): a table of the core's own message texts, tested against real
+failures in ``python/tests``. Without a kind, that table alone decides.
 """
 
 from __future__ import annotations

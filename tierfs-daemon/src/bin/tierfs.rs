@@ -19,7 +19,10 @@ fn main() -> ExitCode {
         Err(err) => {
             let message = logging::error_message(&err);
             if cli.json {
-                let json = serde_json::json!({ "ok": false, "error": message });
+                let mut json = serde_json::json!({ "ok": false, "error": message });
+                if let Some(kind) = logging::error_kind(&err) {
+                    json["kind"] = kind.name().into();
+                }
                 println!("{json}");
             }
             eprintln!("tierfs: error: {message}");
