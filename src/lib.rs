@@ -5,8 +5,11 @@
 //! watchers, command lines or signals (those live in `tierfs-mount` and `tierfs-daemon`).
 //!
 //! Layers, each calling only downward:
+//! - [`watch`]: a plain directory kept equal to the workspace (the front end without FUSE);
 //! - [`session`]: one workspace opened, served by a front end and closed safely (restore,
 //!   lease, committer, repairs, drain);
+//! - [`export`]: a workspace written out as a plain directory tree (`tierfs restore`, and
+//!   watch mode on a fresh node);
 //! - [`vfs`]: POSIX semantics over inode numbers; the single place errors become errno;
 //! - [`meta`]: the RocksDB metadata store (one atomic batch per operation);
 //! - [`tier`]: the hot tier and the cold tier (file contents on local disk, sealed into
@@ -34,6 +37,7 @@ pub mod backend;
 pub mod block;
 pub mod crypto;
 pub mod error;
+pub mod export;
 pub mod meta;
 pub mod remote;
 pub mod session;

@@ -20,8 +20,9 @@ const CORE_RANKS: &[(&str, u32)] = &[
     ("remote", 4),
     ("vfs", 5),
     ("session", 6),
-    ("watch", 6),
-    ("error", 7),
+    ("export", 6),
+    ("watch", 7),
+    ("error", 8),
 ];
 
 /// `crate::name` references of each top-level module under `root`: module → modules it names.

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::export::ExportError;
 use crate::store::StoreError;
 use crate::types::ErrorKind;
 use crate::vfs::VfsError;
@@ -37,6 +38,8 @@ pub enum WatchError {
     },
     #[error("uploading to the store: {0}")]
     Store(#[from] StoreError),
+    #[error("restoring the workspace into the directory: {0}")]
+    Export(#[from] ExportError),
 }
 
 fn list(names: &[String]) -> String {
@@ -59,6 +62,7 @@ impl WatchError {
             WatchError::Io { source, .. } => crate::types::io_error_kind(source),
             WatchError::Vfs { source, .. } => source.kind(),
             WatchError::Store(e) => e.kind(),
+            WatchError::Export(e) => e.kind(),
         }
     }
 
