@@ -89,17 +89,12 @@ pub struct Written {
 /// entries), and of progress inside big files.
 pub trait Visitor {
     /// `path` is workspace entry `name` (inode `ino`) of directory `parent`.
-    fn written(&mut self, path: &Path, ino: Ino, parent: Ino, name: &[u8]) -> Result<()>;
+    fn written(&mut self, _path: &Path, _ino: Ino, _parent: Ino, _name: &[u8]) -> Result<()> {
+        Ok(())
+    }
 
     /// Called between the chunks of a file and after each entry, with the totals so far.
     fn progress(&mut self, _written: &Written) {}
-}
-
-/// A visitor that wants nothing.
-impl Visitor for () {
-    fn written(&mut self, _: &Path, _: Ino, _: Ino, _: &[u8]) -> Result<()> {
-        Ok(())
-    }
 }
 
 /// Writes every entry of `vfs` under `target`, an existing directory (the root's own

@@ -80,17 +80,23 @@ impl FaultyStore {
         (Arc::new(FaultyStore { inner, switch: switch.clone() }), switch)
     }
 
-    /// What one attempt meets before it reaches the inner store: an error, a delay, or nothing.
-    async fn attempt(&self) -> object_store::Result<()> {
+    /// What one attempt meets before it reaches the inner store: an error, or a delay (zero
+    /// when there is no fault).
+    fn meet(&self) -> object_store::Result<Duration> {
         match self.switch.take() {
             Some(Fault::Down) => Err(injected("backend down")),
             Some(Fault::FailNext(_)) => Err(injected("transient failure")),
-            Some(Fault::Slow(delay)) => {
-                tokio::time::sleep(delay).await;
-                Ok(())
-            }
-            _ => Ok(()),
+            Some(Fault::Slow(delay)) => Ok(delay),
+            _ => Ok(Duration::ZERO),
         }
+    }
+
+    async fn attempt(&self) -> object_store::Result<()> {
+        let delay = self.meet()?;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Ok(())
     }
 
     /// [`FaultyStore::attempt`] for the calls that answer with a stream.
@@ -98,10 +104,10 @@ impl FaultyStore {
         &self,
         inner: impl FnOnce() -> BoxStream<'static, object_store::Result<T>>,
     ) -> BoxStream<'static, object_store::Result<T>> {
-        match self.switch.take() {
-            Some(Fault::Down) => stream::once(async { Err(injected("backend down")) }).boxed(),
-            Some(Fault::FailNext(_)) => stream::once(async { Err(injected("transient failure")) }).boxed(),
-            Some(Fault::Slow(delay)) => {
+        match self.meet() {
+            Err(e) => stream::once(async { Err(e) }).boxed(),
+            Ok(delay) if delay.is_zero() => inner(),
+            Ok(delay) => {
                 let inner = inner();
                 stream::once(async move {
                     tokio::time::sleep(delay).await;
@@ -110,7 +116,6 @@ impl FaultyStore {
                 .flatten()
                 .boxed()
             }
-            _ => inner(),
         }
     }
 }

@@ -137,11 +137,11 @@ fn restore(cli: &Cli, cmd: &RestoreCommand) -> Result<()> {
     }
     println!(
         "restored {} files ({}), {} directories, {} symlinks, {} hard links into {} in {} ms",
-        report.files,
-        format_bytes(report.bytes),
-        report.dirs,
-        report.symlinks,
-        report.hard_links,
+        report.written.files,
+        format_bytes(report.written.bytes),
+        report.written.dirs,
+        report.written.symlinks,
+        report.written.hard_links,
         dir.display(),
         report.millis
     );

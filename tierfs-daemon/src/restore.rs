@@ -25,15 +25,12 @@ use tierfs::vfs::{FileKind, Ino, ROOT_INO, Vfs};
 use crate::store_link::open_store;
 
 /// What a restore wrote.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Serialize)]
 pub struct RestoreReport {
     pub snapshot: Option<String>,
-    pub files: u64,
-    pub dirs: u64,
-    pub symlinks: u64,
-    pub hard_links: u64,
-    pub other: u64,
-    pub bytes: u64,
+    /// Entries and data written (their fields sit at the top level of the JSON).
+    #[serde(flatten)]
+    pub written: export::Written,
     pub millis: u64,
 }
 
@@ -77,16 +74,8 @@ pub fn restore(
     if progress.show {
         eprintln!();
     }
-    let report = RestoreReport {
-        snapshot: snapshot.map(str::to_owned),
-        files: written.files,
-        dirs: written.dirs,
-        symlinks: written.symlinks,
-        hard_links: written.hard_links,
-        other: written.other,
-        bytes: written.bytes,
-        millis: started.elapsed().as_millis() as u64,
-    };
+    let report =
+        RestoreReport { snapshot: snapshot.map(str::to_owned), written, millis: started.elapsed().as_millis() as u64 };
     drop(session);
     drop(scratch);
     Ok(report)
@@ -100,10 +89,6 @@ struct Progress {
 }
 
 impl export::Visitor for Progress {
-    fn written(&mut self, _: &Path, _: Ino, _: Ino, _: &[u8]) -> export::Result<()> {
-        Ok(())
-    }
-
     fn progress(&mut self, written: &export::Written) {
         if self.show && self.last_shown.elapsed().as_millis() >= 200 {
             self.last_shown = Instant::now();
