@@ -12,6 +12,7 @@ use crate::backend::BackendError;
 use crate::block::BlockError;
 use crate::crypto::CryptoError;
 use crate::export::ExportError;
+use crate::history::HistoryError;
 use crate::meta::MetaError;
 use crate::remote::RemoteError;
 use crate::session::{FlushError, SessionError};
@@ -79,6 +80,7 @@ from_module_errors!(
     FlushError,
     WatchError,
     ExportError,
+    HistoryError,
 );
 
 #[cfg(test)]

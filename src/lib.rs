@@ -8,6 +8,8 @@
 //! - [`watch`]: a plain directory kept equal to the workspace (the front end without FUSE);
 //! - [`session`]: one workspace opened, served by a front end and closed safely (restore,
 //!   lease, committer, repairs, drain);
+//! - [`history`]: code and configs committed with libgit2 at every snapshot, kept in the
+//!   store (`tierfs log`, `diff`, `show`, `checkout`);
 //! - [`export`]: a workspace written out as a plain directory tree (`tierfs restore`, and
 //!   watch mode on a fresh node);
 //! - [`vfs`]: POSIX semantics over inode numbers; the single place errors become errno;
@@ -38,6 +40,7 @@ pub mod block;
 pub mod crypto;
 pub mod error;
 pub mod export;
+pub mod history;
 pub mod meta;
 pub mod remote;
 pub mod session;

@@ -19,10 +19,11 @@ const CORE_RANKS: &[(&str, u32)] = &[
     ("tier", 4),
     ("remote", 4),
     ("vfs", 5),
-    ("session", 6),
     ("export", 6),
-    ("watch", 7),
-    ("error", 8),
+    ("history", 6),
+    ("session", 7),
+    ("watch", 8),
+    ("error", 9),
 ];
 
 /// `crate::name` references of each top-level module under `root`: module → modules it names.

@@ -17,10 +17,12 @@ pub enum ObjectKind {
     Head = 6,
     Lease = 7,
     Metadata = 8,
+    /// A workspace history object: git objects of code and configs (history module).
+    History = 9,
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 8] = [
+    pub const ALL: [ObjectKind; 9] = [
         ObjectKind::Block,
         ObjectKind::PackTrailer,
         ObjectKind::IndexSegment,
@@ -29,6 +31,7 @@ impl ObjectKind {
         ObjectKind::Head,
         ObjectKind::Lease,
         ObjectKind::Metadata,
+        ObjectKind::History,
     ];
 
     /// The envelope byte.
@@ -47,6 +50,7 @@ impl ObjectKind {
             6 => ObjectKind::Head,
             7 => ObjectKind::Lease,
             8 => ObjectKind::Metadata,
+            9 => ObjectKind::History,
             _ => return None,
         })
     }
@@ -62,6 +66,7 @@ impl ObjectKind {
             ObjectKind::Head => "head",
             ObjectKind::Lease => "lease",
             ObjectKind::Metadata => "metadata",
+            ObjectKind::History => "history",
         }
     }
 }

@@ -269,6 +269,10 @@ impl Workspace {
         format!("{}snap/{id}", self.prefix)
     }
 
+    fn history_key(&self, seq: u64) -> String {
+        format!("{}hist/{seq:016x}", self.prefix)
+    }
+
     fn lease_key(&self) -> String {
         format!("{}lease", self.prefix)
     }
@@ -327,6 +331,30 @@ impl Workspace {
         let sealed = self.store.keys().seal(kind, key.as_bytes(), plain);
         self.store.backend().put_object(key, Bytes::from(sealed)).await?;
         Ok(())
+    }
+
+    // ---- history objects --------------------------------------------------------------
+
+    /// Stores history object `seq` (its bytes are the history module's); `false` if another
+    /// writer stored `seq` first.
+    pub async fn create_history(&self, seq: u64, plain: &[u8]) -> Result<bool> {
+        let key = self.history_key(seq);
+        if self.fencing() == Fencing::Lease && self.get_history(seq).await?.is_some() {
+            // The servers would overwrite: look first.
+            return Ok(false);
+        }
+        let sealed = self.store.keys().seal(ObjectKind::History, key.as_bytes(), plain);
+        Ok(matches!(self.store.backend().create_object(&key, Bytes::from(sealed)).await?, CreateOutcome::Created))
+    }
+
+    /// History object `seq`, opened; `None` if there is none.
+    pub async fn get_history(&self, seq: u64) -> Result<Option<Vec<u8>>> {
+        self.get_sealed(ObjectKind::History, &self.history_key(seq)).await
+    }
+
+    /// The numbers `>= from` of the history objects in the store, in order.
+    pub async fn history_numbers_from(&self, from: u64) -> Result<Vec<u64>> {
+        self.list_numbers_from("hist/", from).await
     }
 
     // ---- journal segments -------------------------------------------------------------

@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::backend::BackendHealth;
+use crate::history::{History, HistoryError, Recorded};
 use crate::remote::{CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
 use crate::store::{Fencing, Store};
 use crate::tier::{ColdConfig, DEFAULT_INFLIGHT_BUDGET, DEFAULT_RESERVE};
@@ -153,6 +154,8 @@ pub struct SessionConfig {
     pub kernel_owns_times: bool,
     /// Files of the front end in the data dir that clearing it keeps (a daemon's log).
     pub keep_files: Vec<OsString>,
+    /// Record the code and configs in the workspace's history at every snapshot.
+    pub history: bool,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -188,6 +191,7 @@ impl SessionConfig {
             takeover: false,
             kernel_owns_times: false,
             keep_files: Vec::new(),
+            history: true,
         }
     }
 
@@ -223,6 +227,9 @@ pub struct Synced {
     /// File data uploaded by this sync.
     pub data_bytes: u64,
     pub took: Duration,
+    /// What the history recorded after the snapshot was committed; `None` when the session
+    /// records no history. A failure here leaves the snapshot intact.
+    pub history: Option<Result<Recorded, Arc<HistoryError>>>,
 }
 
 /// Numbers for a status report.
@@ -250,6 +257,12 @@ pub struct Session {
     handle: Handle,
     background: Mutex<Option<Background>>,
     closed: AtomicBool,
+    data_dir: PathBuf,
+    /// The workspace in the store (`None` without a store), for its history.
+    workspace: Option<Arc<Workspace>>,
+    record_history: bool,
+    /// Opened on first use.
+    history: Mutex<Option<History>>,
 }
 
 impl Session {
@@ -320,6 +333,11 @@ impl Session {
                 return Err(e.into());
             }
         };
+        let workspace = match (&committer, &store) {
+            (Some(c), _) => Some(c.workspace().clone()),
+            (None, Some(s)) => Some(Arc::new(Workspace::new(s.clone(), &config.workspace))),
+            (None, None) => None,
+        };
         let session = Session {
             vfs,
             store,
@@ -328,6 +346,10 @@ impl Session {
             handle: handle.clone(),
             background: Mutex::new(None),
             closed: AtomicBool::new(false),
+            data_dir: config.data_dir.clone(),
+            workspace,
+            record_history: config.history,
+            history: Mutex::new(None),
         };
         session.start(config.access == Access::ReadWrite);
         Ok(session)
@@ -391,11 +413,31 @@ impl Session {
         let before = uploaded();
         self.vfs.flush_to_store(timeout).map_err(|dirty| SessionError::NotUploaded { dirty, timeout })?;
         let data_bytes = uploaded().saturating_sub(before);
+        let subject = message.clone();
         let (manifest, report) = self.handle.block_on(async {
             c.confirm_lease().await?;
             c.checkpoint(Some(message)).await
         })?;
-        Ok(Synced { snapshot: manifest.id.unwrap_or_default(), report, data_bytes, took: start.elapsed() })
+        let snapshot = manifest.id.unwrap_or_default();
+        let history = self.record_history.then(|| {
+            self.history(|h, vfs| h.record(vfs, &snapshot, subject.as_deref())).map_err(|e| {
+                warn!("snapshot {snapshot} is committed, but recording its history failed: {e}");
+                Arc::new(e)
+            })
+        });
+        Ok(Synced { snapshot, report, data_bytes, took: start.elapsed(), history })
+    }
+
+    /// Runs `f` on the workspace's history, opened (and brought up to date from the store) on
+    /// first use. Blocking.
+    pub fn history<T>(&self, f: impl FnOnce(&mut History, &Vfs) -> Result<T, HistoryError>) -> Result<T, HistoryError> {
+        let ws = self.workspace.as_ref().ok_or(HistoryError::NoStore)?;
+        let mut guard = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        let history = match &mut *guard {
+            Some(h) => h,
+            empty => empty.insert(History::open(&self.data_dir, ws.clone(), self.handle.clone())?),
+        };
+        f(history, &self.vfs)
     }
 
     /// Uploads what is dirty, then makes everything durable on local disk, before `deadline`.

@@ -169,12 +169,45 @@ pub enum Command {
     #[command(after_help = EXIT_STATUS_HELP)]
     Gc(GcCommand),
 
-    /// List the paths that differ between two snapshots (or a snapshot and `latest`).
+    /// List the paths that differ between two snapshots, or (with -p or PATHs) show the
+    /// history's unified diff of code and configs.
     ///
-    /// Compares metadata only (contents by their block ids): nothing but metadata is
-    /// downloaded. Lines are `+ PATH` (added), `- PATH` (removed), `M PATH (what)`.
+    /// Without -p: compares metadata only (contents by their block ids), with nothing but
+    /// metadata downloaded; lines are `+ PATH` (added), `- PATH` (removed), `M PATH (what)`.
+    /// With -p (or `-- PATH...`): a unified diff of the files the history records, from A to
+    /// B, or to the workspace as it is now when B is left out; A and B are history commits,
+    /// snapshot ids, or expressions such as HEAD~1. Needs the workspace mounted or watched.
     #[command(after_help = EXIT_STATUS_HELP)]
     Diff(DiffCommand),
+
+    /// The history of code and configs: one commit per snapshot that changed them, newest
+    /// first (only those that changed PATH, with a PATH).
+    ///
+    /// At every `tierfs sync` the workspace's code and config files (`*.py`, `*.ipynb`
+    /// without outputs, `*.yaml`, `*.json`, `*.toml`, `*.md`, `*.txt`, `Dockerfile`, ...; see
+    /// `.tierfshistory.toml` in docs/SEMANTICS.md) are committed to a git history kept,
+    /// encrypted, in the store: it comes back with the workspace after a reset. PATH may be
+    /// a path into a mount or watched directory, or relative to the workspace root.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Log(LogCommand),
+
+    /// Print a file as the history holds it: `tierfs show REV:PATH`.
+    ///
+    /// REV is a history commit (or prefix), a snapshot id, or an expression such as HEAD~1.
+    /// A file over the history's size limit prints as its pointer (size and content hash).
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Show(ShowCommand),
+
+    /// Put files back as the history holds them at REV: `tierfs checkout REV -- PATH...`.
+    ///
+    /// Writes each file into the live workspace, through its mount or watched directory
+    /// (replaced whole, by rename), so the next `tierfs sync` records it.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Checkout(CheckoutCommand),
+
+    /// Publish the history: push it to a git remote, or export it as a plain git repository.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    History(HistoryCommand),
 
     /// Write a plain copy of a workspace (latest state, or --snapshot ID) into DIR.
     ///
@@ -193,12 +226,91 @@ pub struct DiffCommand {
     pub store: Option<PathBuf>,
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub workspace: String,
-    /// The older state: a snapshot id, or `latest`.
+    /// The older state: a snapshot id, or `latest` (with -p: any history revision).
     #[arg(value_name = "A")]
     pub a: String,
-    /// The newer state: a snapshot id, or `latest`.
+    /// The newer state: a snapshot id, or `latest` (with -p: any history revision, or left
+    /// out for the workspace as it is now).
     #[arg(value_name = "B")]
-    pub b: String,
+    pub b: Option<String>,
+    /// Show the history's unified diff of code and configs instead of the list of paths.
+    #[arg(short = 'p', long)]
+    pub patch: bool,
+    /// The mount or watched directory (with -p) [default: the one PATH is in, or the only one].
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
+    /// Only these files (implies -p).
+    #[arg(last = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+/// `tierfs log`.
+#[derive(Debug, Args)]
+pub struct LogCommand {
+    /// Only commits that changed this file.
+    #[arg(value_name = "PATH")]
+    pub path: Option<PathBuf>,
+    /// Show at most N commits.
+    #[arg(short = 'n', long = "max-count", value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+    /// The mount or watched directory [default: the one PATH is in, or the only one].
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
+}
+
+/// `tierfs show`.
+#[derive(Debug, Args)]
+pub struct ShowCommand {
+    /// `REV:PATH`, e.g. `HEAD~1:train.py` or `20261202T101500Z-1a-0c3f:conf/model.yaml`.
+    #[arg(value_name = "REV:PATH")]
+    pub spec: String,
+    /// The mount or watched directory [default: the one the current directory is in, or the only one].
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
+}
+
+/// `tierfs checkout`.
+#[derive(Debug, Args)]
+pub struct CheckoutCommand {
+    /// The revision to take the files from.
+    #[arg(value_name = "REV")]
+    pub rev: String,
+    /// The files (after `--`).
+    #[arg(last = true, required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// The mount or watched directory [default: the one the PATHs are in, or the only one].
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
+}
+
+/// `tierfs history`.
+#[derive(Debug, Args)]
+pub struct HistoryCommand {
+    #[command(subcommand)]
+    pub action: HistoryAction,
+}
+
+/// What `tierfs history` does.
+#[derive(Debug, Subcommand)]
+pub enum HistoryAction {
+    /// Push the history's `main` branch to a git remote (a path or file:// URL; https needs
+    /// a build with the `history-https` feature).
+    Push {
+        /// The remote [default: `remote` in the workspace's .tierfshistory.toml].
+        #[arg(value_name = "REMOTE")]
+        remote: Option<String>,
+        /// The mount or watched directory [default: the only one].
+        #[arg(long, value_name = "DIR")]
+        mount: Option<PathBuf>,
+    },
+    /// Write the history into DIR (new or empty) as a plain git repository with a work tree.
+    Export {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// The mount or watched directory [default: the only one].
+        #[arg(long, value_name = "DIR")]
+        mount: Option<PathBuf>,
+    },
 }
 
 /// `tierfs forget`.
@@ -590,6 +702,11 @@ pub struct MountArgs {
     #[arg(long)]
     pub takeover: bool,
 
+    /// Record no history of code and configs at snapshots (`tierfs log` then shows only
+    /// what earlier mounts recorded).
+    #[arg(long)]
+    pub no_history: bool,
+
     /// At unmount or SIGTERM, how long to wait for everything to be flushed before giving
     /// up; the outcome is logged and reported to `tierfs umount`.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
@@ -697,6 +814,7 @@ impl MountArgs {
             dirty_age: self.dirty_age(),
             takeover: self.takeover,
             watch: self.watch,
+            no_history: self.no_history,
         })
     }
 }
@@ -758,6 +876,9 @@ impl MountConfig {
         args.extend(["--dirty-age".into(), format_secs(self.dirty_age).into()]);
         if self.takeover {
             args.push("--takeover".into());
+        }
+        if self.no_history {
+            args.push("--no-history".into());
         }
         if let Some(id) = &self.snapshot {
             args.extend(["--snapshot".into(), id.clone().into()]);

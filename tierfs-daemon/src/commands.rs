@@ -26,6 +26,7 @@ use crate::cli::{
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::frontend;
+use crate::history;
 use crate::launch::{self, Readiness, ReadyInfo};
 use crate::mounts;
 use crate::paths;
@@ -57,13 +58,28 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Restore(cmd) => restore(cli, cmd),
         Command::Forget(cmd) => forget(cli, cmd),
         Command::Gc(cmd) => gc(cli, cmd),
+        Command::Diff(cmd) if cmd.patch || !cmd.paths.is_empty() => history::diff(cli, cmd, running(cli)?),
         Command::Diff(cmd) => diff(cli, cmd),
+        Command::Log(cmd) => history::log(cli, cmd, running(cli)?),
+        Command::Show(cmd) => history::show(cli, cmd, running(cli)?),
+        Command::Checkout(cmd) => history::checkout(cli, cmd, running(cli)?),
+        Command::History(cmd) => history::history(cli, &cmd.action, running(cli)?),
     }
+}
+
+/// Every mount and watch of this user that answers.
+fn running(cli: &Cli) -> Result<Vec<StatusReport>> {
+    all_statuses(&paths::runtime_dir(cli.runtime_dir.as_deref())?)
 }
 
 fn diff(cli: &Cli, cmd: &DiffCommand) -> Result<()> {
     let store = paths::command_store_file(cmd.store.as_deref())?;
-    let changes = store_link::diff(&store, &cmd.workspace, &cmd.a, &cmd.b)?;
+    let Some(b) = &cmd.b else {
+        bail!(
+            "`tierfs diff A B` lists what changed between two snapshots (B may be `latest`); `tierfs diff -p A` shows the history's diff from A to the workspace as it is now"
+        )
+    };
+    let changes = store_link::diff(&store, &cmd.workspace, &cmd.a, b)?;
     if cli.json {
         return print_json(&changes);
     }
@@ -178,6 +194,13 @@ fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
         Some(report) if response.ok => report,
         _ => bail!("sync of {} failed: {}", mountpoint.display(), response.error.unwrap_or_else(|| "no answer".into())),
     };
+    if let Some(e) = &report.history_error {
+        // The snapshot is safe; the history step is what failed, and that is not success.
+        bail!(
+            "snapshot {} is committed, but its code and configs were not recorded in the history: {e}",
+            report.snapshot
+        );
+    }
     if cli.json {
         return print_json(&report);
     }
@@ -189,6 +212,13 @@ fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
         report.parts,
         report.millis
     );
+    match report.history.as_ref().map(|h| (h.commit.as_deref(), h.counts.files)) {
+        Some((Some(commit), files)) => {
+            println!("history: commit {} ({files} files recorded)", &commit[..10.min(commit.len())])
+        }
+        Some((None, _)) => println!("history: no change in the recorded files"),
+        None => {}
+    }
     println!("{}", report.snapshot);
     Ok(())
 }

@@ -59,6 +59,8 @@ pub struct MountConfig {
     pub snapshot: Option<String>,
     /// Watch mode: `mountpoint` is a plain directory kept in sync, not a FUSE mount.
     pub watch: bool,
+    /// Record no history of code and configs at snapshots (`--no-history`).
+    pub no_history: bool,
 }
 
 impl MountConfig {
@@ -84,6 +86,7 @@ impl MountConfig {
         config.takeover = self.takeover;
         config.kernel_owns_times = self.writeback_cache;
         config.keep_files = vec![DAEMON_LOG.into()];
+        config.history = !self.no_history;
         config
     }
 

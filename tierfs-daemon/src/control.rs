@@ -2,8 +2,9 @@
 //! serving process, and the small blocking client used by the `tierfs` CLI.
 //!
 //! Protocol: a Unix stream socket; the client writes one JSON request per line
-//! (`{"cmd":"ping"}`, `{"cmd":"status"}`, `{"cmd":"unmount"}` or
-//! `{"cmd":"unmount","lazy":true}`) and reads one JSON [`Response`] per line. A connection
+//! (`{"cmd":"ping"}`, `{"cmd":"status"}`, `{"cmd":"unmount"}`,
+//! `{"cmd":"unmount","lazy":true}`, `{"cmd":"history","op":{"log":{...}}}`) and reads one JSON
+//! [`Response`] per line. A connection
 //! may carry several requests. `unmount` answers only when the flush and unmount are done.
 //!
 //! Invariants:
@@ -25,6 +26,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as Async
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
+
+use crate::logging::Reported;
 
 /// Longest request line the server reads.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -51,6 +54,34 @@ pub enum Request {
         #[serde(default)]
         lazy: bool,
     },
+    /// Read or publish the workspace's history; answers with [`HistoryAnswer`].
+    History { op: HistoryOp },
+}
+
+/// What a `history` request asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryOp {
+    /// The newest `limit` commits (that changed `path`).
+    Log { path: Option<String>, limit: usize },
+    /// File `path` at revision `rev`.
+    Show { rev: String, path: String },
+    /// A unified diff from `from` to `to` (the live workspace when `None`).
+    Diff { from: String, to: Option<String>, paths: Vec<String> },
+    /// Push the history to a git remote (the workspace's setting when `None`).
+    Push { remote: Option<String> },
+    /// Write the history as a plain git repository into `dir`.
+    Export { dir: PathBuf },
+}
+
+/// The answer to a `history` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryAnswer {
+    Log(Vec<tierfs::history::LogEntry>),
+    Show(tierfs::history::Shown),
+    Diff(String),
+    Published(tierfs::history::Published),
 }
 
 fn default_sync_timeout() -> u64 {
@@ -64,6 +95,9 @@ pub struct Response {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// With `error`, what the caller can do about it (`ErrorKind::name`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pong: Option<Pong>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -72,6 +106,8 @@ pub struct Response {
     pub unmount: Option<UnmountReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<SyncReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryAnswer>,
 }
 
 /// The outcome of `sync`.
@@ -91,6 +127,12 @@ pub struct SyncReport {
     /// File data uploaded by this sync (bytes that were not yet in the store).
     pub data_bytes: u64,
     pub millis: u64,
+    /// What the history recorded (`None`: this mount records no history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<tierfs::history::Recorded>,
+    /// Why recording the history failed; the snapshot is committed all the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_error: Option<String>,
 }
 
 impl Response {
@@ -217,6 +259,10 @@ pub trait ControlHandler: Send + Sync + 'static {
     fn sync(&self, _message: Option<String>, _timeout: Duration) -> Result<SyncReport, String> {
         Err("this mount cannot take snapshots".into())
     }
+    /// Blocks (it may read the store); called from a blocking-capable thread.
+    fn history(&self, _op: HistoryOp) -> Result<HistoryAnswer, Reported> {
+        Err(Reported { message: "this mount has no history".into(), kind: Some(tierfs::ErrorKind::InvalidInput) })
+    }
 }
 
 /// Accepts connections on `listener` until the task is dropped or aborted.
@@ -298,6 +344,15 @@ async fn serve_connection(
                     Ok(Ok(report)) => Response { ok: true, sync: Some(report), ..Response::default() },
                     Ok(Err(message)) => Response::error(message),
                     Err(err) => Response::error(format!("sync failed: {err}")),
+                };
+                send(&mut write, &response).await?;
+            }
+            Request::History { op } => {
+                let h = handler.clone();
+                let response = match tokio::task::spawn_blocking(move || h.history(op)).await {
+                    Ok(Ok(answer)) => Response { ok: true, history: Some(answer), ..Response::default() },
+                    Ok(Err(e)) => Response { kind: e.kind.map(|k| k.name().to_string()), ..Response::error(e.message) },
+                    Err(err) => Response::error(format!("history failed: {err}")),
                 };
                 send(&mut write, &response).await?;
             }

@@ -16,6 +16,8 @@
 //! - [`control`]: the control socket protocol, server and client;
 //! - [`mounts`]: the kernel mount table and unmounting;
 //! - [`commands`]: the `tierfs` subcommands and their output;
+//! - [`history`]: `tierfs log`, `show`, `checkout`, `diff -p`, `history push|export`, asked of the
+//!   serving process of a mount or watch;
 //! - [`restore`]: `tierfs restore`, a plain copy of a workspace state out of the store;
 //! - [`logging`]: tracing setup.
 //!
@@ -27,6 +29,7 @@ pub mod commands;
 pub mod config;
 pub mod control;
 pub mod frontend;
+pub mod history;
 pub mod launch;
 pub mod logging;
 pub mod mounts;

@@ -40,9 +40,11 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
 use crate::config::MountConfig;
-use crate::control::{self, ControlHandler, Pong, StatusReport, SyncReport, UnmountReport, UnmountRequest};
+use crate::control::{
+    self, ControlHandler, HistoryAnswer, HistoryOp, Pong, StatusReport, SyncReport, UnmountReport, UnmountRequest,
+};
 use crate::launch::{Readiness, ReadyInfo};
-use crate::logging;
+use crate::logging::{self, Reported};
 use crate::mounts::{self, UnmountError};
 use crate::paths;
 
@@ -471,7 +473,24 @@ impl ControlHandler for Served {
             metadata_bytes: synced.report.bytes_uploaded,
             data_bytes: synced.data_bytes,
             millis: synced.took.as_millis() as u64,
+            history_error: synced.history.as_ref().and_then(|h| h.as_ref().err()).map(|e| e.to_string()),
+            history: synced.history.and_then(Result::ok),
         })
+    }
+
+    fn history(&self, op: HistoryOp) -> Result<HistoryAnswer, Reported> {
+        let answer = self.session.history(|h, vfs| {
+            Ok(match op {
+                HistoryOp::Log { path, limit } => HistoryAnswer::Log(h.log(path.as_deref(), limit)?),
+                HistoryOp::Show { rev, path } => HistoryAnswer::Show(h.show(&rev, &path)?),
+                HistoryOp::Diff { from, to, paths } => {
+                    HistoryAnswer::Diff(h.diff(vfs, &from, to.as_deref(), &paths)?)
+                }
+                HistoryOp::Push { remote } => HistoryAnswer::Published(h.push(vfs, remote.as_deref())?),
+                HistoryOp::Export { dir } => HistoryAnswer::Published(h.export(&dir)?),
+            })
+        });
+        answer.map_err(|e| Reported { kind: Some(e.kind()), message: e.to_string() })
     }
 
     fn pong(&self) -> Pong {

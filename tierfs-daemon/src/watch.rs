@@ -29,9 +29,11 @@ use tracing::{error, info, warn};
 
 use crate::config::MountConfig;
 use crate::control::{
-    self, ControlHandler, Pong, StatusReport, SyncReport, UnmountReport, UnmountRequest, WatchStatus,
+    self, ControlHandler, HistoryAnswer, HistoryOp, Pong, StatusReport, SyncReport, UnmountReport, UnmountRequest,
+    WatchStatus,
 };
 use crate::launch::{Readiness, ReadyInfo};
+use crate::logging::Reported;
 use crate::serve::{Served, bind_control_socket, session_context};
 
 /// Quiet time after an event before its directories are passed again.
@@ -366,5 +368,9 @@ impl ControlHandler for Watched {
             Err(_) => return Err(format!("the pass over the directory did not finish within {} s", timeout.as_secs())),
         }
         self.served.sync(message, timeout)
+    }
+
+    fn history(&self, op: HistoryOp) -> Result<HistoryAnswer, Reported> {
+        self.served.history(op)
     }
 }

@@ -297,3 +297,47 @@ fn a_watcher_killed_with_sigkill_resumes_without_reading_again_and_loses_nothing
     assert_eq!(describe(&dir2), want);
     unwatch(&fresh, &dir2, json["pid"].as_u64().expect("pid"));
 }
+
+/// Watch mode records the same history as a mount: `tierfs sync DIR` commits the changed
+/// code, `tierfs log` (run inside DIR) shows it, and `checkout` writes into DIR, where the
+/// watcher picks it up for the next sync.
+#[test]
+fn a_watched_directory_has_a_history() {
+    let _one = exclusive();
+    let node = Node::init_file();
+    let dir = node.fx.tmp.path().join("watched");
+    fs::create_dir(&dir).expect("mkdir");
+    fs::write(dir.join("train.py"), "epochs = 1\n").expect("write");
+    fs::write(dir.join("data.bin"), [1u8; 100]).expect("write");
+    let (out, json) = watch(&node, &dir, &[]);
+    out.assert_success("tierfs watch");
+    let pid = json["pid"].as_u64().expect("a number");
+    let sync = |message: &str| {
+        let out = tierfs(&node, &["--json", "sync", "-m", message], &dir);
+        out.assert_success("tierfs sync DIR");
+        serde_json::from_str::<serde_json::Value>(out.stdout.trim()).expect("JSON")
+    };
+    assert!(sync("one")["history"]["commit"].is_string());
+    fs::write(dir.join("train.py"), "epochs = 2\n").expect("write");
+    assert!(sync("two")["history"]["commit"].is_string());
+    let log = |path: &str| {
+        let mut cmd = env(node.fx.tierfs());
+        cmd.current_dir(&dir).args(["--json", "log", path]);
+        let out = run(&mut cmd, Duration::from_secs(60));
+        out.assert_success("tierfs log in DIR");
+        let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("JSON");
+        json.as_array()
+            .expect("an array")
+            .iter()
+            .map(|e| e["summary"].as_str().expect("a string").to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(log("train.py"), ["two", "one"]);
+    let mut cmd = env(node.fx.tierfs());
+    cmd.current_dir(&dir).args(["checkout", "HEAD~1", "--", "train.py"]);
+    run(&mut cmd, Duration::from_secs(60)).assert_success("tierfs checkout in DIR");
+    assert_eq!(fs::read_to_string(dir.join("train.py")).expect("read"), "epochs = 1\n");
+    assert!(sync("three")["history"]["commit"].is_string(), "the checked-out file is a change");
+    assert_eq!(log("train.py"), ["three", "two", "one"]);
+    unwatch(&node, &dir, pid);
+}

@@ -127,13 +127,16 @@ pub fn fusermount_lazy(mountpoint: &Path) -> Output {
     run(Command::new("fusermount3").arg("-u").arg("-z").arg(mountpoint), Duration::from_secs(30))
 }
 
-/// Whether process `pid` still exists (a zombie counts as gone).
+/// Whether process `pid` still exists (a zombie counts as gone, once its last thread is
+/// gone too: a killed group leader turns zombie while its other threads still exit, and
+/// until the last one has, the process's files, and so its locks, stay open).
 pub fn process_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the parenthesised command name.
             let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
-            !matches!(state, Some('Z') | Some('X') | None)
+            let threads = fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
+            !matches!(state, Some('Z') | Some('X') | None) || threads > 1
         }
         Err(_) => false,
     }
