@@ -87,6 +87,6 @@ mod tests {
             assert_eq!(ObjectKind::from_u8(kind.as_u8()), Some(kind));
         }
         assert_eq!(ObjectKind::from_u8(0), None);
-        assert_eq!(ObjectKind::from_u8(9), None);
+        assert_eq!(ObjectKind::from_u8(10), None);
     }
 }

@@ -45,6 +45,9 @@ pub struct RemoteStats {
     pub last_commit_unix: u64,
     pub last_checkpoint_seq: u64,
     pub last_snapshot: Option<String>,
+    /// When this process committed `last_snapshot` (seconds since the epoch; 0: none yet).
+    #[serde(default)]
+    pub last_snapshot_unix: u64,
     pub lease_holder: String,
     pub lease_expires_unix: u64,
     /// `conditional` (If-None-Match on journal segments) or `lease` (see `store::Fencing`);
@@ -66,6 +69,7 @@ pub struct Committer {
     last_checkpoint_seq: AtomicU64,
     lease_expires_unix: AtomicU64,
     last_snapshot: Mutex<Option<String>>,
+    last_snapshot_unix: AtomicU64,
     last_error: Mutex<Option<String>>,
     /// Serializes checkpoints (sync, automatic, unmount); holds the `(seq, next segment)` of
     /// the last checkpoint this committer wrote or started from, and how long it took.
@@ -170,6 +174,7 @@ impl Committer {
             last_checkpoint_seq: AtomicU64::new(0),
             lease_expires_unix: AtomicU64::new(0),
             last_snapshot: Mutex::new(None),
+            last_snapshot_unix: AtomicU64::new(0),
             last_error: Mutex::new(None),
             checkpointing: tokio::sync::Mutex::new(LastCheckpoint {
                 next_segment: state.checkpoint_next_segment,
@@ -365,6 +370,7 @@ impl Committer {
         self.last_commit_unix.store(unix_now(), Ordering::Relaxed);
         if let Some(id) = &manifest.id {
             *self.last_snapshot.lock() = Some(id.clone());
+            self.last_snapshot_unix.store(unix_now(), Ordering::Relaxed);
         }
         Ok((manifest, report))
     }
@@ -411,6 +417,7 @@ impl Committer {
             last_commit_unix: self.last_commit_unix.load(Ordering::Relaxed),
             last_checkpoint_seq: self.last_checkpoint_seq.load(Ordering::Relaxed),
             last_snapshot: self.last_snapshot.lock().clone(),
+            last_snapshot_unix: self.last_snapshot_unix.load(Ordering::Relaxed),
             lease_holder: self.lease.holder().to_string(),
             fencing: self.ws.fencing().name().into(),
             lease_expires_unix: self.lease_expires_unix.load(Ordering::Relaxed),

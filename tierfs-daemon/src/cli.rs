@@ -539,12 +539,15 @@ pub struct StatusCommand {
 #[command(
     name = "tierfs-daemon",
     version,
-    about = "Serve one tierfs mount in the foreground until it is unmounted",
+    about = "Serve one tierfs mount in the foreground until it is unmounted, or every mount of a node",
     long_about = "Serve one tierfs mount in the foreground until it is unmounted.\n\n\
                   `tierfs mount` starts this process in the background; run it directly \
                   under a service manager (systemd, a Kubernetes DaemonSet). SIGTERM or \
                   SIGINT flush everything (bounded by --flush-timeout) and unmount; so does \
-                  `tierfs umount MOUNTPOINT`. Logs go to stderr (filter with RUST_LOG).",
+                  `tierfs umount MOUNTPOINT`. Logs go to stderr (filter with RUST_LOG).\n\n\
+                  `tierfs-daemon node` serves every mount of a node configuration file \
+                  instead, with Prometheus metrics and systemd readiness (see \
+                  `tierfs-daemon node --help`).",
     after_help = EXIT_STATUS_HELP
 )]
 pub struct DaemonCli {
@@ -560,6 +563,41 @@ pub struct DaemonCli {
 
     #[command(flatten)]
     pub mount: MountArgs,
+}
+
+/// `tierfs-daemon node`: every mount of the node configuration in one process. Told apart
+/// from a mount by its first argument (`tierfs-daemon node …`; a mountpoint named `node` is
+/// written `./node`), since a subcommand beside the mount's required MOUNTPOINT would make
+/// clap ask for both.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tierfs-daemon node",
+    version,
+    about = "Serve every mount of the node configuration: one process per node",
+    long_about = "Serve every mount (and watched directory) of the node configuration \
+                      file, each with its own data dir and control socket, until SIGTERM or \
+                      SIGINT; then flush and unmount them all, each within its own \
+                      flush_timeout.\n\n\
+                      The file has a [node] table (runtime_dir, default /run/tierfs; \
+                      metrics_addr, default 127.0.0.1:9464, \"\" for none) and one [[mount]] \
+                      table per mount: mountpoint, owner (a uid that may control the mount \
+                      besides root) and any option of `tierfs mount --help` with _ for - \
+                      (store = \"/etc/tierfs/store.toml\", cache_size = \"100G\", \
+                      read_only = true). tierfs-daemon/deploy/config.toml is an example.\n\n\
+                      Under systemd (Type=notify) READY=1 is sent once every mount is up or \
+                      has failed, STOPPING=1 at the stop. http://METRICS_ADDR/metrics serves \
+                      Prometheus metrics, /healthz a liveness answer. Exits 1 when a mount \
+                      failed to start or to flush.",
+    after_help = EXIT_STATUS_HELP
+)]
+pub struct NodeCli {
+    /// The node configuration file.
+    #[arg(long, value_name = "FILE", env = "TIERFS_NODE_CONFIG", default_value = crate::config::NODE_CONFIG)]
+    pub config: PathBuf,
+
+    /// Check the configuration (every key of every mount) and exit: 0 when it is good.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Options of one mount, shared by `tierfs mount` and `tierfs-daemon`.
@@ -815,6 +853,7 @@ impl MountArgs {
             takeover: self.takeover,
             watch: self.watch,
             no_history: self.no_history,
+            owner: None,
         })
     }
 }

@@ -19,6 +19,9 @@ use tokio::runtime::Runtime;
 /// keeps it.
 pub const DAEMON_LOG: &str = "daemon.log";
 
+/// The configuration file the node daemon (`tierfs-daemon node`) reads unless told otherwise.
+pub const NODE_CONFIG: &str = "/etc/tierfs/config.toml";
+
 /// A fully resolved mount configuration (see `cli::MountArgs::resolve`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MountConfig {
@@ -61,6 +64,9 @@ pub struct MountConfig {
     pub watch: bool,
     /// Record no history of code and configs at snapshots (`--no-history`).
     pub no_history: bool,
+    /// A user who may control the mount besides the serving user and root (`owner` of a
+    /// mount of the node daemon; never set from the command line).
+    pub owner: Option<u32>,
 }
 
 impl MountConfig {

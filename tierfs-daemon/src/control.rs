@@ -8,9 +8,12 @@
 //! may carry several requests. `unmount` answers only when the flush and unmount are done.
 //!
 //! Invariants:
-//! - The socket file is created owner-only (0600) inside an owner-only (0700) runtime
-//!   directory, and the server also checks each peer's credentials (`SO_PEERCRED`): only the
-//!   same user or root may talk to it. Anyone who can talk to it can unmount the workspace.
+//! - The server checks each peer's credentials (`SO_PEERCRED`): only the serving user, root
+//!   and the mount's owner (a mount of the node daemon may name one) may talk to it; anyone
+//!   else gets an error line saying so, and the connection is closed. Anyone who can talk
+//!   to it can unmount the workspace. Without an owner the socket file is also owner-only
+//!   (0600) in an owner-only (0700) runtime directory; with one it is 0666 in a 0755
+//!   directory, so that the owner can reach it and the credential check decides.
 //! - The server never performs the unmount itself: it hands an [`UnmountRequest`] to the
 //!   serving loop, which owns the FUSE session, and relays the answer.
 //! - Request lines are bounded ([`MAX_LINE`]) so a confused client cannot grow memory.
@@ -28,6 +31,24 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::logging::Reported;
+
+/// Whether the user `uid` may talk to a mount served by this process whose owner is `owner`:
+/// the serving user, root and the owner may.
+pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if uid == euid || uid == 0 || owner == Some(uid) {
+        return Ok(());
+    }
+    let owners = match owner {
+        Some(owner) if owner != 0 && owner != euid => {
+            format!("uid {owner} (its owner), uid {euid} (the daemon) and root")
+        }
+        _ if euid == 0 => "root".to_owned(),
+        _ => format!("uid {euid} (the daemon) and root"),
+    };
+    Err(format!("uid {uid} may not control this mount: only {owners} may"))
+}
 
 /// Longest request line the server reads.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -265,15 +286,21 @@ pub trait ControlHandler: Send + Sync + 'static {
     }
 }
 
-/// Accepts connections on `listener` until the task is dropped or aborted.
-pub async fn serve(listener: UnixListener, handler: Arc<dyn ControlHandler>, unmounts: mpsc::Sender<UnmountRequest>) {
+/// Accepts connections on `listener` until the task is dropped or aborted. `owner` is a user
+/// who may control the mount besides the serving user and root.
+pub async fn serve(
+    listener: UnixListener,
+    handler: Arc<dyn ControlHandler>,
+    owner: Option<u32>,
+    unmounts: mpsc::Sender<UnmountRequest>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, _addr)) => {
                 let handler = handler.clone();
                 let unmounts = unmounts.clone();
                 tokio::spawn(async move {
-                    if let Err(err) = serve_connection(stream, handler, unmounts).await {
+                    if let Err(err) = serve_connection(stream, handler, owner, unmounts).await {
                         debug!("control connection ended: {err}");
                     }
                 });
@@ -290,18 +317,22 @@ pub async fn serve(listener: UnixListener, handler: Arc<dyn ControlHandler>, unm
 async fn serve_connection(
     stream: UnixStream,
     handler: Arc<dyn ControlHandler>,
+    owner: Option<u32>,
     unmounts: mpsc::Sender<UnmountRequest>,
 ) -> std::io::Result<()> {
-    let cred = stream.peer_cred()?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if cred.uid() != euid && cred.uid() != 0 {
-        warn!("refused control connection from uid {} (serving uid {euid})", cred.uid());
-        return Ok(());
-    }
+    let uid = stream.peer_cred()?.uid();
     let (read, mut write) = stream.into_split();
     let mut reader = AsyncBufReader::new(read);
     let mut line = String::new();
+    if let Err(refusal) = may_control(uid, owner) {
+        warn!("refused control connection: {refusal}");
+        // The answer follows the request, so that the client has written it before the close
+        // (else its write fails with EPIPE and the message is never read).
+        let mut bounded = (&mut reader).take(MAX_LINE as u64 + 1);
+        let _ = tokio::time::timeout(Duration::from_secs(5), bounded.read_line(&mut line)).await;
+        let kind = Some(tierfs::ErrorKind::InvalidInput.name().to_owned());
+        return send(&mut write, &Response { kind, ..Response::error(refusal) }).await;
+    }
     loop {
         line.clear();
         let n = (&mut reader).take(MAX_LINE as u64 + 1).read_line(&mut line).await?;
@@ -514,7 +545,7 @@ mod tests {
             let _guard = rt.enter();
             UnixListener::bind(&path).unwrap()
         };
-        rt.spawn(serve(listener, Arc::new(Fixed), tx));
+        rt.spawn(serve(listener, Arc::new(Fixed), None, tx));
         // The serving loop: refuse the first unmount (busy), accept the second.
         rt.spawn(async move {
             let first: UnmountRequest = rx.recv().await.unwrap();

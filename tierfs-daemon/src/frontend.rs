@@ -1,14 +1,30 @@
 //! Which front end serves a resolved configuration: a FUSE mount (`serve`) or a watched
 //! directory (`watch`). The one entry point `tierfs mount --foreground`, `tierfs watch
-//! --foreground` and `tierfs-daemon` call, so that neither front end needs the other.
+//! --foreground`, `tierfs-daemon` and the node daemon call, so that neither front end needs
+//! the other.
 
 use anyhow::Result;
 use tokio::runtime::Runtime;
 
 use crate::config::MountConfig;
 use crate::launch::Readiness;
+use crate::stop::Stop;
 
-/// Serves `config` until it is unmounted or unwatched (see `serve::run` and `watch::run`).
+/// Serves `config` until it is unmounted or unwatched, or until SIGTERM or SIGINT (see
+/// `serve::run` and `watch::run`).
 pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Result<()> {
-    if config.watch { crate::watch::run(rt, config, readiness) } else { crate::serve::run(rt, config, readiness) }
+    let stop = {
+        let _rt_context = rt.enter();
+        Stop::signals()?
+    };
+    run_until(rt, config, readiness, stop)
+}
+
+/// [`run`] with the stop given, for the node daemon, which owns the signals.
+pub fn run_until(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
+    if config.watch {
+        crate::watch::run(rt, config, readiness, stop)
+    } else {
+        crate::serve::run(rt, config, readiness, stop)
+    }
 }

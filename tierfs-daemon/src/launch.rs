@@ -20,14 +20,16 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::config::MountConfig;
+use crate::control::ControlHandler;
 use crate::paths;
 
 /// How many lines of the daemon log to show when it dies without a message.
@@ -67,6 +69,22 @@ pub enum Readiness {
     Print { json: bool },
     /// `tierfs-daemon --ready-fd N`: one JSON line on the pipe, then close it.
     Pipe(Option<File>),
+    /// The node daemon: the ready mount's control handler (for `status` and `/metrics`), or
+    /// why it failed to start, goes to the node.
+    Node(Option<oneshot::Sender<Result<NodeReady, String>>>),
+}
+
+/// A mount the node daemon serves, once it is ready.
+#[derive(Clone)]
+pub struct NodeReady {
+    pub info: ReadyInfo,
+    pub handler: Arc<dyn ControlHandler>,
+}
+
+impl std::fmt::Debug for NodeReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeReady").field("info", &self.info).finish_non_exhaustive()
+    }
 }
 
 impl Readiness {
@@ -86,8 +104,8 @@ impl Readiness {
         Ok(Readiness::Pipe(Some(file)))
     }
 
-    /// Reports a ready mount.
-    pub fn ready(&mut self, info: &ReadyInfo) {
+    /// Reports a ready mount, served by `handler`.
+    pub fn ready(&mut self, info: &ReadyInfo, handler: &Arc<dyn ControlHandler>) {
         match self {
             Readiness::Quiet => {}
             Readiness::Print { json: true } => match serde_json::to_string(info) {
@@ -105,14 +123,27 @@ impl Readiness {
                 );
             }
             Readiness::Pipe(file) => send(file, &ReadyMessage::Ready(info.clone())),
+            Readiness::Node(tx) => {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Ok(NodeReady { info: info.clone(), handler: handler.clone() }));
+                }
+            }
         }
     }
 
     /// Reports a failure to start; a no-op once readiness was reported.
     pub fn failed(&mut self, err: &anyhow::Error) {
-        if let Readiness::Pipe(file) = self {
-            let kind = crate::logging::error_kind(err).map(|k| k.name().to_string());
-            send(file, &ReadyMessage::Failed { error: crate::logging::error_message(err), kind });
+        match self {
+            Readiness::Pipe(file) => {
+                let kind = crate::logging::error_kind(err).map(|k| k.name().to_string());
+                send(file, &ReadyMessage::Failed { error: crate::logging::error_message(err), kind });
+            }
+            Readiness::Node(tx) => {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Err(crate::logging::error_message(err)));
+                }
+            }
+            Readiness::Quiet | Readiness::Print { .. } => {}
         }
     }
 }

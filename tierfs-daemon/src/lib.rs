@@ -19,9 +19,13 @@
 //! - [`history`]: `tierfs log`, `show`, `checkout`, `diff -p`, `history push|export`, asked of the
 //!   serving process of a mount or watch;
 //! - [`restore`]: `tierfs restore`, a plain copy of a workspace state out of the store;
-//! - [`logging`]: tracing setup.
+//! - [`logging`]: tracing setup;
+//! - [`stop`]: what ends a front end (its own signals, or the node daemon's stop);
+//! - [`node`]: `tierfs-daemon node`, one process serving every mount of a node's
+//!   configuration file, with [`metrics`] (Prometheus `/metrics`, `/healthz`) and
+//!   [`notify`] (systemd readiness).
 //!
-//! Every mount is served by exactly one process, which holds the data directory's lock (taken
+//! Every mount is served by exactly one process (its own, or the node daemon), which holds the data directory's lock (taken
 //! by `Vfs::new`) and the mountpoint's control socket for as long as it serves.
 
 pub mod cli;
@@ -32,9 +36,13 @@ pub mod frontend;
 pub mod history;
 pub mod launch;
 pub mod logging;
+pub mod metrics;
 pub mod mounts;
+pub mod node;
+pub mod notify;
 pub mod paths;
 pub mod restore;
 pub mod serve;
+pub mod stop;
 pub mod store_link;
 pub mod watch;

@@ -236,7 +236,15 @@ pub fn canonical_mountpoint(path: &Path) -> Result<PathBuf> {
 /// Creates `dir` (and its parents) if missing and makes it owner-only (0700). Refuses a
 /// directory that another user owns, since whoever owns it can reach our sockets.
 pub fn ensure_private_dir(dir: &Path) -> Result<()> {
-    match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+    ensure_runtime_dir(dir, false)
+}
+
+/// [`ensure_private_dir`], or with `shared` a directory others may enter too (0755, still
+/// ours): the node daemon's runtime directory, whose sockets the mounts' owners reach and
+/// whose connections are checked one by one (`control::may_control`).
+pub fn ensure_runtime_dir(dir: &Path, shared: bool) -> Result<()> {
+    let mode = if shared { 0o755 } else { 0o700 };
+    match fs::DirBuilder::new().recursive(true).mode(mode).create(dir) {
         Ok(()) => {}
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
         Err(err) => return Err(err).with_context(|| format!("creating {}", dir.display())),
@@ -255,9 +263,9 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
             meta.uid()
         );
     }
-    if meta.mode() & 0o777 != 0o700 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("making {} owner-only (0700)", dir.display()))?;
+    if meta.mode() & 0o777 != mode {
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+            .with_context(|| format!("setting the mode of {} to {mode:o}", dir.display()))?;
     }
     Ok(())
 }

@@ -35,7 +35,6 @@ use anyhow::{Context, Result, anyhow, bail};
 use tierfs::session::{Session, SessionError};
 use tierfs_mount::SessionUnmounter;
 use tokio::runtime::Runtime;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
@@ -47,6 +46,7 @@ use crate::launch::{Readiness, ReadyInfo};
 use crate::logging::{self, Reported};
 use crate::mounts::{self, UnmountError};
 use crate::paths;
+use crate::stop::Stop;
 
 /// The version reported over the control socket.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -57,7 +57,7 @@ const ANSWER_GRACE: Duration = Duration::from_secs(5);
 
 /// Serves the mount described by `config` until it is unmounted. Returns an error when
 /// the mount could not be set up, or when the final flush did not complete.
-pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Result<()> {
+pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
     // Everything fallible, including the tokio listener and signal handlers, is set up before
     // the mount, so an error never leaves a mount behind.
     let _rt_context = rt.enter();
@@ -69,7 +69,7 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     };
     let session = Session::open(config.session_config(store), rt.handle()).map_err(|e| session_context(e, config))?;
     let session = Arc::new(session);
-    let served = serve(rt, config, readiness, &session, &mountpoint);
+    let served = serve(rt, config, readiness, stop, &session, &mountpoint);
     if served.is_err() {
         // Set-up failed after the session opened, or the final flush did: give the lease back
         // (a no-op when the session was closed already).
@@ -87,13 +87,12 @@ fn serve(
     rt: &Runtime,
     config: &MountConfig,
     readiness: &mut Readiness,
+    mut stop: Stop,
     session: &Arc<Session>,
     mountpoint: &Path,
 ) -> Result<()> {
     let (listener, socket_guard) = bind_control_socket(config, mountpoint)?;
     let socket = socket_guard.path.clone();
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
 
     let mut fuse = tierfs_mount::session(session.vfs().clone(), mountpoint, &config.mount_options())
         .map_err(|err| explain_mount_error(err, config, mountpoint))?;
@@ -106,7 +105,8 @@ fn serve(
     // On an error the FUSE session (and with it the mount) was moved into the closure and dropped.
     let session_thread = session_thread.context("starting the FUSE session thread")?;
 
-    let handler = Arc::new(Served::new(session.clone(), config.clone(), mountpoint.to_path_buf(), socket.clone()));
+    let handler: Arc<dyn ControlHandler> =
+        Arc::new(Served::new(session.clone(), config.clone(), mountpoint.to_path_buf(), socket.clone()));
     let info = ReadyInfo {
         pid: std::process::id(),
         mountpoint: mountpoint.to_path_buf(),
@@ -117,8 +117,8 @@ fn serve(
 
     let report = rt.block_on(async {
         let (unmount_tx, mut unmount_rx) = mpsc::channel::<UnmountRequest>(4);
-        let server = tokio::spawn(control::serve(listener, handler, unmount_tx));
-        readiness.ready(&info);
+        let server = tokio::spawn(control::serve(listener, handler.clone(), config.owner, unmount_tx));
+        readiness.ready(&info, &handler);
         info!(
             mountpoint = %mountpoint.display(),
             data_dir = %config.data_dir.display(),
@@ -132,12 +132,8 @@ fn serve(
         let mut requester = None;
         loop {
             tokio::select! {
-                _ = sigterm.recv() => {
-                    signal_unmount(mountpoint, "SIGTERM", &fuser_mount, config.flush_timeout).await;
-                    break;
-                }
-                _ = sigint.recv() => {
-                    signal_unmount(mountpoint, "SIGINT", &fuser_mount, config.flush_timeout).await;
+                reason = stop.wait() => {
+                    signal_unmount(mountpoint, reason, &fuser_mount, config.flush_timeout).await;
                     break;
                 }
                 ended = &mut session_done => {
@@ -261,7 +257,10 @@ pub(crate) fn bind_control_socket(
     config: &MountConfig,
     mountpoint: &Path,
 ) -> Result<(tokio::net::UnixListener, SocketFile)> {
-    paths::ensure_private_dir(&config.runtime_dir)?;
+    // A mount with an owner (node daemon) is controlled by that user too: its socket is
+    // reachable by everyone and each connection is checked (`control::serve`).
+    let shared = config.owner.is_some();
+    paths::ensure_runtime_dir(&config.runtime_dir, shared)?;
     let socket = paths::socket_path(&config.runtime_dir, mountpoint)?;
     if fs::symlink_metadata(&socket).is_ok() {
         if let Ok(Some(pong)) = control::ping(&socket, Duration::from_secs(2)) {
@@ -277,8 +276,9 @@ pub(crate) fn bind_control_socket(
     let listener =
         StdUnixListener::bind(&socket).with_context(|| format!("creating control socket {}", socket.display()))?;
     let guard = SocketFile::new(socket)?;
-    fs::set_permissions(&guard.path, fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("making {} owner-only", guard.path.display()))?;
+    let mode = if shared { 0o666 } else { 0o600 };
+    fs::set_permissions(&guard.path, fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting the mode of {} to {mode:o}", guard.path.display()))?;
     listener.set_nonblocking(true).context("configuring the control socket")?;
     let listener = tokio::net::UnixListener::from_std(listener).context("registering the control socket")?;
     Ok((listener, guard))

@@ -23,7 +23,6 @@ use notify::{RecursiveMode, Watcher};
 use tierfs::session::Session;
 use tierfs::watch::{Mirror, Start};
 use tokio::runtime::Runtime;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
@@ -35,6 +34,7 @@ use crate::control::{
 use crate::launch::{Readiness, ReadyInfo};
 use crate::logging::Reported;
 use crate::serve::{Served, bind_control_socket, session_context};
+use crate::stop::Stop;
 
 /// Quiet time after an event before its directories are passed again.
 const QUIET: Duration = Duration::from_millis(200);
@@ -55,7 +55,7 @@ enum Msg {
 }
 
 /// Serves `config.mountpoint` as a watched directory until SIGTERM, SIGINT or `unwatch`.
-pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Result<()> {
+pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
     let _rt_context = rt.enter();
     let dir = &config.mountpoint;
     if config.read_only || config.snapshot.is_some() {
@@ -68,7 +68,7 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     let session =
         Session::open(config.session_config(Some(store)), rt.handle()).map_err(|e| session_context(e, config))?;
     let session = Arc::new(session);
-    let served = serve(rt, config, readiness, &session);
+    let served = serve(rt, config, readiness, stop, &session);
     if served.is_err() {
         let deadline = tokio::time::Instant::now() + config.flush_timeout;
         if let Err(e) = rt.block_on(session.close(deadline)) {
@@ -78,7 +78,13 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
     served
 }
 
-fn serve(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, session: &Arc<Session>) -> Result<()> {
+fn serve(
+    rt: &Runtime,
+    config: &MountConfig,
+    readiness: &mut Readiness,
+    mut stop: Stop,
+    session: &Arc<Session>,
+) -> Result<()> {
     let mut mirror = Mirror::new(session.vfs().clone(), &config.mountpoint)?;
     let dir = mirror.root().to_path_buf();
     let (tx, rx) = channel::<Msg>();
@@ -128,8 +134,6 @@ fn serve(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, session:
 
     let (listener, socket_guard) = bind_control_socket(config, &dir)?;
     let socket = socket_guard.path.clone();
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let worker = {
         let state = state.clone();
         std::thread::Builder::new()
@@ -137,7 +141,7 @@ fn serve(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, session:
             .spawn(move || worker(mirror, rx, state, fallback.is_some()))
             .context("starting the watch thread")?
     };
-    let handler = Arc::new(Watched {
+    let handler: Arc<dyn ControlHandler> = Arc::new(Watched {
         served: Served::new(session.clone(), config.clone(), dir.clone(), socket.clone()),
         tx: Mutex::new(tx.clone()),
         state,
@@ -151,12 +155,11 @@ fn serve(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, session:
     };
     let report = rt.block_on(async {
         let (unmount_tx, mut unmount_rx) = mpsc::channel::<UnmountRequest>(4);
-        let server = tokio::spawn(control::serve(listener, handler, unmount_tx));
-        readiness.ready(&info);
+        let server = tokio::spawn(control::serve(listener, handler.clone(), config.owner, unmount_tx));
+        readiness.ready(&info, &handler);
         info!(dir = %dir.display(), data_dir = %config.data_dir.display(), socket = %socket.display(), "tierfs watching");
         let requester = tokio::select! {
-            _ = sigterm.recv() => { info!("SIGTERM received: stopping the watch"); None }
-            _ = sigint.recv() => { info!("SIGINT received: stopping the watch"); None }
+            reason = stop.wait() => { info!("{reason} received: stopping the watch"); None }
             Some(r) = unmount_rx.recv() => { info!("unwatch requested over the control socket"); Some(r) }
         };
         let report = finish(session, config, &dir, &tx).await;

@@ -1,6 +1,6 @@
-//! `tierfs-daemon`: serve one tierfs mount in the foreground until it is unmounted (see
-//! `tierfs-daemon --help`). `tierfs mount` runs it in the background; service managers run
-//! it directly.
+//! `tierfs-daemon`: serve one tierfs mount in the foreground until it is unmounted, or with
+//! `node`, every mount of a node's configuration file (see `tierfs-daemon --help`).
+//! `tierfs mount` runs it in the background; service managers run it directly.
 //!
 //! Exit status: 0 after a clean unmount with a complete flush, 1 on any failure (including a
 //! flush that did not finish within --flush-timeout), 2 on a usage error.
@@ -10,12 +10,25 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Parser;
-use tierfs_daemon::cli::DaemonCli;
+use tierfs_daemon::cli::{DaemonCli, NodeCli};
 use tierfs_daemon::launch::Readiness;
-use tierfs_daemon::{frontend, logging, store_link};
+use tierfs_daemon::node::NodeConfig;
+use tierfs_daemon::notify::Notifier;
+use tierfs_daemon::{frontend, logging, node, store_link};
 use tracing::error;
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "node") {
+        let cli = NodeCli::parse_from(std::env::args_os().skip(1));
+        logging::init("info,fuser=error");
+        return match run_node(&cli) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                error!("{}", logging::error_message(&err));
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = DaemonCli::parse();
     logging::init("info,fuser=error");
     let mut readiness = match cli.ready_fd {
@@ -45,6 +58,28 @@ fn run(cli: &DaemonCli, readiness: &mut Readiness) -> Result<()> {
     let config = cli.mount.resolve(cli.runtime_dir.as_deref())?;
     let rt = tierfs_daemon::config::build_runtime()?;
     let result = frontend::run(&rt, &config, readiness);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+fn run_node(args: &NodeCli) -> Result<()> {
+    let config = NodeConfig::load(&args.config)?;
+    if args.check {
+        println!("{}: {} mounts", config.file.display(), config.mounts.len());
+        for m in &config.mounts {
+            let store = m.store.as_ref().map_or("no store".into(), |s| format!("store {}", s.display()));
+            println!(
+                "  {} (workspace {}, {store}, data dir {})",
+                m.mountpoint.display(),
+                m.workspace,
+                m.data_dir.display()
+            );
+        }
+        return Ok(());
+    }
+    let notifier = Notifier::from_env().map_err(|e| anyhow::anyhow!("NOTIFY_SOCKET: {e}"))?;
+    let rt = tierfs_daemon::config::build_runtime()?;
+    let result = node::run(&rt, &config, &notifier);
     rt.shutdown_timeout(Duration::from_secs(1));
     result
 }

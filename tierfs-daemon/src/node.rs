@@ -1,0 +1,277 @@
+//! The node daemon: one `tierfs-daemon node` process per GPU node serving every mount (and
+//! watched directory) of its configuration file, `/etc/tierfs/config.toml` by default, with
+//! Prometheus metrics and systemd readiness.
+//!
+//! The file has a `[node]` table and one `[[mount]]` table per mount. A mount's keys are the
+//! options of `tierfs mount`, written with `_` for `-` (`cache_size = "10G"`, `read_only =
+//! true`), plus `mountpoint` and `owner`; they are parsed by the same `MountArgs` the command
+//! line uses, so a key means in the file what its flag means on the command line, defaults
+//! included, and an unknown key is an error naming it.
+//!
+//! Invariants:
+//! - Every mount is served by its own thread with its own session, data dir lock and control
+//!   socket: one mount failing to start (its store unreachable, its disk full) or failing
+//!   later is logged and reported in `/metrics`, and the others go on.
+//! - READY=1 goes to systemd only once every mount has either come up or failed to; STATUS=
+//!   says how many are live. STOPPING=1 goes out on SIGTERM or SIGINT, which stops every
+//!   mount at once; each flushes within its own `--flush-timeout`, so the unit's
+//!   `TimeoutStopSec` must exceed the longest. The exit status is 1 when any mount failed
+//!   to start or to flush, and the log names each.
+//! - The metrics listener is bound before any mount starts: a taken port is an error while
+//!   nothing is mounted.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Parser;
+use serde::Deserialize;
+use tokio::runtime::Runtime;
+use tokio::sync::{oneshot, watch};
+use tracing::{error, info};
+
+use crate::cli::MountArgs;
+use crate::config::MountConfig;
+use crate::launch::{NodeReady, Readiness};
+use crate::metrics::{self, MountState, Registry};
+use crate::notify::Notifier;
+use crate::stop::Stop;
+
+/// Control sockets of the node's mounts unless `[node] runtime_dir` says otherwise.
+pub const DEFAULT_RUNTIME_DIR: &str = "/run/tierfs";
+
+/// `/metrics` and `/healthz` unless `[node] metrics_addr` says otherwise: loopback only.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9464";
+
+/// A node's configuration, every mount resolved as `tierfs mount` would resolve it.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub file: PathBuf,
+    pub runtime_dir: PathBuf,
+    /// `None`: no metrics endpoint (`metrics_addr = ""`).
+    pub metrics_addr: Option<SocketAddr>,
+    pub mounts: Vec<MountConfig>,
+    /// The options of each mount as written, to create an embedded store like `tierfs mount`.
+    args: Vec<MountArgs>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeFile {
+    #[serde(default)]
+    node: NodeTable,
+    #[serde(default)]
+    mount: Vec<toml::Table>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeTable {
+    runtime_dir: Option<PathBuf>,
+    metrics_addr: Option<String>,
+}
+
+/// The mount options, as `tierfs mount` parses them.
+#[derive(Debug, Parser)]
+#[command(name = "mount", no_binary_name = true, disable_help_flag = true)]
+struct OneMount {
+    #[command(flatten)]
+    mount: MountArgs,
+}
+
+impl NodeConfig {
+    /// Reads and checks `file`: syntax, every key of every mount, and that no two mounts share
+    /// a mountpoint or a data dir.
+    pub fn load(file: &Path) -> Result<NodeConfig> {
+        let text =
+            fs::read_to_string(file).with_context(|| format!("reading the node configuration {}", file.display()))?;
+        NodeConfig::parse(file, &text)
+    }
+
+    /// [`NodeConfig::load`] of `text`, read from `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<NodeConfig> {
+        let at = file.display();
+        let parsed: NodeFile = toml::from_str(text).map_err(|e| anyhow!("{at}: {e}"))?;
+        let runtime_dir = match parsed.node.runtime_dir {
+            Some(dir) if dir.is_absolute() => dir,
+            Some(dir) => bail!("{at}: [node] runtime_dir {} must be an absolute path", dir.display()),
+            None => PathBuf::from(DEFAULT_RUNTIME_DIR),
+        };
+        let metrics_addr = match parsed.node.metrics_addr.as_deref().unwrap_or(DEFAULT_METRICS_ADDR) {
+            "" => None,
+            addr => Some(addr.parse().map_err(|e| {
+                anyhow!("{at}: [node] metrics_addr {addr:?} is not an address and port such as 127.0.0.1:9464 ({e})")
+            })?),
+        };
+        let mut mounts = Vec::new();
+        let mut args = Vec::new();
+        for (i, table) in parsed.mount.iter().enumerate() {
+            let (mount_args, owner) = mount_args(table).map_err(|e| anyhow!("{at}: mount {}: {e}", i + 1))?;
+            let mut config = mount_args
+                .resolve(Some(&runtime_dir))
+                .with_context(|| format!("{at}: mount {} ({})", i + 1, mount_args.mountpoint.display()))?;
+            // Every mount of the node has an owner (root by default), so that its socket is
+            // reachable and a refusal is a message, not a bare EACCES.
+            config.owner = Some(owner.unwrap_or(0));
+            mounts.push(config);
+            args.push(mount_args);
+        }
+        let mut mountpoints = BTreeSet::new();
+        let mut data_dirs = BTreeSet::new();
+        for m in &mounts {
+            if !mountpoints.insert(&m.mountpoint) {
+                bail!("{at}: two mounts on {}", m.mountpoint.display());
+            }
+            if !data_dirs.insert(&m.data_dir) {
+                bail!("{at}: two mounts share the data dir {}; give each its own data_dir", m.data_dir.display());
+            }
+        }
+        Ok(NodeConfig { file: file.to_path_buf(), runtime_dir, metrics_addr, mounts, args })
+    }
+}
+
+/// The `MountArgs` and owner a `[[mount]]` table means.
+fn mount_args(table: &toml::Table) -> Result<(MountArgs, Option<u32>)> {
+    let mut argv = Vec::new();
+    let mut owner = None;
+    let mut mountpoint = None;
+    for (key, value) in table {
+        match (key.as_str(), value) {
+            ("mountpoint", toml::Value::String(path)) => mountpoint = Some(path.clone()),
+            ("owner", toml::Value::Integer(uid)) => {
+                owner = Some(u32::try_from(*uid).map_err(|_| anyhow!("owner = {uid} is not a uid"))?);
+            }
+            ("mountpoint" | "owner", _) => bail!("{key} = {value}: expected a path (mountpoint) or a uid (owner)"),
+            (_, toml::Value::Boolean(false)) if key != "allow_other" => {}
+            (_, toml::Value::Boolean(true)) if key != "allow_other" => argv.push(flag(key)),
+            (_, toml::Value::String(s)) => argv.push(format!("{}={s}", flag(key))),
+            (_, toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_)) => {
+                argv.push(format!("{}={value}", flag(key)));
+            }
+            (_, _) => bail!("{key} = {value}: expected a string, a number or true/false"),
+        }
+    }
+    let mountpoint = mountpoint.ok_or_else(|| anyhow!("no mountpoint = \"/path\""))?;
+    argv.push(mountpoint);
+    let parsed = OneMount::try_parse_from(&argv).map_err(|e| {
+        let rendered = e.render().to_string();
+        let first = rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned();
+        anyhow!(
+            "{first} (the keys of a [[mount]] are `mountpoint`, `owner` and the options of `tierfs mount \
+             --help`, written with _ for -)"
+        )
+    })?;
+    Ok((parsed.mount, owner))
+}
+
+fn flag(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
+/// Serves every mount of `node` until SIGTERM or SIGINT (see the module documentation).
+pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
+    let _rt_context = rt.enter();
+    let mut stop = Stop::signals()?;
+    crate::paths::ensure_runtime_dir(&node.runtime_dir, true)?;
+    let registry = Arc::new(Registry::new(node.mounts.iter().map(MountState::starting).collect()));
+    let metrics_server = match node.metrics_addr {
+        Some(addr) => {
+            let listener = rt
+                .block_on(tokio::net::TcpListener::bind(addr))
+                .with_context(|| format!("listening for /metrics on {addr} ([node] metrics_addr)"))?;
+            info!("metrics on http://{}/metrics", listener.local_addr().unwrap_or(addr));
+            Some(tokio::spawn(metrics::serve(listener, registry.clone())))
+        }
+        None => None,
+    };
+    let total = node.mounts.len();
+    let (stop_tx, stop_rx) = watch::channel(None);
+    let failed = std::thread::scope(|scope| {
+        let mut threads = Vec::new();
+        let mut pending = Vec::new();
+        for (i, (config, args)) in node.mounts.iter().zip(&node.args).enumerate() {
+            let (tx, rx) = oneshot::channel();
+            let (stop, theirs) = (Stop::Node(stop_rx.clone()), registry.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("tierfs-node-{i}"))
+                .spawn_scoped(scope, move || serve_mount(rt, i, config, args, tx, stop, &theirs));
+            match thread {
+                Ok(thread) => threads.push((i, thread)),
+                Err(e) => registry.set(i, |m| m.failed(format!("starting its thread: {e}"))),
+            }
+            pending.push(rx);
+        }
+        // A stop during the start is heard at once; a mount still starting then stops as soon
+        // as it is up.
+        let early = rt.block_on(async {
+            let mut live = 0;
+            for (i, rx) in pending.into_iter().enumerate() {
+                tokio::select! {
+                    answer = rx => match answer {
+                        Ok(Ok(ready)) => {
+                            live += 1;
+                            registry.set(i, |m| m.live(ready));
+                        }
+                        Ok(Err(message)) => registry.set(i, |m| m.failed(message)),
+                        Err(_) => registry.set(i, |m| m.failed("it ended before it was ready".into())),
+                    },
+                    reason = stop.wait() => return Some(reason),
+                }
+            }
+            info!("tierfs node: {live} of {total} mounts live");
+            notifier.send(&format!("READY=1\nSTATUS={live} of {total} mounts live"));
+            None
+        });
+        let reason = match early {
+            Some(reason) => reason,
+            None => rt.block_on(stop.wait()),
+        };
+        info!("{reason} received: stopping {total} mounts");
+        notifier.send(&format!("STOPPING=1\nSTATUS=flushing {total} mounts ({reason})"));
+        let _ = stop_tx.send(Some(reason));
+        let mut failed = Vec::new();
+        for (i, thread) in threads {
+            let outcome = thread.join().unwrap_or_else(|_| Err("its thread panicked".into()));
+            if let Err(message) = outcome {
+                failed.push(format!("{}: {message}", node.mounts[i].mountpoint.display()));
+            }
+        }
+        failed
+    });
+    if let Some(server) = metrics_server {
+        server.abort();
+    }
+    if failed.is_empty() {
+        info!("tierfs node: every mount stopped and flushed");
+        Ok(())
+    } else {
+        Err(anyhow!("{} of {total} mounts failed: {}", failed.len(), failed.join("; ")))
+    }
+}
+
+/// Serves mount `i` until the node stops; the result says whether it started and flushed at
+/// its end.
+fn serve_mount(
+    rt: &Runtime,
+    i: usize,
+    config: &MountConfig,
+    args: &MountArgs,
+    ready: oneshot::Sender<Result<NodeReady, String>>,
+    stop: Stop,
+    registry: &Registry,
+) -> Result<(), String> {
+    let mut readiness = Readiness::Node(Some(ready));
+    let result = crate::store_link::prepare_mount_store(args)
+        .and_then(|()| crate::frontend::run_until(rt, config, &mut readiness, stop));
+    let outcome = result.map_err(|err| {
+        let message = crate::logging::error_message(&err);
+        error!("{}: {message}", config.mountpoint.display());
+        readiness.failed(&err);
+        message
+    });
+    registry.set(i, |m| m.stopped(outcome.clone().err()));
+    outcome
+}

@@ -1,0 +1,359 @@
+//! The node daemon on real mounts and real S3 servers (moto on loopback): one `tierfs-daemon
+//! node` serves two workspaces, each on its own server, from one configuration file.
+//! - READY=1 reaches a test `NOTIFY_SOCKET` only once both are mounted;
+//! - `/metrics` is well-formed, and its counters move with a workload;
+//! - a server cut off (a proxy in between refuses its connections) shows its mount's circuit
+//!   breaker open in the metrics, while the other mount syncs as before, and closed again
+//!   once the server is back;
+//! - a uid that is not a mount's owner is refused on its control socket with a message, and
+//!   the owner is served;
+//! - SIGTERM flushes and unmounts both, sends STOPPING=1 and exits 0;
+//! - `--check` refuses a bad configuration with a message that names what is wrong.
+
+mod common;
+use tierfs_test_support::moto;
+mod store_node;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::run;
+use moto::MotoServer;
+use store_node::Node;
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_tierfs-daemon");
+const BUCKET: &str = "tierfs-node";
+/// The uid of `nobody`, the second user.
+const OTHER_UID: u32 = 65534;
+
+/// A running `tierfs-daemon node`, killed (and its mounts detached) if the test fails.
+struct NodeDaemon {
+    child: Child,
+    log: PathBuf,
+    mountpoints: Vec<PathBuf>,
+}
+
+impl NodeDaemon {
+    fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeDaemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        for m in &self.mountpoints {
+            if common::is_mounted(m) {
+                common::fusermount_lazy(m);
+            }
+        }
+    }
+}
+
+/// A TCP forwarder to a server on loopback that can be cut off: while cut, it accepts and at
+/// once closes every connection, and the open ones are shut down.
+struct Proxy {
+    port: u16,
+    on: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn to(upstream: u16) -> Proxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let on = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (on2, conns2) = (on.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if !on2.load(Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let mut guard = conns2.lock().expect("proxy connections");
+                for (mut from, mut to) in [
+                    (client.try_clone().expect("clone"), server.try_clone().expect("clone")),
+                    (server.try_clone().expect("clone"), client.try_clone().expect("clone")),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                guard.extend([client, server]);
+            }
+        });
+        Proxy { port, on, conns }
+    }
+
+    fn cut(&self) {
+        self.on.store(false, Ordering::SeqCst);
+        for c in self.conns.lock().expect("proxy connections").drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.on.store(true, Ordering::SeqCst);
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// `GET path` on the metrics port: the status code and the body.
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connecting to the metrics port");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("read timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("sending the request");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("reading the response");
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no head in {raw:?}"));
+    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("bad head {head:?}"));
+    (code, body.to_owned())
+}
+
+/// The samples of a scrape by series (`name{labels}`), after checking the text format: every
+/// sample belongs to a family declared once with `# HELP` and `# TYPE` right before its
+/// samples, counters end in `_total`, and every value is a number.
+fn parse_scrape(text: &str) -> BTreeMap<String, f64> {
+    let mut samples = BTreeMap::new();
+    let mut declared: BTreeMap<String, String> = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or_else(|| panic!("bad TYPE line {line:?}"));
+            assert!(declared.insert(name.into(), kind.into()).is_none(), "{name} declared twice");
+            current = Some((name.into(), kind.into()));
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        assert!(!line.is_empty() && !line.starts_with('#'), "unexpected line {line:?}");
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value in {line:?}"));
+        let name = series.split('{').next().unwrap_or_default();
+        let (family, kind) = current.as_ref().unwrap_or_else(|| panic!("{line:?} before any TYPE"));
+        let expected = if kind == "counter" { format!("{family}_total") } else { family.clone() };
+        assert_eq!(name, expected, "sample {line:?} outside its family {family} ({kind})");
+        assert!(name.starts_with("tierfs_"), "{name}: not prefixed tierfs_");
+        let value: f64 = value.parse().unwrap_or_else(|e| panic!("{line:?}: value: {e}"));
+        assert!(samples.insert(series.to_owned(), value).is_none(), "{series} twice");
+    }
+    samples
+}
+
+/// The value of `name` for the mount of `workspace` (the first series that matches).
+fn value(samples: &BTreeMap<String, f64>, name: &str, workspace: &str) -> Option<f64> {
+    let needle = format!("workspace=\"{workspace}\"");
+    samples.iter().find(|(k, _)| k.split('{').next() == Some(name) && k.contains(&needle)).map(|(_, v)| *v)
+}
+
+fn scrape(port: u16) -> BTreeMap<String, f64> {
+    let (code, body) = http_get(port, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    parse_scrape(&body)
+}
+
+/// Polls the metrics until `want` holds, for at most `timeout`.
+fn wait_for(port: u16, timeout: Duration, what: &str, want: impl Fn(&BTreeMap<String, f64>) -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let samples = scrape(port);
+        if want(&samples) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} did not show within {timeout:?}; last scrape:\n{samples:#?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn tierfs_as(uid: u32, runtime_dir: &Path, args: &[&str]) -> common::Output {
+    let mut cmd = Command::new(common::TIERFS);
+    cmd.env("TIERFS_RUNTIME_DIR", runtime_dir).env("HOME", "/").args(args);
+    if uid != 0 {
+        cmd.uid(uid);
+    }
+    run(&mut cmd, Duration::from_secs(60))
+}
+
+#[test]
+fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() {
+    let (server_a, server_b) = (MotoServer::start(), MotoServer::start());
+    server_a.create_bucket(BUCKET);
+    server_b.create_bucket(BUCKET);
+    let a = Node::init(std::slice::from_ref(&server_a), BUCKET, "a");
+    // b reaches its server through a proxy that the test cuts.
+    let proxy = Proxy::to(server_b.port());
+    let b_url = server_b.url(BUCKET, "b").replace(&format!(":{}", server_b.port()), &format!(":{}", proxy.port));
+    let b = Node::init_backends(&[b_url], &[]);
+    // The second user must reach the node's runtime dir (0755, made by the daemon) through
+    // the temporary directory.
+    fs::set_permissions(a.fx.tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod the temp dir");
+    let root = a.fx.tmp.path().to_path_buf();
+    let runtime_dir = root.join("node-run");
+    let port = free_port();
+    let config = root.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "[node]\nruntime_dir = {run:?}\nmetrics_addr = \"127.0.0.1:{port}\"\n\n\
+             [[mount]]\nmountpoint = {ma:?}\nstore = {sa:?}\nworkspace = \"a\"\ndata_dir = {da:?}\ncache_size = \"1G\"\n\n\
+             [[mount]]\nmountpoint = {mb:?}\nowner = {OTHER_UID}\nstore = {sb:?}\nworkspace = \"b\"\ndata_dir = {db:?}\n",
+            run = runtime_dir,
+            ma = a.fx.mountpoint,
+            sa = a.store_file,
+            da = a.fx.data_dir,
+            mb = b.fx.mountpoint,
+            sb = b.store_file,
+            db = b.fx.data_dir,
+        ),
+    )
+    .expect("writing the node config");
+    let notify_path = root.join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).expect("binding the notify socket");
+    notify.set_read_timeout(Some(Duration::from_secs(120))).expect("notify timeout");
+
+    let log = root.join("node.log");
+    let log_file = fs::File::create(&log).expect("creating the node log");
+    let mut cmd = store_node::env(Command::new(DAEMON));
+    cmd.args(["node", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("log"))
+        .stderr(log_file);
+    let mut daemon = NodeDaemon {
+        child: cmd.spawn().expect("starting tierfs-daemon node"),
+        log,
+        mountpoints: vec![a.fx.mountpoint.clone(), b.fx.mountpoint.clone()],
+    };
+
+    // READY=1 comes once, after both mounts are up.
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).unwrap_or_else(|e| panic!("no READY=1: {e}; log:\n{}", daemon.log_text()));
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    assert!(ready.contains("STATUS=2 of 2 mounts live"), "{ready:?}; log:\n{}", daemon.log_text());
+    for m in &daemon.mountpoints {
+        assert!(common::is_mounted(m), "READY=1 arrived before {} was mounted", m.display());
+    }
+
+    let (code, health) = http_get(port, "/healthz");
+    assert_eq!(code, 200, "{health}");
+    assert!(health.starts_with("ok\n") && health.matches("live ").count() == 2, "{health}");
+    assert_eq!(http_get(port, "/nope").0, 404);
+
+    // A workload on both; a snapshot of a.
+    let before = scrape(port);
+    assert_eq!(value(&before, "tierfs_mount_up", "a"), Some(1.0), "{before:#?}");
+    assert_eq!(value(&before, "tierfs_mount_up", "b"), Some(1.0), "{before:#?}");
+    assert!(before.keys().any(|k| k.starts_with("tierfs_build_info{version=")), "{before:#?}");
+    let data = vec![7u8; 3 << 20];
+    fs::write(a.fx.mountpoint.join("weights.bin"), &data).expect("writing on a");
+    fs::write(b.fx.mountpoint.join("notes.txt"), b"b's data").expect("writing on b");
+    let synced = tierfs_as(0, &runtime_dir, &["sync", "-m", "first", a.fx.mountpoint.to_str().expect("utf-8")]);
+    synced.assert_success("tierfs sync of a node mount");
+    let after = scrape(port);
+    let uploaded = |s: &BTreeMap<String, f64>| value(s, "tierfs_store_uploaded_bytes_total", "a").unwrap_or(0.0);
+    assert!(uploaded(&after) - uploaded(&before) >= data.len() as f64, "uploads did not count: {after:#?}");
+    assert!(value(&after, "tierfs_last_snapshot_timestamp_seconds", "a").is_some_and(|t| t > 0.0), "{after:#?}");
+    assert!(value(&after, "tierfs_inodes", "a") > value(&before, "tierfs_inodes", "a"), "{after:#?}");
+    assert_eq!(value(&after, "tierfs_backend_up", "a"), Some(1.0), "{after:#?}");
+    assert_eq!(value(&after, "tierfs_lease_held", "a"), Some(1.0), "{after:#?}");
+
+    // b's server is cut off: b's breaker opens, a goes on. (Cut briefly, well within the
+    // lease's 30 s, so that b keeps its lease.)
+    proxy.cut();
+    fs::write(b.fx.mountpoint.join("more.txt"), vec![1u8; 1 << 20]).expect("writing on b while its store is away");
+    wait_for(port, Duration::from_secs(60), "b's breaker open", |s| value(s, "tierfs_backend_up", "b") == Some(0.0));
+    fs::write(a.fx.mountpoint.join("during.txt"), b"a is not disturbed").expect("writing on a");
+    tierfs_as(0, &runtime_dir, &["sync", "-m", "during", a.fx.mountpoint.to_str().expect("utf-8")])
+        .assert_success("a syncs while b's store is away");
+    assert_eq!(value(&scrape(port), "tierfs_backend_up", "a"), Some(1.0));
+    proxy.restore();
+    wait_for(port, Duration::from_secs(120), "b's breaker closed", |s| value(s, "tierfs_backend_up", "b") == Some(1.0));
+
+    // Access control: the other user may control b (its owner) but not a.
+    let refused = tierfs_as(OTHER_UID, &runtime_dir, &["status", a.fx.mountpoint.to_str().expect("utf-8")]);
+    assert!(!refused.success(), "uid {OTHER_UID} got a's status: {}", refused.stdout);
+    assert!(refused.stderr.contains(&format!("uid {OTHER_UID} may not control this mount")), "{}", refused.stderr);
+    tierfs_as(OTHER_UID, &runtime_dir, &["status", b.fx.mountpoint.to_str().expect("utf-8")])
+        .assert_success("the owner's status of b");
+
+    // SIGTERM: STOPPING=1, both flushed and unmounted, exit 0.
+    // SAFETY: kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let n = notify.recv(&mut buf).expect("STOPPING=1");
+    let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(stopping.starts_with("STOPPING=1\n"), "{stopping:?}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = daemon.child.try_wait().expect("waiting for the daemon") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the node daemon did not exit after SIGTERM; log:\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = daemon.log_text();
+    assert!(status.success(), "exit {status}; log:\n{text}");
+    assert_eq!(text.matches("flushed everything for").count(), 2, "{text}");
+    for m in &daemon.mountpoints {
+        assert!(!common::is_mounted(m), "{} still mounted after the node stopped", m.display());
+    }
+}
+
+fn check(config: &str) -> common::Output {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("config.toml");
+    fs::write(&file, config).expect("writing the config");
+    run(Command::new(DAEMON).args(["node", "--check", "--config"]).arg(&file), Duration::from_secs(30))
+}
+
+#[test]
+fn check_refuses_a_bad_configuration_and_names_the_problem() {
+    let good = "[[mount]]\nmountpoint = \"/mnt/x\"\nstore = \"/etc/s.toml\"\ndata_dir = \"/var/d\"\nread_only = true\n";
+    let out = check(good);
+    out.assert_success("a good configuration");
+    assert!(out.stdout.contains("1 mounts") && out.stdout.contains("/mnt/x"), "{}", out.stdout);
+
+    for (config, expected) in [
+        ("[[mount]]\nmountpoint = \"/mnt/x\"\ncache_sise = \"1G\"\ndata_dir = \"/d\"\n", "--cache-sise"),
+        ("[[mount]]\nmountpoint = \"/mnt/x\"\ncache_size = \"lots\"\ndata_dir = \"/d\"\n", "lots"),
+        ("[[mount]]\nstore = \"/s\"\n", "no mountpoint"),
+        ("[[mount]]\nmountpoint = \"/m\"\nowner = -1\ndata_dir = \"/d\"\n", "owner = -1"),
+        ("[node]\nmetrics_addr = \"localhost\"\n", "metrics_addr"),
+        ("[node]\nmetrics = \"x\"\n", "unknown field `metrics`"),
+        (
+            "[[mount]]\nmountpoint = \"/a\"\ndata_dir = \"/d\"\n[[mount]]\nmountpoint = \"/b\"\ndata_dir = \"/d\"\n",
+            "share the data dir",
+        ),
+        (
+            "[[mount]]\nmountpoint = \"/a\"\ndata_dir = \"/d1\"\n[[mount]]\nmountpoint = \"/a\"\ndata_dir = \"/d2\"\n",
+            "two mounts on /a",
+        ),
+        ("[[mount]\n", "config.toml"),
+    ] {
+        let out = check(config);
+        assert!(!out.success(), "accepted:\n{config}");
+        assert_eq!(out.status.code(), Some(1), "{config}: {}", out.stderr);
+        assert!(out.stderr.contains(expected), "{config}: expected {expected:?} in:\n{}", out.stderr);
+    }
+}
