@@ -202,6 +202,24 @@ else
     echo "$wheel_stamp" >"$WHEELHOUSE/.stamp"
 fi
 
+# --- Deployment checks: yamllint and kubernetes-validate ----------------------
+# scripts/deploy-check.sh (the `deploy` step of scripts/test.sh) lints and validates the
+# node daemon's DaemonSet offline with these, from their own venv under $TOOLS_DIR.
+YAMLLINT_VERSION=1.38.0
+KUBE_VALIDATE_VERSION=1.37.0
+DEPLOY_VENV=$TOOLS_DIR/deploy-venv
+deploy_have=$("$DEPLOY_VENV/bin/python" -c '
+import importlib.metadata as m
+print(m.version("yamllint"), m.version("kubernetes-validate"))' 2>/dev/null || true)
+if [[ $deploy_have == "$YAMLLINT_VERSION $KUBE_VALIDATE_VERSION" ]]; then
+    say "yamllint and kubernetes-validate present ($deploy_have)"
+else
+    say "installing yamllint $YAMLLINT_VERSION and kubernetes-validate $KUBE_VALIDATE_VERSION into $DEPLOY_VENV"
+    "$SYSTEM_PYTHON" -m venv --clear "$DEPLOY_VENV"
+    "$DEPLOY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+        "yamllint==$YAMLLINT_VERSION" "kubernetes-validate==$KUBE_VALIDATE_VERSION"
+fi
+
 # --- External POSIX test suites ----------------------------------------------
 # Pinned: scripts/pjdfstest.sh parses pjdfstest's output and
 # tests/posix/pjdfstest-expected-failures.txt names its test cases, both of
