@@ -4,8 +4,8 @@
 # Idempotent: every step checks first and does nothing when the machine is
 # already set up, so scripts/test.sh can run it on every CI run at almost no
 # cost. Run it as root, or as a user with sudo (apt and /etc/fuse.conf need
-# root; the Rust tools install into that user's ~/.cargo/bin, moto into a
-# venv under ${TIERFS_TOOLS_DIR:-/var/lib/tierfs-test-tools}).
+# root; the Rust tools install into that user's ~/.cargo/bin, moto, maturin and the
+# deployment checks into venvs under ${TIERFS_TOOLS_DIR:-/var/lib/tierfs-test-tools}).
 #
 # Needs the network (Debian mirrors, crates.io, PyPI) only the first time; a
 # machine that has everything is left untouched and nothing is downloaded.
@@ -39,8 +39,10 @@ fi
 #   (the test skips without it; Debian installs it by default).
 # openssl: the Garage start script makes its RPC secret and admin token with it.
 # binutils: readelf, with which scripts/python.sh checks the binaries in the wheel.
+# systemd: systemd-analyze, with which scripts/deploy-check.sh verifies the node daemon's
+#   unit (Debian installs it by default; a container image may not have it).
 PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv e2fsprogs openssl
-    binutils)
+    binutils systemd)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -203,22 +205,30 @@ else
 fi
 
 # --- Deployment checks: yamllint and kubernetes-validate ----------------------
-# scripts/deploy-check.sh (the `deploy` step of scripts/test.sh) lints and validates the
-# node daemon's DaemonSet offline with these, from their own venv under $TOOLS_DIR.
+# scripts/deploy-check.sh (the `deploy` step of scripts/test.sh) lints the node daemon's
+# DaemonSet (tierfs-daemon/deploy/) and validates it offline against the Kubernetes schemas
+# that kubernetes-validate bundles, from a venv of their own under $TOOLS_DIR, like moto.
+# Pinned: a yamllint release may add rules, and a kubernetes-validate release changes the
+# schemas it carries (the script pins the Kubernetes version too). Bump deliberately.
 YAMLLINT_VERSION=1.38.0
 KUBE_VALIDATE_VERSION=1.37.0
 DEPLOY_VENV=$TOOLS_DIR/deploy-venv
 deploy_have=$("$DEPLOY_VENV/bin/python" -c '
 import importlib.metadata as m
 print(m.version("yamllint"), m.version("kubernetes-validate"))' 2>/dev/null || true)
-if [[ $deploy_have == "$YAMLLINT_VERSION $KUBE_VALIDATE_VERSION" ]]; then
+if [[ -x $DEPLOY_VENV/bin/yamllint && -x $DEPLOY_VENV/bin/kubernetes-validate &&
+    $deploy_have == "$YAMLLINT_VERSION $KUBE_VALIDATE_VERSION" ]]; then
     say "yamllint and kubernetes-validate present ($deploy_have)"
 else
-    say "installing yamllint $YAMLLINT_VERSION and kubernetes-validate $KUBE_VALIDATE_VERSION into $DEPLOY_VENV"
+    say "installing yamllint $YAMLLINT_VERSION and kubernetes-validate $KUBE_VALIDATE_VERSION into $DEPLOY_VENV (had: ${deploy_have:-none})"
+    mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
+    [[ -w $TOOLS_DIR ]] || "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
     "$SYSTEM_PYTHON" -m venv --clear "$DEPLOY_VENV"
     "$DEPLOY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
         "yamllint==$YAMLLINT_VERSION" "kubernetes-validate==$KUBE_VALIDATE_VERSION"
+    [[ -x $DEPLOY_VENV/bin/kubernetes-validate ]] || die "pip installed kubernetes-validate but $DEPLOY_VENV/bin/kubernetes-validate is missing"
 fi
+say "yamllint and kubernetes-validate in $DEPLOY_VENV/bin"
 
 # --- External POSIX test suites ----------------------------------------------
 # Pinned: scripts/pjdfstest.sh parses pjdfstest's output and
