@@ -19,7 +19,8 @@
 //! - [`remote`]: the workspace's metadata in the store (journal, checkpoints, snapshots,
 //!   writer lease);
 //! - [`store`], [`block`], [`crypto`], [`backend`]: the encrypted, redundant object store;
-//! - [`types`]: the value types every layer shares (inode numbers, attributes, [`ErrorKind`]).
+//! - [`types`]: the value types every layer shares (inode numbers, attributes, [`ErrorKind`]),
+//!   and [`telemetry`]: lock-free counters and latency histograms (behind the node's metrics).
 //!
 //! ```
 //! use tierfs::vfs::{Caller, Vfs, VfsConfig, ROOT_INO};
@@ -45,6 +46,7 @@ pub mod meta;
 pub mod remote;
 pub mod session;
 pub mod store;
+pub mod telemetry;
 pub mod tier;
 pub mod types;
 pub mod vfs;

@@ -11,6 +11,7 @@ use std::path::Path;
 /// a module missing here fails the check (add it where it belongs).
 const CORE_RANKS: &[(&str, u32)] = &[
     ("types", 0),
+    ("telemetry", 0),
     ("crypto", 1),
     ("backend", 1),
     ("block", 2),

@@ -15,6 +15,11 @@
 //! - The breaker counts *requests* (after their retries), not attempts. Answers that prove the
 //!   backend works (not found, already exists) count as successes; a missing object is never
 //!   retried and never trips the breaker.
+//! - Every request is counted once, by method, with its latency from admission to outcome
+//!   (retries and backoff included) and whether it failed; retries, refusals by the open
+//!   breaker, and the bytes sent and received are counted beside ([`BackendTraffic`], read by
+//!   status and the node's metrics). For S3 the client's own retries happen inside one attempt
+//!   and are not seen here.
 //! - Bytes are opaque (already encrypted by the caller); this layer never checks content. Tests
 //!   inject faults below it, by wrapping the store it is given (`backend::faulty`); nothing
 //!   here knows of them.
@@ -23,7 +28,8 @@ use std::fmt;
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -39,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use super::breaker::{CircuitBreaker, Refusal};
 use super::error::BackendError;
 use super::spec::{BackendOptions, BackendSpec, Credentials, PayloadCheck, check_segment};
+use crate::telemetry::{OpSnapshot, OpStats};
 
 /// One backend's state, for status displays.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +54,49 @@ pub struct BackendHealth {
     pub available: bool,
     pub consecutive_failures: u32,
     pub last_error: Option<String>,
+    /// Requests sent to it since the process started.
+    #[serde(default)]
+    pub traffic: BackendTraffic,
+}
+
+/// What a backend was asked since the process started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendTraffic {
+    /// Per method ([`METHODS`]): requests, failed ones, latency.
+    pub requests: Vec<OpSnapshot>,
+    /// Attempts made again after a transient failure (by this layer; see the module docs).
+    pub retries: u64,
+    /// Requests the open circuit breaker refused without sending.
+    pub refused: u64,
+    /// Object bytes received (gets) and sent (puts) by requests that succeeded.
+    pub received_bytes: u64,
+    pub sent_bytes: u64,
+}
+
+/// The methods requests are counted by, in [`BackendTraffic::requests`] order.
+pub const METHODS: [&str; 6] = ["get", "get_range", "put", "put_if_absent", "delete", "list"];
+
+/// The counters behind [`BackendTraffic`].
+#[derive(Default)]
+struct Traffic {
+    methods: [OpStats; METHODS.len()],
+    retries: AtomicU64,
+    refused: AtomicU64,
+    received_bytes: AtomicU64,
+    sent_bytes: AtomicU64,
+}
+
+impl Traffic {
+    fn snapshot(&self) -> BackendTraffic {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        BackendTraffic {
+            requests: self.methods.iter().zip(METHODS).map(|(m, name)| m.snapshot(name)).collect(),
+            retries: load(&self.retries),
+            refused: load(&self.refused),
+            received_bytes: load(&self.received_bytes),
+            sent_bytes: load(&self.sent_bytes),
+        }
+    }
 }
 
 /// One object stored on a backend.
@@ -74,6 +124,7 @@ pub struct Backend {
     /// Deadline of one attempt of this layer (covers the client's own retries, if any).
     attempt_timeout: Duration,
     breaker: CircuitBreaker,
+    traffic: Traffic,
 }
 
 /// What a request does, to word its errors.
@@ -98,6 +149,18 @@ impl Op {
             Op::Delete => "delete",
             Op::List => "list",
             Op::Check => "list",
+        }
+    }
+
+    /// Its index in [`METHODS`].
+    fn method(self) -> usize {
+        match self {
+            Op::Get => 0,
+            Op::GetRange => 1,
+            Op::Put => 2,
+            Op::PutIfAbsent => 3,
+            Op::Delete => 4,
+            Op::List | Op::Check => 5,
         }
     }
 }
@@ -224,6 +287,7 @@ impl Backend {
             retry_budget: opts.request_timeout,
             attempt_timeout,
             breaker: CircuitBreaker::new(opts.breaker_threshold, opts.breaker_probe_after),
+            traffic: Traffic::default(),
         }
     }
 
@@ -245,6 +309,7 @@ impl Backend {
             available: s.available,
             consecutive_failures: s.consecutive_failures,
             last_error: s.last_error,
+            traffic: self.traffic.snapshot(),
         }
     }
 
@@ -256,7 +321,9 @@ impl Backend {
             let payload = PutPayload::from_bytes(data.clone());
             async move { store.put_opts(path, payload, PutOptions::default()).await.map(drop) }
         })
-        .await
+        .await?;
+        self.traffic.sent_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Conditional create (If-None-Match: *): `Ok(true)` created, `Ok(false)` it already existed.
@@ -275,7 +342,10 @@ impl Backend {
             })
             .await;
         match outcome {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                self.traffic.sent_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                Ok(true)
+            }
             Err(BackendError::AlreadyExists { .. }) => match self.get(key).await {
                 Ok(existing) => Ok(existing == data),
                 // Deleted in between: report what we saw, it existed.
@@ -290,11 +360,14 @@ impl Backend {
     pub async fn get(&self, key: &str) -> Result<Bytes, BackendError> {
         let path = self.path(key)?;
         let (store, path) = (&self.store, &path);
-        self.run(Op::Get, key, move || {
-            let (store, path) = (store.clone(), path.clone());
-            on_runtime(async move { store.get_opts(&path, GetOptions::default()).await?.bytes().await })
-        })
-        .await
+        let bytes = self
+            .run(Op::Get, key, move || {
+                let (store, path) = (store.clone(), path.clone());
+                on_runtime(async move { store.get_opts(&path, GetOptions::default()).await?.bytes().await })
+            })
+            .await?;
+        self.traffic.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
     }
 
     /// Bytes `range` of the object; a range reaching past its end is [`BackendError::Corrupt`]
@@ -315,6 +388,7 @@ impl Backend {
                 on_runtime(async move { store.get_opts(&path, opts).await?.bytes().await })
             })
             .await?;
+        self.traffic.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         let want = range.end - range.start;
         if bytes.len() as u64 != want {
             return Err(BackendError::Corrupt {
@@ -426,9 +500,15 @@ impl Backend {
         Fut: Future<Output = object_store::Result<T>> + Send,
         T: Send,
     {
-        let permit = self.breaker.admit().map_err(|r| self.refused(r))?;
+        let permit = match self.breaker.admit() {
+            Ok(permit) => permit,
+            Err(refusal) => {
+                self.traffic.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(self.refused(refusal));
+            }
+        };
         let mut tries = 0u32;
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let result = loop {
             let outcome = match tokio::time::timeout(self.attempt_timeout, attempt()).await {
                 Ok(Ok(v)) => Ok(v),
@@ -438,12 +518,15 @@ impl Backend {
             match outcome {
                 Err((e, Class::Transient)) if tries < self.layer_retries && started.elapsed() < self.retry_budget => {
                     tries += 1;
+                    self.traffic.retries.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(backend = %self.name, key, op = op.describe(), attempt = tries, error = %e, "retrying");
                     tokio::time::sleep(self.backoff(tries)).await;
                 }
                 other => break other,
             }
         };
+        let failed = matches!(result, Err((_, Class::Neutral | Class::Permanent | Class::Transient)));
+        self.traffic.methods[op.method()].record(started.elapsed(), failed);
         match result {
             Ok(v) => {
                 permit.succeeded();
@@ -825,6 +908,16 @@ mod tests {
         assert!(err.to_string().contains("mem is unavailable"), "{err}");
         assert_eq!(b.health().consecutive_failures, 1, "one failed request, however many attempts");
         assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"), "the fault cleared itself");
+
+        // Counted once per request, by method: 2 retries + 3 attempts of the failed get, 3 gets.
+        let t = b.health().traffic;
+        let method = |name: &str| t.requests.iter().find(|m| m.op == name).unwrap().clone();
+        let (get, put) = (method("get"), method("put"));
+        assert_eq!((get.calls, get.errors, get.latency.count()), (3, 1, 3), "{t:?}");
+        assert_eq!((put.calls, put.errors), (1, 0), "{t:?}");
+        assert_eq!(t.retries, 2 + 2, "{t:?}");
+        assert_eq!((t.sent_bytes, t.received_bytes, t.refused), (1, 2, 0), "{t:?}");
+        assert_eq!(t.requests.len(), METHODS.len());
     }
 
     #[tokio::test]
@@ -876,6 +969,10 @@ mod tests {
         faults.set(None);
         let err = b.get("k").await.unwrap_err();
         assert!(err.to_string().contains("tripped out after 3 consecutive failed requests"), "{err}");
+        let t = b.health().traffic;
+        assert_eq!(t.refused, 1, "{t:?}");
+        // The missing objects were answers, not failures; the refused get was never sent.
+        assert_eq!((t.requests[0].calls, t.requests[0].errors), (13, 3), "{t:?}");
 
         // A failed probe re-opens it.
         faults.set(Some(Fault::Down));

@@ -854,6 +854,7 @@ impl MountArgs {
             watch: self.watch,
             no_history: self.no_history,
             owner: None,
+            metered: false,
         })
     }
 }

@@ -918,6 +918,7 @@ mod tests {
             read_only: false,
             writeback_cache: true,
             watch: None,
+            fuse_ops: Vec::new(),
         }
     }
 

@@ -67,6 +67,9 @@ pub struct MountConfig {
     /// A user who may control the mount besides the serving user and root (`owner` of a
     /// mount of the node daemon; never set from the command line).
     pub owner: Option<u32>,
+    /// Count every FUSE request (by operation: calls, errors, latency) for the node's metrics.
+    /// Set for the node daemon's mounts only: a standalone mount reads no clock per request.
+    pub metered: bool,
 }
 
 impl MountConfig {

@@ -213,6 +213,9 @@ pub struct StatusReport {
     /// Set for a watched directory (watch mode), not a FUSE mount.
     #[serde(default)]
     pub watch: Option<WatchStatus>,
+    /// The FUSE requests served, per operation (metered mounts only: the node daemon's).
+    #[serde(default)]
+    pub fuse_ops: Vec<tierfs::telemetry::OpSnapshot>,
 }
 
 /// What `tierfs status` shows of a watched directory.
@@ -531,6 +534,7 @@ mod tests {
                 read_only: false,
                 writeback_cache: true,
                 watch: None,
+                fuse_ops: Vec::new(),
             }
         }
     }

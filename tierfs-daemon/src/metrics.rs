@@ -27,6 +27,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
+use tierfs::telemetry::HistogramSnapshot;
+
 use crate::config::MountConfig;
 use crate::control::StatusReport;
 use crate::launch::NodeReady;
@@ -319,6 +321,19 @@ fn mount_series(f: &mut Families, l: &Labels, s: &StatusReport, now: u64) {
             n(c.upload_errors),
         );
         f.counter(
+            "tierfs_cache_hits_total",
+            "Reads whose chunks were all in the cache (streamed reads aside).",
+            l,
+            n(c.read_hits),
+        );
+        f.counter("tierfs_cache_hit_bytes_total", "Bytes of those reads.", l, n(c.read_hit_bytes));
+        f.counter(
+            "tierfs_cache_misses_total",
+            "Reads that waited for a chunk from the store (their bytes: tierfs_cache_miss_bytes_total).",
+            l,
+            n(c.read_misses),
+        );
+        f.counter(
             "tierfs_cache_verify_failures_total",
             "Cached chunks that failed their check against the store at start.",
             l,
@@ -346,6 +361,48 @@ fn mount_series(f: &mut Families, l: &Labels, s: &StatusReport, now: u64) {
             "Requests to the backend that failed in a row.",
             &bl,
             n(u64::from(b.consecutive_failures)),
+        );
+        let t = &b.traffic;
+        for m in t.requests.iter().filter(|m| m.calls > 0) {
+            let ml = bl.with("method", &m.op);
+            f.counter("tierfs_store_requests_total", "Requests to the backend, by method.", &ml, n(m.calls));
+            f.counter(
+                "tierfs_store_request_errors_total",
+                "Of those, requests that failed (after their retries).",
+                &ml,
+                n(m.errors),
+            );
+            f.histogram(
+                "tierfs_store_request_duration_seconds",
+                "Time from a request's admission to its outcome, retries included.",
+                &ml,
+                &m.latency,
+            );
+        }
+        f.counter("tierfs_store_retries_total", "Attempts made again after a transient failure.", &bl, n(t.retries));
+        f.counter(
+            "tierfs_store_refused_requests_total",
+            "Requests the open circuit breaker refused without sending.",
+            &bl,
+            n(t.refused),
+        );
+        f.counter(
+            "tierfs_store_received_bytes_total",
+            "Object bytes received from the backend.",
+            &bl,
+            n(t.received_bytes),
+        );
+        f.counter("tierfs_store_sent_bytes_total", "Object bytes sent to the backend.", &bl, n(t.sent_bytes));
+    }
+    for op in &s.fuse_ops {
+        let ol = l.with("op", &op.op);
+        f.counter("tierfs_fuse_requests_total", "FUSE requests answered, by operation.", &ol, n(op.calls));
+        f.counter("tierfs_fuse_request_errors_total", "Of those, answered with an error.", &ol, n(op.errors));
+        f.histogram(
+            "tierfs_fuse_request_duration_seconds",
+            "Time from a FUSE request's arrival in tierfs to its reply.",
+            &ol,
+            &op.latency,
         );
     }
     if let Some(r) = &s.remote {
@@ -476,7 +533,32 @@ impl Families {
         self.sample(name, help, "counter", labels, value);
     }
 
+    /// A histogram of latencies: `_bucket{le}` (cumulative), `_sum` in seconds, `_count`.
+    fn histogram(&mut self, name: &'static str, help: &'static str, labels: &Labels, h: &HistogramSnapshot) {
+        debug_assert!(name.ends_with("_seconds"), "{name}: a latency histogram's name ends in _seconds");
+        let out = self.samples(name, help, "histogram");
+        for (le, n) in h.cumulative() {
+            let _ = write!(out, "{name}_bucket");
+            labels.with("le", &format_value(le)).write(out);
+            let _ = writeln!(out, " {n}");
+        }
+        let _ = write!(out, "{name}_sum");
+        labels.write(out);
+        let _ = writeln!(out, " {}", format_value(h.sum_ns as f64 / 1e9));
+        let _ = write!(out, "{name}_count");
+        labels.write(out);
+        let _ = writeln!(out, " {}", h.count());
+    }
+
     fn sample(&mut self, name: &'static str, help: &'static str, kind: &'static str, labels: &Labels, value: f64) {
+        let out = self.samples(name, help, kind);
+        out.push_str(name);
+        labels.write(out);
+        let _ = writeln!(out, " {}", format_value(value));
+    }
+
+    /// The samples of family `name`, created empty when first named.
+    fn samples(&mut self, name: &'static str, help: &'static str, kind: &'static str) -> &mut String {
         let i = match self.0.iter().position(|f| f.name == name) {
             Some(i) => i,
             None => {
@@ -484,10 +566,7 @@ impl Families {
                 self.0.len() - 1
             }
         };
-        let out = &mut self.0[i].samples;
-        out.push_str(name);
-        labels.write(out);
-        let _ = writeln!(out, " {}", format_value(value));
+        &mut self.0[i].samples
     }
 
     fn render(self) -> String {
@@ -534,6 +613,29 @@ mod tests {
              # HELP tierfs_ops Ops.\n# TYPE tierfs_ops counter\n\
              tierfs_ops_total{workspace=\"a\",mountpoint=\"/mnt/a\"} 3\n"
         );
+    }
+
+    #[test]
+    fn a_histogram_has_cumulative_buckets_a_sum_and_a_count() {
+        let h = tierfs::telemetry::Histogram::default();
+        h.observe(Duration::from_micros(20));
+        h.observe(Duration::from_millis(3));
+        let l = Labels::mount("w", std::path::Path::new("/m")).with("op", "read");
+        let mut f = Families::default();
+        f.histogram("tierfs_x_seconds", "X.", &l, &h.snapshot());
+        let text = f.render();
+        assert!(text.starts_with("# HELP tierfs_x_seconds X.\n# TYPE tierfs_x_seconds histogram\n"), "{text}");
+        let base = "workspace=\"w\",mountpoint=\"/m\",op=\"read\"";
+        for line in [
+            format!("tierfs_x_seconds_bucket{{{base},le=\"0.00005\"}} 1"),
+            format!("tierfs_x_seconds_bucket{{{base},le=\"0.0025\"}} 1"),
+            format!("tierfs_x_seconds_bucket{{{base},le=\"0.005\"}} 2"),
+            format!("tierfs_x_seconds_bucket{{{base},le=\"+Inf\"}} 2"),
+            format!("tierfs_x_seconds_sum{{{base}}} 0.00302"),
+            format!("tierfs_x_seconds_count{{{base}}} 2"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
     }
 
     #[test]

@@ -116,6 +116,7 @@ impl NodeConfig {
             // Every mount of the node has an owner (root by default), so that its socket is
             // reachable and a refusal is a message, not a bare EACCES.
             config.owner = Some(owner.unwrap_or(0));
+            config.metered = true;
             mounts.push(config);
             args.push(mount_args);
         }

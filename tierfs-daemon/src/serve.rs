@@ -34,6 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, anyhow, bail};
 use tierfs::session::{Session, SessionError};
 use tierfs_mount::SessionUnmounter;
+use tierfs_mount::meter::FuseStats;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
@@ -94,8 +95,13 @@ fn serve(
     let (listener, socket_guard) = bind_control_socket(config, mountpoint)?;
     let socket = socket_guard.path.clone();
 
-    let mut fuse = tierfs_mount::session(session.vfs().clone(), mountpoint, &config.mount_options())
-        .map_err(|err| explain_mount_error(err, config, mountpoint))?;
+    let fuse_stats = config.metered.then(|| Arc::new(FuseStats::default()));
+    let vfs = session.vfs().clone();
+    let fuse = match &fuse_stats {
+        Some(stats) => tierfs_mount::session_metered(vfs, mountpoint, &config.mount_options(), stats.clone()),
+        None => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
+    };
+    let mut fuse = fuse.map_err(|err| explain_mount_error(err, config, mountpoint))?;
     let fuser_mount: FuserMount = Arc::new(Mutex::new(fuse.unmount_callable()));
     let (session_tx, session_done) = oneshot::channel();
     let session_thread = std::thread::Builder::new().name("tierfs-session".into()).spawn(move || {
@@ -106,7 +112,7 @@ fn serve(
     let session_thread = session_thread.context("starting the FUSE session thread")?;
 
     let handler: Arc<dyn ControlHandler> =
-        Arc::new(Served::new(session.clone(), config.clone(), mountpoint.to_path_buf(), socket.clone()));
+        Arc::new(Served::new(session.clone(), config.clone(), mountpoint.to_path_buf(), socket.clone(), fuse_stats));
     let info = ReadyInfo {
         pid: std::process::id(),
         mountpoint: mountpoint.to_path_buf(),
@@ -447,12 +453,19 @@ pub(crate) struct Served {
     socket: PathBuf,
     started: Instant,
     started_at_unix: u64,
+    fuse_stats: Option<Arc<FuseStats>>,
 }
 
 impl Served {
-    pub(crate) fn new(session: Arc<Session>, config: MountConfig, mountpoint: PathBuf, socket: PathBuf) -> Served {
+    pub(crate) fn new(
+        session: Arc<Session>,
+        config: MountConfig,
+        mountpoint: PathBuf,
+        socket: PathBuf,
+        fuse_stats: Option<Arc<FuseStats>>,
+    ) -> Served {
         let started_at_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        Served { session, config, mountpoint, socket, started: Instant::now(), started_at_unix }
+        Served { session, config, mountpoint, socket, started: Instant::now(), started_at_unix, fuse_stats }
     }
 }
 
@@ -528,6 +541,7 @@ impl ControlHandler for Served {
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,
             watch: None,
+            fuse_ops: self.fuse_stats.as_ref().map(|s| s.snapshot()).unwrap_or_default(),
         }
     }
 }

@@ -142,7 +142,7 @@ fn serve(
             .context("starting the watch thread")?
     };
     let handler: Arc<dyn ControlHandler> = Arc::new(Watched {
-        served: Served::new(session.clone(), config.clone(), dir.clone(), socket.clone()),
+        served: Served::new(session.clone(), config.clone(), dir.clone(), socket.clone(), None),
         tx: Mutex::new(tx.clone()),
         state,
     });

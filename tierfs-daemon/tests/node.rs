@@ -1,7 +1,9 @@
 //! The node daemon on real mounts and real S3 servers (moto on loopback): one `tierfs-daemon
 //! node` serves two workspaces, each on its own server, from one configuration file.
 //! - READY=1 reaches a test `NOTIFY_SOCKET` only once both are mounted;
-//! - `/metrics` is well-formed, and its counters move with a workload;
+//! - `/metrics` is well-formed, and its counters move with a workload: FUSE requests and
+//!   their errors and latency per operation, store requests and bytes per backend and method,
+//!   cache hits;
 //! - a server cut off (a proxy in between refuses its connections) shows its mount's circuit
 //!   breaker open in the metrics, while the other mount syncs as before, and closed again
 //!   once the server is back;
@@ -151,8 +153,16 @@ fn parse_scrape(text: &str) -> BTreeMap<String, f64> {
         let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value in {line:?}"));
         let name = series.split('{').next().unwrap_or_default();
         let (family, kind) = current.as_ref().unwrap_or_else(|| panic!("{line:?} before any TYPE"));
-        let expected = if kind == "counter" { format!("{family}_total") } else { family.clone() };
-        assert_eq!(name, expected, "sample {line:?} outside its family {family} ({kind})");
+        let expected: Vec<String> = match kind.as_str() {
+            "counter" => vec![format!("{family}_total")],
+            "histogram" => ["_bucket", "_sum", "_count"].iter().map(|s| format!("{family}{s}")).collect(),
+            _ => vec![family.clone()],
+        };
+        assert!(expected.iter().any(|e| e == name), "sample {line:?} outside its family {family} ({kind})");
+        if kind == "histogram" {
+            assert!(family.ends_with("_seconds"), "{family}: a latency histogram in base units");
+            assert_eq!(series.contains("le=\""), name.ends_with("_bucket"), "{line:?}: le on buckets only");
+        }
         assert!(name.starts_with("tierfs_"), "{name}: not prefixed tierfs_");
         let value: f64 = value.parse().unwrap_or_else(|e| panic!("{line:?}: value: {e}"));
         assert!(samples.insert(series.to_owned(), value).is_none(), "{series} twice");
@@ -162,8 +172,17 @@ fn parse_scrape(text: &str) -> BTreeMap<String, f64> {
 
 /// The value of `name` for the mount of `workspace` (the first series that matches).
 fn value(samples: &BTreeMap<String, f64>, name: &str, workspace: &str) -> Option<f64> {
+    labelled(samples, name, workspace, "")
+}
+
+/// The value of `name` for the mount of `workspace` whose labels also contain `label`
+/// (`op="write"`; "" for any).
+fn labelled(samples: &BTreeMap<String, f64>, name: &str, workspace: &str, label: &str) -> Option<f64> {
     let needle = format!("workspace=\"{workspace}\"");
-    samples.iter().find(|(k, _)| k.split('{').next() == Some(name) && k.contains(&needle)).map(|(_, v)| *v)
+    samples
+        .iter()
+        .find(|(k, _)| k.split('{').next() == Some(name) && k.contains(&needle) && k.contains(label))
+        .map(|(_, v)| *v)
 }
 
 fn scrape(port: u16) -> BTreeMap<String, f64> {
@@ -278,6 +297,30 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     assert!(value(&after, "tierfs_inodes", "a") > value(&before, "tierfs_inodes", "a"), "{after:#?}");
     assert_eq!(value(&after, "tierfs_backend_up", "a"), Some(1.0), "{after:#?}");
     assert_eq!(value(&after, "tierfs_lease_held", "a"), Some(1.0), "{after:#?}");
+    // FUSE requests, by operation, with their latency; an error is counted as one.
+    let writes = labelled(&after, "tierfs_fuse_requests_total", "a", "op=\"write\"").unwrap_or(0.0);
+    assert!(writes >= 3.0, "3 MiB in 1 MiB writes at least: {after:#?}");
+    let timed = labelled(&after, "tierfs_fuse_request_duration_seconds_count", "a", "op=\"write\"");
+    assert_eq!(timed, Some(writes), "every write is timed: {after:#?}");
+    // (Only tierfs knows a directory is not empty: the kernel sends this one.)
+    fs::create_dir(a.fx.mountpoint.join("full")).expect("mkdir on a");
+    fs::write(a.fx.mountpoint.join("full/x"), b"x").expect("writing on a");
+    let err = fs::remove_dir(a.fx.mountpoint.join("full")).expect_err("rmdir of a full directory");
+    assert_eq!(err.kind(), std::io::ErrorKind::DirectoryNotEmpty, "{err}");
+    let s = scrape(port);
+    assert_eq!(labelled(&s, "tierfs_fuse_request_errors_total", "a", "op=\"rmdir\""), Some(1.0), "{s:#?}");
+    assert_eq!(labelled(&s, "tierfs_fuse_requests_total", "b", "op=\"rmdir\""), None, "b had no rmdir: {s:#?}");
+    // Store requests by backend and method, and their bytes.
+    let puts = labelled(&after, "tierfs_store_requests_total", "a", "method=\"put\"").unwrap_or(0.0);
+    assert!(puts >= 1.0, "{after:#?}");
+    let sent = value(&after, "tierfs_store_sent_bytes_total", "a").unwrap_or(0.0);
+    assert!(sent >= data.len() as f64, "the uploads' bytes were sent: {after:#?}");
+    // A read the page cache does not answer reaches the cache of tierfs: a hit.
+    fs::write("/proc/sys/vm/drop_caches", "1").expect("dropping the page cache");
+    assert_eq!(fs::read(a.fx.mountpoint.join("weights.bin")).expect("reading on a"), data);
+    let s = scrape(port);
+    assert!(value(&s, "tierfs_cache_hits_total", "a") > value(&after, "tierfs_cache_hits_total", "a"), "{s:#?}");
+    assert!(value(&s, "tierfs_cache_hit_bytes_total", "a").unwrap_or(0.0) >= data.len() as f64, "{s:#?}");
 
     // b's server is cut off: b's breaker opens, a goes on. (Cut briefly, well within the
     // lease's 30 s, so that b keeps its lease.)
@@ -287,7 +330,16 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     fs::write(a.fx.mountpoint.join("during.txt"), b"a is not disturbed").expect("writing on a");
     tierfs_as(0, &runtime_dir, &["sync", "-m", "during", a.fx.mountpoint.to_str().expect("utf-8")])
         .assert_success("a syncs while b's store is away");
-    assert_eq!(value(&scrape(port), "tierfs_backend_up", "a"), Some(1.0));
+    let s = scrape(port);
+    assert_eq!(value(&s, "tierfs_backend_up", "a"), Some(1.0));
+    let failed = |name: &str| {
+        let needle = "workspace=\"b\"";
+        s.iter().filter(|(k, _)| k.split('{').next() == Some(name) && k.contains(needle)).map(|(_, v)| v).sum::<f64>()
+    };
+    assert!(
+        failed("tierfs_store_request_errors_total") + failed("tierfs_store_refused_requests_total") > 0.0,
+        "b's failed requests are counted: {s:#?}"
+    );
     proxy.restore();
     wait_for(port, Duration::from_secs(120), "b's breaker closed", |s| value(s, "tierfs_backend_up", "b") == Some(1.0));
 

@@ -28,6 +28,7 @@ use crate::MountOptions;
 use crate::convert::{
     XattrReply, errno, file_attr, file_type, rename_flags, shared_ttl, time_set, timestamp_from_kernel, xattr_reply,
 };
+use crate::meter::{FuseOp, FuseStats, Timer};
 use crate::pool::Pool;
 
 /// Largest write the kernel may send in one request. 1 MiB is the kernel's default page
@@ -58,6 +59,8 @@ pub struct TierFuse {
     /// [`TierFuse::removal_result`]); present exactly when `pool` is. Apart from the pool so
     /// a removal never queues behind writes that wait for the room it makes.
     reaper: Option<Pool>,
+    /// Counts every request when the mount is metered (see [`crate::meter`]).
+    stats: Option<Arc<FuseStats>>,
 }
 
 impl std::fmt::Debug for TierFuse {
@@ -74,7 +77,18 @@ impl TierFuse {
             0 => (None, None),
             n => (Some(Pool::new("tierfs-io", n)?), Some(Pool::new("tierfs-reap", 1)?)),
         };
-        Ok(TierFuse { vfs, opts, pool, reaper })
+        Ok(TierFuse { vfs, opts, pool, reaper, stats: None })
+    }
+
+    /// Counts each request's outcome and latency in `stats`.
+    pub fn metered(mut self, stats: Arc<FuseStats>) -> TierFuse {
+        self.stats = Some(stats);
+        self
+    }
+
+    /// Starts timing one request.
+    fn time(&self, op: FuseOp) -> Timer {
+        Timer::start(op, self.stats.as_ref())
     }
 
     /// Runs `op` on the pool, or here when there is none. For operations that may wait for
@@ -103,10 +117,10 @@ impl TierFuse {
         reply.entry_with_ttls(&self.opts.attr_ttl, &self.opts.entry_ttl, &file_attr(attr), GENERATION);
     }
 
-    fn entry_result(&self, op: &'static str, result: Result<Attr, VfsError>, reply: ReplyEntry) {
+    fn entry_result(&self, t: Timer, result: Result<Attr, VfsError>, reply: ReplyEntry) {
         match result {
             Ok(attr) => self.reply_entry(reply, &attr),
-            Err(err) => reply.error(fail(op, &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
@@ -118,12 +132,14 @@ impl TierFuse {
     /// file left (mostly nothing): deleting 10 000 empty files ran at 11 700-12 300 a second
     /// with every removal handed off, 17 300-17 800 with the empty ones removed here. A write
     /// that finds the disk full waits for pending removals (`Vfs::claim_space`).
-    fn removal_result(&self, op: &'static str, result: Result<DataFileRemoval, VfsError>, reply: ReplyEmpty) {
+    fn removal_result(&self, t: Timer, result: Result<DataFileRemoval, VfsError>, reply: ReplyEmpty) {
         let removal = match result {
             Ok(removal) => removal,
-            Err(err) => return reply.error(fail(op, &err)),
+            Err(err) => return reply.error(t.fail(&err)),
         };
         reply.ok();
+        let op = t.name();
+        drop(t); // answered: the removal below is not the request's
         if !removal.is_needed() {
             return;
         }
@@ -148,7 +164,7 @@ fn caller(req: &Request) -> Caller {
 /// Logs a failed operation and returns its errno. Failures of what lies underneath (disk
 /// full, metadata store, store) are warnings, at most one a second (the count of the ones
 /// left out goes with the next), so a program retrying in a loop cannot flood the log.
-fn fail(op: &'static str, err: &VfsError) -> Errno {
+pub(crate) fn fail(op: &'static str, err: &VfsError) -> Errno {
     static LAST_WARN_S: AtomicU64 = AtomicU64::new(0);
     static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
     if err.is_fault() {
@@ -166,22 +182,22 @@ fn fail(op: &'static str, err: &VfsError) -> Errno {
     errno(err)
 }
 
-fn empty_result(op: &'static str, result: Result<(), VfsError>, reply: ReplyEmpty) {
+fn empty_result(t: Timer, result: Result<(), VfsError>, reply: ReplyEmpty) {
     match result {
         Ok(()) => reply.ok(),
-        Err(err) => reply.error(fail(op, &err)),
+        Err(err) => reply.error(t.fail(&err)),
     }
 }
 
-fn xattr_result(op: &'static str, size: u32, result: Result<Vec<u8>, VfsError>, reply: ReplyXattr) {
+fn xattr_result(t: Timer, size: u32, result: Result<Vec<u8>, VfsError>, reply: ReplyXattr) {
     let value = match result {
         Ok(value) => value,
-        Err(err) => return reply.error(fail(op, &err)),
+        Err(err) => return reply.error(t.fail(&err)),
     };
     match xattr_reply(size, value.len()) {
         Ok(XattrReply::Size(len)) => reply.size(len),
         Ok(XattrReply::Data) => reply.data(&value),
-        Err(errno) => reply.error(errno),
+        Err(errno) => reply.error(t.errno(errno)),
     }
 }
 
@@ -244,12 +260,13 @@ impl Filesystem for TierFuse {
     /// this mount and replaces it, and programs probe missing names again and again (`$PATH`
     /// searches, build tools, config-file probes).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let t = self.time(FuseOp::Lookup);
         match self.vfs.lookup(parent.0, name.as_bytes()) {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(VfsError::NotFound) => {
                 reply.entry_with_ttls(&Duration::ZERO, &self.opts.entry_ttl, &file_attr(&Attr::gone(0)), GENERATION)
             }
-            Err(err) => reply.error(fail("lookup", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
@@ -257,9 +274,10 @@ impl Filesystem for TierFuse {
     fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {}
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let t = self.time(FuseOp::Getattr);
         match self.vfs.getattr(ino.0) {
             Ok(attr) => reply.attr(&self.opts.attr_ttl, &file_attr(&attr)),
-            Err(err) => reply.error(fail("getattr", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
@@ -281,6 +299,7 @@ impl Filesystem for TierFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let t = self.time(FuseOp::Setattr);
         let changes = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -293,41 +312,47 @@ impl Filesystem for TierFuse {
         let (caller, ttl, fh) = (caller(req), self.opts.attr_ttl, fh.map(|fh| fh.0));
         let op = move |vfs: &Vfs| match vfs.setattr(&caller, ino.0, &changes, fh) {
             Ok(attr) => reply.attr(&ttl, &file_attr(&attr)),
-            Err(err) => reply.error(fail("setattr", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         };
         // A truncate may fetch the chunk it cuts through from the store.
         self.offload_if(size.is_some(), op);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let t = self.time(FuseOp::Readlink);
         match self.vfs.readlink(ino.0) {
             Ok(target) => reply.data(&target),
-            Err(err) => reply.error(fail("readlink", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let t = self.time(FuseOp::Mknod);
         let result = self.vfs.mknod(&caller(req), parent.0, name.as_bytes(), mode, umask, rdev);
-        self.entry_result("mknod", result, reply);
+        self.entry_result(t, result, reply);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let t = self.time(FuseOp::Mkdir);
         let result = self.vfs.mkdir(&caller(req), parent.0, name.as_bytes(), mode, umask);
-        self.entry_result("mkdir", result, reply);
+        self.entry_result(t, result, reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.removal_result("unlink", self.vfs.unlink_deferred(&caller(req), parent.0, name.as_bytes()), reply);
+        let t = self.time(FuseOp::Unlink);
+        self.removal_result(t, self.vfs.unlink_deferred(&caller(req), parent.0, name.as_bytes()), reply);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty_result("rmdir", self.vfs.rmdir(&caller(req), parent.0, name.as_bytes()), reply);
+        let t = self.time(FuseOp::Rmdir);
+        empty_result(t, self.vfs.rmdir(&caller(req), parent.0, name.as_bytes()), reply);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let t = self.time(FuseOp::Symlink);
         let target = target.as_os_str().as_bytes();
         let result = self.vfs.symlink(&caller(req), parent.0, link_name.as_bytes(), target);
-        self.entry_result("symlink", result, reply);
+        self.entry_result(t, result, reply);
     }
 
     fn rename(
@@ -340,25 +365,28 @@ impl Filesystem for TierFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let t = self.time(FuseOp::Rename);
         let flags = match rename_flags(flags.bits()) {
             Ok(flags) => flags,
-            Err(errno) => return reply.error(errno),
+            Err(errno) => return reply.error(t.errno(errno)),
         };
         let result =
             self.vfs.rename_deferred(&caller(req), parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags);
-        self.removal_result("rename", result, reply);
+        self.removal_result(t, result, reply);
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let t = self.time(FuseOp::Link);
         let result = self.vfs.link(&caller(req), ino.0, newparent.0, newname.as_bytes());
-        self.entry_result("link", result, reply);
+        self.entry_result(t, result, reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let t = self.time(FuseOp::Open);
         let caller = caller(req);
         let op = move |vfs: &Vfs| match vfs.open(&caller, ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), file_open_flags()),
-            Err(err) => reply.error(fail("open", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         };
         // O_TRUNC truncates, which may fetch from the store (see `setattr`).
         self.offload_if(flags.0 & libc::O_TRUNC != 0, op);
@@ -375,9 +403,10 @@ impl Filesystem for TierFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let t = self.time(FuseOp::Read);
         let op = move |vfs: &Vfs| match vfs.read_bytes(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
-            Err(err) => reply.error(fail("read", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         };
         self.offload_if(self.vfs.may_wait(ino.0, offset, u64::from(size), false), op);
     }
@@ -394,9 +423,10 @@ impl Filesystem for TierFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let t = self.time(FuseOp::Write);
         let result = move |vfs: &Vfs, data: &[u8], reply: ReplyWrite| match vfs.write(ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
-            Err(err) => reply.error(fail("write", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         };
         if self.pool.is_some() && self.vfs.may_wait(ino.0, offset, data.len() as u64, true) {
             let data = data.to_vec(); // the request buffer is reused once this returns
@@ -407,7 +437,8 @@ impl Filesystem for TierFuse {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        empty_result("flush", self.vfs.flush(ino.0, fh.0), reply);
+        let t = self.time(FuseOp::Flush);
+        empty_result(t, self.vfs.flush(ino.0, fh.0), reply);
     }
 
     fn release(
@@ -420,21 +451,25 @@ impl Filesystem for TierFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty_result("release", self.vfs.release(ino.0, fh.0), reply);
+        let t = self.time(FuseOp::Release);
+        empty_result(t, self.vfs.release(ino.0, fh.0), reply);
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        self.offload(move |vfs| empty_result("fsync", vfs.fsync(ino.0, fh.0, datasync), reply));
+        let t = self.time(FuseOp::Fsync);
+        self.offload(move |vfs| empty_result(t, vfs.fsync(ino.0, fh.0, datasync), reply));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let t = self.time(FuseOp::Opendir);
         match self.vfs.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(err) => reply.error(fail("opendir", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let t = self.time(FuseOp::Readdir);
         match self.vfs.readdir(ino.0, fh.0, offset) {
             Ok(entries) => {
                 for e in &entries {
@@ -444,11 +479,12 @@ impl Filesystem for TierFuse {
                 }
                 reply.ok();
             }
-            Err(err) => reply.error(fail("readdir", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let t = self.time(FuseOp::Readdirplus);
         match self.vfs.readdirplus(ino.0, fh.0, offset) {
             Ok(entries) => {
                 let ttl = self.ttl();
@@ -460,22 +496,25 @@ impl Filesystem for TierFuse {
                 }
                 reply.ok();
             }
-            Err(err) => reply.error(fail("readdirplus", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
     fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        empty_result("releasedir", self.vfs.releasedir(ino.0, fh.0), reply);
+        let t = self.time(FuseOp::Releasedir);
+        empty_result(t, self.vfs.releasedir(ino.0, fh.0), reply);
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.offload(move |vfs| empty_result("fsyncdir", vfs.fsyncdir(ino.0), reply));
+        let t = self.time(FuseOp::Fsyncdir);
+        self.offload(move |vfs| empty_result(t, vfs.fsyncdir(ino.0), reply));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let t = self.time(FuseOp::Statfs);
         match self.vfs.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
-            Err(err) => reply.error(fail("statfs", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
@@ -490,24 +529,29 @@ impl Filesystem for TierFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        empty_result("setxattr", self.vfs.setxattr(&caller(req), ino.0, name.as_bytes(), value, flags), reply);
+        let t = self.time(FuseOp::Setxattr);
+        empty_result(t, self.vfs.setxattr(&caller(req), ino.0, name.as_bytes(), value, flags), reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr_result("getxattr", size, self.vfs.getxattr(ino.0, name.as_bytes()), reply);
+        let t = self.time(FuseOp::Getxattr);
+        xattr_result(t, size, self.vfs.getxattr(ino.0, name.as_bytes()), reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        xattr_result("listxattr", size, self.vfs.listxattr(ino.0), reply);
+        let t = self.time(FuseOp::Listxattr);
+        xattr_result(t, size, self.vfs.listxattr(ino.0), reply);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty_result("removexattr", self.vfs.removexattr(&caller(req), ino.0, name.as_bytes()), reply);
+        let t = self.time(FuseOp::Removexattr);
+        empty_result(t, self.vfs.removexattr(&caller(req), ino.0, name.as_bytes()), reply);
     }
 
     /// Not sent while `default_permissions` is on (the kernel checks), kept for completeness.
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        empty_result("access", self.vfs.access(&caller(req), ino.0, mask.bits()), reply);
+        let t = self.time(FuseOp::Access);
+        empty_result(t, self.vfs.access(&caller(req), ino.0, mask.bits()), reply);
     }
 
     fn create(
@@ -520,11 +564,12 @@ impl Filesystem for TierFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let t = self.time(FuseOp::Create);
         match self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags) {
             Ok((attr, fh)) => {
                 reply.created(&self.ttl(), &file_attr(&attr), GENERATION, FileHandle(fh), file_open_flags())
             }
-            Err(err) => reply.error(fail("create", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 
@@ -538,7 +583,8 @@ impl Filesystem for TierFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.offload(move |vfs| empty_result("fallocate", vfs.fallocate(ino.0, fh.0, offset, length, mode), reply));
+        let t = self.time(FuseOp::Fallocate);
+        self.offload(move |vfs| empty_result(t, vfs.fallocate(ino.0, fh.0, offset, length, mode), reply));
     }
 
     /// The kernel sends only SEEK_DATA and SEEK_HOLE; it resolves the other whences itself.
@@ -553,28 +599,30 @@ impl Filesystem for TierFuse {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        let t = self.time(FuseOp::Ioctl);
         if cmd != tierfs::vfs::IOCTL_KEEP_CACHED {
-            return reply.error(Errno::ENOTTY);
+            return reply.error(t.errno(Errno::ENOTTY));
         }
         self.offload(move |vfs| match vfs.keep_cached(ino.0) {
             Ok(()) => reply.ioctl(0, &[]),
-            Err(err) => reply.error(fail("ioctl", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         });
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let t = self.time(FuseOp::Lseek);
         // With the writeback cache, written bytes may still sit in the kernel's page cache, and
         // the kernel does not flush them before FUSE_LSEEK: the data file would report a hole
         // where the program just wrote, and `cp`/`tar` (which skip holes with SEEK_DATA) would
         // copy zeros. ENOSYS makes the kernel answer from its own size instead: the whole
         // file is data, which POSIX allows and never skips a byte.
         if self.opts.writeback_cache {
-            return reply.error(Errno::ENOSYS);
+            return reply.error(t.errno(Errno::ENOSYS));
         }
         // SEEK_DATA/SEEK_HOLE may fetch the file's evicted chunks.
         self.offload(move |vfs| match vfs.lseek(ino.0, fh.0, offset, whence) {
             Ok(offset) => reply.offset(offset),
-            Err(err) => reply.error(fail("lseek", &err)),
+            Err(err) => reply.error(t.fail(&err)),
         });
     }
 
@@ -591,16 +639,17 @@ impl Filesystem for TierFuse {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let t = self.time(FuseOp::CopyFileRange);
         // copy_file_range(2) defines no flags yet.
         if !flags.is_empty() {
-            return reply.error(Errno::EINVAL);
+            return reply.error(t.errno(Errno::EINVAL));
         }
         // A short copy is allowed; the caller loops.
         let len = len.min(u64::from(MAX_COPY));
         self.offload(move |vfs| {
             match vfs.copy_file_range(ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len) {
                 Ok(copied) => reply.written(u32::try_from(copied).unwrap_or(MAX_COPY)),
-                Err(err) => reply.error(fail("copy_file_range", &err)),
+                Err(err) => reply.error(t.fail(&err)),
             }
         });
     }

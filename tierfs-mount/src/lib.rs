@@ -47,6 +47,7 @@
 
 mod convert;
 mod filesystem;
+pub mod meter;
 pub mod pool;
 
 use std::io;
@@ -134,6 +135,16 @@ pub fn fuser_config(opts: &MountOptions) -> Config {
 /// returns once the filesystem is unmounted, by that unmounter or by `umount`/`fusermount -u`.
 pub fn session(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> io::Result<Session<TierFuse>> {
     Session::new(TierFuse::new(vfs, opts.clone())?, mountpoint, &fuser_config(opts))
+}
+
+/// [`session`], counting every request in `stats` (see [`meter`]).
+pub fn session_metered(
+    vfs: Arc<Vfs>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    stats: Arc<meter::FuseStats>,
+) -> io::Result<Session<TierFuse>> {
+    Session::new(TierFuse::new(vfs, opts.clone())?.metered(stats), mountpoint, &fuser_config(opts))
 }
 
 /// Mounts `vfs` at `mountpoint` and serves it from a background thread.

@@ -71,6 +71,12 @@ impl ColdTier {
                 self.hydrate(ino, file, idx)?;
             }
         }
+        if missed {
+            self.counters.read_misses.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.read_hits.fetch_add(1, Ordering::Relaxed);
+            self.counters.read_hit_bytes.fetch_add(range.end.saturating_sub(range.start), Ordering::Relaxed);
+        }
         let guard = ReadGuard { tier: self, ino, chunks: pinned };
         // Read-ahead: when a read reaches evicted data, or the chunk after it is evicted.
         let mut st = self.state.lock();

@@ -245,6 +245,14 @@ pub struct ColdStats {
     /// Of `fetched_bytes`, those fetched for streamed reads (kept in memory, not cached).
     #[serde(default)]
     pub streamed_bytes: u64,
+    /// Reads (of cached files; streamed ones aside) whose chunks were all local, and their bytes.
+    #[serde(default)]
+    pub read_hits: u64,
+    #[serde(default)]
+    pub read_hit_bytes: u64,
+    /// Reads that waited for at least one chunk from the store.
+    #[serde(default)]
+    pub read_misses: u64,
     pub last_error: Option<String>,
 }
 
@@ -348,6 +356,9 @@ struct Counters {
     upload_errors: AtomicU64,
     verify_failures: AtomicU64,
     streamed_bytes: AtomicU64,
+    read_hits: AtomicU64,
+    read_hit_bytes: AtomicU64,
+    read_misses: AtomicU64,
 }
 
 /// The cold tier of one workspace.
@@ -715,6 +726,9 @@ impl ColdTier {
             upload_errors: self.counters.upload_errors.load(Ordering::Relaxed),
             verify_failures: self.counters.verify_failures.load(Ordering::Relaxed),
             streamed_bytes: self.counters.streamed_bytes.load(Ordering::Relaxed),
+            read_hits: self.counters.read_hits.load(Ordering::Relaxed),
+            read_hit_bytes: self.counters.read_hit_bytes.load(Ordering::Relaxed),
+            read_misses: self.counters.read_misses.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
         }
     }

@@ -1,0 +1,183 @@
+//! Per-operation numbers of the FUSE requests one mount answered: how many, how many failed,
+//! and how long each took from the moment the adapter got it to its reply (time queued on
+//! the pool included). The node daemon renders them as Prometheus series.
+//!
+//! Invariants:
+//! - Metering is optional ([`crate::session_metered`]): a mount without a [`FuseStats`] reads
+//!   no clock and touches no counter, so the standalone mount pays nothing for it.
+//! - Each request is counted exactly once, when its [`Timer`] is dropped, which happens after
+//!   the reply (the timer moves with the request onto the pool). A request is an error when
+//!   it was answered with an errno; a negative lookup entry is an answer, not an error.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use fuser::Errno;
+use tierfs::telemetry::{OpSnapshot, OpStats};
+use tierfs::vfs::VfsError;
+
+/// The FUSE operations the adapter implements, for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FuseOp {
+    Lookup,
+    Getattr,
+    Setattr,
+    Readlink,
+    Mknod,
+    Mkdir,
+    Unlink,
+    Rmdir,
+    Symlink,
+    Rename,
+    Link,
+    Open,
+    Read,
+    Write,
+    Flush,
+    Release,
+    Fsync,
+    Opendir,
+    Readdir,
+    Readdirplus,
+    Releasedir,
+    Fsyncdir,
+    Statfs,
+    Setxattr,
+    Getxattr,
+    Listxattr,
+    Removexattr,
+    Access,
+    Create,
+    Fallocate,
+    Ioctl,
+    Lseek,
+    CopyFileRange,
+}
+
+/// The operations' names, in [`FuseOp`] order: the `op` label of the metrics.
+pub const FUSE_OPS: [&str; 33] = [
+    "lookup",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "symlink",
+    "rename",
+    "link",
+    "open",
+    "read",
+    "write",
+    "flush",
+    "release",
+    "fsync",
+    "opendir",
+    "readdir",
+    "readdirplus",
+    "releasedir",
+    "fsyncdir",
+    "statfs",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+    "access",
+    "create",
+    "fallocate",
+    "ioctl",
+    "lseek",
+    "copy_file_range",
+];
+
+impl FuseOp {
+    pub fn name(self) -> &'static str {
+        FUSE_OPS[self as usize]
+    }
+}
+
+/// The numbers of one mount's requests; share it between the adapter and whoever reads it.
+#[derive(Debug)]
+pub struct FuseStats {
+    ops: [OpStats; FUSE_OPS.len()],
+}
+
+impl Default for FuseStats {
+    fn default() -> FuseStats {
+        FuseStats { ops: std::array::from_fn(|_| OpStats::default()) }
+    }
+}
+
+impl FuseStats {
+    /// Every operation that was requested at least once, in [`FUSE_OPS`] order.
+    pub fn snapshot(&self) -> Vec<OpSnapshot> {
+        self.ops.iter().zip(FUSE_OPS).map(|(stats, name)| stats.snapshot(name)).filter(|s| s.calls > 0).collect()
+    }
+}
+
+/// One request on its way to its reply; counts it when dropped.
+pub(crate) struct Timer {
+    op: FuseOp,
+    /// With the time it started, when the mount is metered.
+    meter: Option<(Arc<FuseStats>, Instant)>,
+    failed: Cell<bool>,
+}
+
+impl Timer {
+    pub(crate) fn start(op: FuseOp, stats: Option<&Arc<FuseStats>>) -> Timer {
+        Timer { op, meter: stats.map(|s| (Arc::clone(s), Instant::now())), failed: Cell::new(false) }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    /// Counts the request as failed and returns the errno to answer with.
+    pub(crate) fn errno(&self, errno: Errno) -> Errno {
+        self.failed.set(true);
+        errno
+    }
+
+    /// Logs a failed operation (see [`crate::filesystem`]'s `fail`), counts it, and returns
+    /// its errno.
+    pub(crate) fn fail(&self, err: &VfsError) -> Errno {
+        self.errno(crate::filesystem::fail(self.name(), err))
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if let Some((stats, started)) = &self.meter {
+            stats.ops[self.op as usize].record(started.elapsed(), self.failed.get());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_enum() {
+        assert_eq!(FuseOp::Lookup.name(), "lookup");
+        assert_eq!(FuseOp::Readdirplus.name(), "readdirplus");
+        assert_eq!(FuseOp::CopyFileRange.name(), "copy_file_range");
+        assert_eq!(FuseOp::CopyFileRange as usize + 1, FUSE_OPS.len());
+    }
+
+    #[test]
+    fn a_request_counts_once_when_it_ends() {
+        let stats = Arc::new(FuseStats::default());
+        drop(Timer::start(FuseOp::Getattr, Some(&stats)));
+        let t = Timer::start(FuseOp::Getattr, Some(&stats));
+        assert_eq!(t.errno(Errno::ENOENT), Errno::ENOENT);
+        assert_eq!(stats.snapshot()[0].calls, 1, "not counted before it ends");
+        drop(t);
+        drop(Timer::start(FuseOp::Read, None));
+        let s = stats.snapshot();
+        assert_eq!(s.len(), 1, "only what was requested: {s:?}");
+        assert_eq!((s[0].op.as_str(), s[0].calls, s[0].errors, s[0].latency.count()), ("getattr", 2, 1, 2));
+    }
+}
