@@ -310,6 +310,9 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     let s = scrape(port);
     assert_eq!(labelled(&s, "tierfs_fuse_request_errors_total", "a", "op=\"rmdir\""), Some(1.0), "{s:#?}");
     assert_eq!(labelled(&s, "tierfs_fuse_requests_total", "b", "op=\"rmdir\""), None, "b had no rmdir: {s:#?}");
+    // The kernel asks for security.capability at writes: a missing attribute is no error.
+    let xattr_errors = labelled(&s, "tierfs_fuse_request_errors_total", "a", "op=\"getxattr\"");
+    assert!(xattr_errors.unwrap_or(0.0) == 0.0, "ENODATA counted as an error: {s:#?}");
     // Store requests by backend and method, and their bytes.
     let puts = labelled(&after, "tierfs_store_requests_total", "a", "method=\"put\"").unwrap_or(0.0);
     assert!(puts >= 1.0, "{after:#?}");

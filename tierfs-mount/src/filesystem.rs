@@ -192,6 +192,9 @@ fn empty_result(t: Timer, result: Result<(), VfsError>, reply: ReplyEmpty) {
 fn xattr_result(t: Timer, size: u32, result: Result<Vec<u8>, VfsError>, reply: ReplyXattr) {
     let value = match result {
         Ok(value) => value,
+        // An attribute the file lacks is an answer, like a negative lookup: the kernel asks
+        // for `security.capability` at every write.
+        Err(VfsError::NoXattr) => return reply.error(errno(&VfsError::NoXattr)),
         Err(err) => return reply.error(t.fail(&err)),
     };
     match xattr_reply(size, value.len()) {

@@ -7,7 +7,8 @@
 //!   no clock and touches no counter, so the standalone mount pays nothing for it.
 //! - Each request is counted exactly once, when its [`Timer`] is dropped, which happens after
 //!   the reply (the timer moves with the request onto the pool). A request is an error when
-//!   it was answered with an errno; a negative lookup entry is an answer, not an error.
+//!   it was answered with an errno; a negative lookup entry, and ENODATA for an extended
+//!   attribute the file lacks, are answers, not errors.
 
 use std::cell::Cell;
 use std::sync::Arc;
