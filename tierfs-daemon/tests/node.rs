@@ -176,12 +176,22 @@ fn value(samples: &BTreeMap<String, f64>, name: &str, workspace: &str) -> Option
 }
 
 /// The value of `name` for the mount of `workspace` whose labels also contain `label`
-/// (`op="write"`; "" for any).
+/// (`op="write"`; "" for any): the first series that matches.
 fn labelled(samples: &BTreeMap<String, f64>, name: &str, workspace: &str, label: &str) -> Option<f64> {
+    series(samples, name, workspace, label).next()
+}
+
+/// The values of every series of `name` for the mount of `workspace` whose labels contain `label`.
+fn series<'a>(
+    samples: &'a BTreeMap<String, f64>,
+    name: &'a str,
+    workspace: &str,
+    label: &'a str,
+) -> impl Iterator<Item = f64> + 'a {
     let needle = format!("workspace=\"{workspace}\"");
     samples
         .iter()
-        .find(|(k, _)| k.split('{').next() == Some(name) && k.contains(&needle) && k.contains(label))
+        .filter(move |(k, _)| k.split('{').next() == Some(name) && k.contains(&needle) && k.contains(label))
         .map(|(_, v)| *v)
 }
 
@@ -335,10 +345,7 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
         .assert_success("a syncs while b's store is away");
     let s = scrape(port);
     assert_eq!(value(&s, "tierfs_backend_up", "a"), Some(1.0));
-    let failed = |name: &str| {
-        let needle = "workspace=\"b\"";
-        s.iter().filter(|(k, _)| k.split('{').next() == Some(name) && k.contains(needle)).map(|(_, v)| v).sum::<f64>()
-    };
+    let failed = |name| series(&s, name, "b", "").sum::<f64>();
     assert!(
         failed("tierfs_store_request_errors_total") + failed("tierfs_store_refused_requests_total") > 0.0,
         "b's failed requests are counted: {s:#?}"
