@@ -146,6 +146,20 @@ MOTO_VENV=$TOOLS_DIR/moto-venv
 # Debian's interpreter, not whatever python3 comes first on PATH (pyenv): the
 # venv must outlive a developer's shell setup, and python3-venv is Debian's.
 SYSTEM_PYTHON=/usr/bin/python3
+# $TOOLS_DIR, made if missing; /var/lib is root's: a sudo user gets the directory for their own.
+own_tools_dir() {
+    mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
+    [[ -w $TOOLS_DIR ]] || "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
+}
+# fresh_venv VENV REQUIREMENT...: a venv of Debian's Python at VENV holding the pinned
+# REQUIREMENTs. --clear: start from an empty venv whatever a failed run left behind.
+fresh_venv() {
+    local venv=$1
+    shift
+    own_tools_dir
+    "$SYSTEM_PYTHON" -m venv --clear "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$@"
+}
 # The installed moto version, empty when the venv is missing or broken (a
 # Python upgrade, an interrupted install). Checks the server extra's Flask too.
 moto_have=$("$MOTO_VENV/bin/python" -c '
@@ -156,15 +170,7 @@ if [[ -x $MOTO_VENV/bin/moto_server && $moto_have == "$MOTO_VERSION" ]]; then
     say "moto $moto_have present"
 else
     say "installing moto[server] $MOTO_VERSION into $MOTO_VENV (had: ${moto_have:-none})"
-    # /var/lib is root's: a sudo user gets the directory for their own.
-    mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
-    if [[ ! -w $TOOLS_DIR ]]; then
-        "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
-    fi
-    # --clear: start from an empty venv whatever a failed run left behind.
-    "$SYSTEM_PYTHON" -m venv --clear "$MOTO_VENV"
-    "$MOTO_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-        "moto[server]==$MOTO_VERSION"
+    fresh_venv "$MOTO_VENV" "moto[server]==$MOTO_VERSION"
     [[ -x $MOTO_VENV/bin/moto_server ]] || die "pip installed moto but $MOTO_VENV/bin/moto_server is missing"
 fi
 say "moto_server at $MOTO_VENV/bin/moto_server"
@@ -185,10 +191,7 @@ if [[ $maturin_have == "$MATURIN_VERSION" ]]; then
     say "maturin $maturin_have present"
 else
     say "installing maturin $MATURIN_VERSION into $PY_VENV (had: ${maturin_have:-none})"
-    mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
-    [[ -w $TOOLS_DIR ]] || "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
-    "$SYSTEM_PYTHON" -m venv --clear "$PY_VENV"
-    "$PY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "maturin==$MATURIN_VERSION"
+    fresh_venv "$PY_VENV" "maturin==$MATURIN_VERSION"
 fi
 # The wheelhouse is complete for exactly one requirements file and interpreter: a stamp
 # holds both, so an edit of the pins or a Python upgrade downloads again.
@@ -221,11 +224,7 @@ if [[ -x $DEPLOY_VENV/bin/yamllint && -x $DEPLOY_VENV/bin/kubernetes-validate &&
     say "yamllint and kubernetes-validate present ($deploy_have)"
 else
     say "installing yamllint $YAMLLINT_VERSION and kubernetes-validate $KUBE_VALIDATE_VERSION into $DEPLOY_VENV (had: ${deploy_have:-none})"
-    mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
-    [[ -w $TOOLS_DIR ]] || "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
-    "$SYSTEM_PYTHON" -m venv --clear "$DEPLOY_VENV"
-    "$DEPLOY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-        "yamllint==$YAMLLINT_VERSION" "kubernetes-validate==$KUBE_VALIDATE_VERSION"
+    fresh_venv "$DEPLOY_VENV" "yamllint==$YAMLLINT_VERSION" "kubernetes-validate==$KUBE_VALIDATE_VERSION"
     [[ -x $DEPLOY_VENV/bin/kubernetes-validate ]] || die "pip installed kubernetes-validate but $DEPLOY_VENV/bin/kubernetes-validate is missing"
 fi
 say "yamllint and kubernetes-validate in $DEPLOY_VENV/bin"
@@ -264,8 +263,7 @@ else
         say "Garage $GARAGE_VERSION present"
     else
         say "installing Garage $GARAGE_VERSION into $GARAGE_ROOT with cargo install (had: ${garage_have:-none}; about 12 minutes)"
-        mkdir -p "$TOOLS_DIR" 2>/dev/null || "${SUDO[@]}" mkdir -p "$TOOLS_DIR"
-        [[ -w $TOOLS_DIR ]] || "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TOOLS_DIR"
+        own_tools_dir
         env -u CARGO_TARGET_DIR cargo install --locked --root "$GARAGE_ROOT" "garage@$GARAGE_VERSION"
     fi
     say "garage at $GARAGE_ROOT/bin/garage"
