@@ -206,6 +206,7 @@ names = {
     "reset_wheel_install_secs": "wheel install after the reset",
     "reset_mount_secs": "mount() after the reset",
     "reset_mount_to_usable_secs": "mount() to checkpoint read, after the reset",
+    "no_fuse_mount_secs": "mount() without FUSE (watch mode, fresh)",
 }
 for key, value in json.load(open(sys.argv[1])).items():
     print(f"python:   {names.get(key, key) + ':':<44} {value} s")

@@ -2,7 +2,10 @@
 real notebooks run in real Jupyter kernels.
 
 The tests run in a fresh venv that has the built wheel installed (``scripts/python.sh``
-makes it), never against the source tree: ``test_installed_not_source`` checks that. A
+makes it), never against the source tree: ``test_installed_not_source`` checks that.
+:func:`without_fuse` runs a command where FUSE is unavailable (``no-fuse.sh``: a private
+mount namespace whose ``/dev`` has no ``/dev/fuse``; or without ``CAP_SYS_ADMIN``, where the
+device opens and the kernel refuses the FUSE mount), for the watch-mode fallback. A
 :class:`Runtime` stands for one notebook runtime (a Colab VM): its own XDG directories (data
 home, control sockets), its own fresh kernel venv, its own daemons. A runtime *reset* kills
 its daemons with SIGKILL, clears its mounts and deletes all of it; only the store, kept in
@@ -20,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,39 @@ NOTEBOOKS = HERE / "notebooks"
 
 #: Seconds one notebook cell may run (a venv on the mount, training, a sync).
 CELL_TIMEOUT = 600
+
+#: How :func:`without_fuse` takes FUSE away: ``missing`` (no ``/dev/fuse``), ``dead`` (a
+#: ``/dev/fuse`` node that does not open: ENODEV), ``no-cap`` (``/dev/fuse`` works, but
+#: ``CAP_SYS_ADMIN`` is dropped from the bounding set, so the kernel refuses the mount: a
+#: container run without ``--cap-add SYS_ADMIN``).
+NO_FUSE_WAYS = ("missing", "dead", "no-cap")
+
+
+def without_fuse(argv: Sequence[str], how: str = "missing") -> list[str]:
+    """``argv`` wrapped to run where FUSE is unavailable (see :data:`NO_FUSE_WAYS`)."""
+    if how == "no-cap":
+        return ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--", *argv]
+    if how not in NO_FUSE_WAYS:
+        raise ValueError(how)
+    return ["/bin/sh", str(HERE / "no-fuse.sh"), "--fuse", how, *argv]
+
+
+def run_without_fuse(code: str, *args: str, how: str = "missing", timeout: float = 300) -> dict[str, Any]:
+    """Runs Python ``code`` (with ``args`` in ``sys.argv[1:]``) in a process of the test
+    venv where FUSE is unavailable, and returns what it printed on its ``RESULT {json}``
+    line; fails the test with its output when it exits non-zero or prints none."""
+    cmd = without_fuse([sys.executable, "-c", code, *args], how)
+    done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    shown = shlex.join(without_fuse([sys.executable, "-c", "...", *args], how))
+    output = f"$ {shown}\n{done.stdout}\n{done.stderr}"
+    if done.returncode != 0:
+        raise AssertionError(f"the no-FUSE process ({how}) failed with status {done.returncode}:\n{output}")
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line.removeprefix("RESULT "))
+            result["stdout"] = done.stdout
+            return result
+    raise AssertionError(f"the no-FUSE process ({how}) printed no RESULT line:\n{output}")
 
 
 def _env_path(name: str) -> Path:
@@ -187,9 +224,10 @@ class Runtime:
             Path(self.env[key]).mkdir(parents=True, exist_ok=True)
         Path(self.env["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
 
-    def make_kernel_venv(self) -> float:
+    def make_kernel_venv(self, wrapper: Sequence[str] = ()) -> float:
         """A fresh venv with ipykernel, numpy and tqdm (no tierfs: the notebook installs it),
-        registered as a Jupyter kernel. Returns the seconds it took."""
+        registered as a Jupyter kernel whose command line starts with ``wrapper`` (e.g.
+        :func:`without_fuse`). Returns the seconds it took."""
         started = time.monotonic()
         subprocess.run(["/usr/bin/python3", "-m", "venv", str(self.venv)], check=True)
         subprocess.run(
@@ -215,7 +253,14 @@ class Runtime:
         (spec / "kernel.json").write_text(
             json.dumps(
                 {
-                    "argv": [str(self.venv / "bin/python"), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "argv": [
+                        *wrapper,
+                        str(self.venv / "bin/python"),
+                        "-m",
+                        "ipykernel_launcher",
+                        "-f",
+                        "{connection_file}",
+                    ],
                     "display_name": f"tierfs test ({self.name})",
                     "language": "python",
                 }

@@ -1,9 +1,16 @@
 """The Python API against real mounts, from the test process itself (the installed wheel):
 idempotent mounts, sync, status, snapshots, restore, unmount, and bad input, each of which
-must raise a clear exception and leave nothing mounted."""
+must raise a clear exception and leave nothing mounted. The watch-mode fallback runs in
+processes where FUSE is really unavailable (conftest's ``without_fuse``), and the test
+process, where FUSE works, checks what they left: a watch it reattaches to, and a store that
+restores their files."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import json
 import os
 import signal
 import socket
@@ -14,12 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import daemon_pids, make_file_store, nothing_mounted_at, tierfs_cmd
+from conftest import daemon_pids, make_file_store, nothing_mounted_at, run_without_fuse, tierfs_cmd
 
 import tierfs
 from tierfs import _mounttable
 from tierfs.errors import classify
-from tierfs.status import Status
+from tierfs.status import Status, WatchState
 
 TOOLS = Path(os.environ.get("TIERFS_TOOLS_DIR", "/var/lib/tierfs-test-tools"))
 
@@ -300,3 +307,283 @@ def test_progress_falls_back_to_plain_text(monkeypatch: pytest.MonkeyPatch, caps
     quiet.update_to(10)
     quiet.close()
     assert capsys.readouterr().err == ""
+
+
+# --- watch mode: the fallback where FUSE is unavailable ------------------------------
+
+# Run where FUSE is unavailable (argv: mount point, store, expected reason). Checks that FUSE
+# really fails there, that what watch mode cannot honour is refused before anything starts,
+# then mounts as a notebook would and works in the directory.
+FALLBACK = """
+import contextlib, hashlib, io, json, os, sys
+from pathlib import Path
+import tierfs
+
+mnt, store, reason = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+try:
+    tierfs.mount(mnt, store=store, mode="fuse", quiet=True)
+except tierfs.UnavailableError as err:
+    fuse_error = str(err)
+else:
+    raise AssertionError("a FUSE mount worked here: this is not a no-FUSE environment")
+assert reason in fuse_error, fuse_error
+refused = []
+for kwargs in ({"readonly": True}, {"options": ["--writeback-cache"]}):
+    try:
+        tierfs.mount(mnt, store=store, quiet=True, **kwargs)
+    except tierfs.InvalidInputError as err:
+        refused.append(str(err))
+    else:
+        raise AssertionError(f"mount({kwargs}) was not refused in watch mode")
+    assert not tierfs.mounts(), tierfs.mounts()
+
+said = io.StringIO()
+with contextlib.redirect_stdout(said):
+    m = tierfs.mount(mnt, store=store)
+again = tierfs.mount(mnt, store=store, quiet=True)
+(mnt / "notes.txt").write_text("watched\\n")
+(mnt / "sub").mkdir()
+(mnt / "sub" / "run.sh").write_text("#!/bin/sh\\necho ok\\n")
+(mnt / "sub" / "run.sh").chmod(0o755)
+data = os.urandom(3 << 20)
+(mnt / "sub" / "data.bin").write_bytes(data)
+snap = m.sync("watched")
+status = m.status()
+print("RESULT", json.dumps({
+    "said": said.getvalue().splitlines(), "fuse_error": fuse_error, "refused": refused,
+    "mode": m.mode, "reattached": m.reattached, "fallback_reason": m.fallback_reason, "pid": m.pid,
+    "again": [again.mode, again.reattached, again.pid], "snapshot": snap.id,
+    "status": [status.mode, status.last_snapshot, status.pending_bytes, status.watch is not None, status.healthy],
+    "status_text": str(status), "is_mounted": m.is_mounted, "data_sha256": hashlib.sha256(data).hexdigest(),
+}))
+"""
+
+
+@pytest.mark.parametrize("how", ["missing", "dead"])
+def test_no_fuse_device_falls_back_to_watch(isolated: Path, how: str) -> None:
+    store = make_file_store(isolated / "persistent")
+    mnt = isolated / "mnt"
+    reason = {"missing": "/dev/fuse is missing", "dead": "No such device"}[how]
+    seen = run_without_fuse(FALLBACK, str(mnt), str(store), reason, how=how)
+
+    # FUSE really failed there, and watch mode refused what it cannot honour, by name.
+    assert reason in seen["fuse_error"], seen
+    assert "readonly=True" in seen["refused"][0] and "--writeback-cache" in seen["refused"][1], seen["refused"]
+    assert all("watch mode" in r and reason in r for r in seen["refused"]), seen["refused"]
+    # One line says that it fell back, and why.
+    assert len(seen["said"]) == 1, seen["said"]
+    line = seen["said"][0]
+    assert "no FUSE here" in line and reason in line and "watch mode" in line and str(mnt) in line, line
+    assert seen["mode"] == "watch" and not seen["reattached"] and reason in seen["fallback_reason"], seen
+    assert seen["again"] == ["watch", True, seen["pid"]], seen["again"]
+    assert seen["status"] == ["watch", seen["snapshot"], 0, True, True], seen["status"]
+    assert seen["status_text"].splitlines()[1].startswith("watch"), seen["status_text"]
+    assert seen["is_mounted"]
+
+    # Out here FUSE works, and the watcher the no-FUSE process started runs on: no mount at
+    # the path, a plain directory. mount() (mode auto) reattaches to the watch instead of
+    # mounting over it, as a restarted kernel does; mode="fuse" refuses it.
+    assert daemon_pids(isolated) == [seen["pid"]] and _mounttable.find(str(mnt)) is None
+    m = tierfs.mount(mnt, store=store, quiet=True)
+    assert m.mode == "watch" and m.reattached and m.pid == seen["pid"] and m.is_mounted, m
+    assert tierfs.attach(mnt).mode == "watch" and [x.mode for x in tierfs.mounts()] == ["watch"]
+    with pytest.raises(tierfs.PathInUseError, match="watch"):
+        tierfs.mount(mnt, store=store, mode="fuse", quiet=True)
+    assert m.status().mode == "watch" and m.status().last_snapshot == seen["snapshot"]
+
+    # Written after the last sync: unmount() (`tierfs unwatch`) makes a last pass and flushes.
+    (mnt / "late.txt").write_text("after the sync\n")
+    m.unmount()
+    assert not m.is_mounted and not daemon_pids(isolated) and not tierfs.mounts()
+
+    copy = isolated / "copy"
+    tierfs.restore(copy, store=store)
+    assert (copy / "notes.txt").read_text() == "watched\n" and (copy / "late.txt").read_text() == "after the sync\n"
+    assert hashlib.sha256((copy / "sub" / "data.bin").read_bytes()).hexdigest() == seen["data_sha256"]
+    assert os.access(copy / "sub" / "run.sh", os.X_OK)
+    # The snapshot the watcher committed has what was there at its sync, and not the rest.
+    at_sync = isolated / "at-sync"
+    tierfs.restore(at_sync, snapshot=seen["snapshot"], store=store)
+    assert (at_sync / "notes.txt").is_file() and not (at_sync / "late.txt").exists()
+
+
+# Run without CAP_SYS_ADMIN (argv: mount point, store): /dev/fuse opens, the kernel refuses
+# the FUSE mount. The first process finds the directory empty; the second (a new kernel, which
+# does not know what the first learnt) finds it holding the workspace.
+REFUSED = """
+import contextlib, io, json, os, sys
+from pathlib import Path
+import tierfs
+
+mnt, store = Path(sys.argv[1]), sys.argv[2]
+os.close(os.open("/dev/fuse", os.O_RDWR))  # the device works here
+try:  # but a FUSE mount (of an empty directory beside mnt) does not
+    tierfs.mount(mnt.parent / "fuse-check", store=store, mode="fuse", quiet=True)
+except tierfs.UnavailableError as err:
+    fuse_error = str(err)
+else:
+    raise AssertionError("a FUSE mount worked without CAP_SYS_ADMIN")
+said = io.StringIO()
+with contextlib.redirect_stdout(said):
+    m = tierfs.mount(mnt, store=store)
+assert m.mode == "watch", m
+seen = sorted(os.listdir(mnt))
+name = f"from-watch-{len(seen)}.txt"
+(mnt / name).write_text(name)
+m.sync(name)
+m.unmount()
+assert not m.is_mounted
+print("RESULT", json.dumps({"fuse_error": fuse_error, "said": said.getvalue().splitlines(), "seen": seen,
+                            "reason": m.fallback_reason, "status_after": [x.path for x in tierfs.mounts()]}))
+"""
+
+
+def test_refused_fuse_mount_falls_back_to_watch(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = make_file_store(isolated / "persistent")
+    mnt = isolated / "mnt"
+    # The workspace is written by a FUSE mount first (out here, where FUSE works).
+    with tierfs.mounted(mnt, store=store, quiet=True) as m:
+        assert m.mode == "fuse"
+        (mnt / "from-fuse.txt").write_text("fuse\n")
+    # The scratch directory of a probe mount goes to TMPDIR: nothing may be left there.
+    scratch = isolated / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+
+    first = run_without_fuse(REFUSED, str(mnt), str(store), how="no-cap")
+    assert "Operation not permitted" in first["fuse_error"], first
+    assert len(first["said"]) == 1 and "the FUSE mount failed" in first["said"][0], first["said"]
+    assert "Operation not permitted" in first["reason"]
+    # An empty directory: the workspace was restored into it.
+    assert first["seen"] == ["from-fuse.txt"], first
+    assert (mnt / "from-fuse.txt").read_text() == "fuse\n"
+
+    # The directory is not empty now, which the CLI refuses before it tries FUSE: mount()
+    # finds out that FUSE does not work (a probe mount of a scratch directory) and watches.
+    second = run_without_fuse(REFUSED, str(mnt), str(store), how="no-cap")
+    assert len(second["said"]) == 1 and "Operation not permitted" in second["said"][0], second["said"]
+    assert second["seen"] == ["from-fuse.txt", "from-watch-1.txt"], second
+    assert not first["status_after"] and not second["status_after"]
+    assert not daemon_pids(isolated) and not list(scratch.iterdir()), list(scratch.iterdir())
+
+    copy = isolated / "copy"
+    tierfs.restore(copy, store=store)
+    assert sorted(os.listdir(copy)) == ["from-fuse.txt", "from-watch-1.txt", "from-watch-2.txt"]
+    assert (copy / "from-watch-2.txt").read_text() == "from-watch-2.txt"
+
+
+def test_watch_mode_on_request(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = make_file_store(isolated / "persistent")
+    mnt = isolated / "mnt"
+    with pytest.raises(tierfs.InvalidInputError, match="'auto', 'fuse' or 'watch'"):
+        tierfs.mount(mnt, store=store, mode="nfs", quiet=True)  # type: ignore[arg-type]
+    monkeypatch.setenv("TIERFS_MODE", "bogus")
+    with pytest.raises(tierfs.InvalidInputError, match="TIERFS_MODE"):
+        tierfs.mount(mnt, store=store, quiet=True)
+    monkeypatch.setenv("TIERFS_MODE", "watch")
+    with pytest.raises(tierfs.InvalidInputError, match="mode='watch'.*readonly=True"):
+        tierfs.mount(mnt, store=store, readonly=True, quiet=True)
+    assert not daemon_pids(isolated)
+
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        m = tierfs.mount(mnt, store=store)  # $TIERFS_MODE, where FUSE works
+    assert said.getvalue().count("\n") == 1 and "as asked" in said.getvalue(), said.getvalue()
+    assert m.mode == "watch" and m.fallback_reason is None and _mounttable.find(str(mnt)) is None, m
+    monkeypatch.delenv("TIERFS_MODE")
+    with pytest.raises(tierfs.PathInUseError, match="a tierfs watch"):
+        tierfs.mount(mnt, store=store, mode="fuse", quiet=True)
+    (mnt / "kept.txt").write_text("kept\n")
+
+    # flush=False: SIGTERM; the watcher makes its last pass, flushes and exits on its own.
+    m.unmount(flush=False)
+    deadline = time.monotonic() + 120
+    while daemon_pids(isolated) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not daemon_pids(isolated) and not m.is_mounted
+
+    # The directory holds the workspace now: watch mode resumes on it; the with block unwatches.
+    with tierfs.mounted(mnt, store=store, mode="watch", quiet=True) as w:
+        assert w.mode == "watch" and w.status().watch is not None
+        (mnt / "more.txt").write_text("more\n")
+    assert not daemon_pids(isolated)
+    # A directory with files of its own is refused, and left as it was.
+    foreign = isolated / "foreign"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("mine\n")
+    with pytest.raises(tierfs.PathInUseError, match="does not hold this workspace"):
+        tierfs.mount(foreign, store=store, mode="watch", quiet=True)
+    assert os.listdir(foreign) == ["mine.txt"] and not daemon_pids(isolated)
+    copy = isolated / "copy"
+    tierfs.restore(copy, store=store)
+    assert (copy / "kept.txt").read_text() == "kept\n" and (copy / "more.txt").read_text() == "more\n"
+
+
+def test_status_of_a_watch() -> None:
+    report = {
+        "mountpoint": "/content/work",
+        "pid": 7,
+        "store": "/s/store.toml",
+        "backends": [{"name": "file:///s/objects", "available": True}],
+        "cold": {"dirty_bytes": 0, "dirty_files": 0, "resident_bytes": 0},
+        "remote": {"workspace": "default", "pending_batches": 0},
+        "watch": {
+            "dir": "/content/work",
+            "mode": "events",
+            "start": "fresh",
+            "passes": 4,
+            "full_passes": 2,
+            "pending_dirs": 0,
+            "oldest_pending_ms": 0,
+            "unstable": [],
+            "unreadable": [],
+        },
+    }
+    s = Status.from_report(report)
+    assert s.mode == "watch" and s.synced and s.healthy and s.warning() is None
+    assert s.watch == WatchState("events", None, "fresh", 4, 2, 0, None, (), (), None)
+    assert "watch" in s.format().splitlines()[1] and "4 passes (2 full)" in s.format()
+    # Changes no pass has seen yet are not in the store.
+    waiting = Status.from_report({**report, "watch": {**report["watch"], "pending_dirs": 2, "oldest_pending_ms": 400_000}})
+    assert waiting.oldest_unsynced_secs == 400 and not waiting.synced and "WARNING" in waiting.format()
+    # Nor are files the watcher cannot read.
+    unreadable = Status.from_report({**report, "watch": {**report["watch"], "unreadable": [["secret", "EACCES"]]}})
+    assert not unreadable.synced and "secret" in (unreadable.warning() or ""), unreadable.format()
+    failing = Status.from_report({**report, "watch": {**report["watch"], "last_error": "reading sub: EIO"}})
+    assert not failing.healthy and failing.error == "reading sub: EIO"
+    assert Status.from_report({k: v for k, v in report.items() if k != "watch"}).mode == "fuse"
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (
+            "/dev/fuse is missing: FUSE is not available here. Load the kernel module (`modprobe fuse`), or in a "
+            "container pass `--device /dev/fuse --cap-add SYS_ADMIN`",
+            "/dev/fuse is missing",
+        ),
+        ("checking /dev/fuse: Permission denied (os error 13)", "/dev/fuse: Permission denied (os error 13)"),
+        (
+            "mounting FUSE filesystem at /m: fusermount3: mount failed: Operation not permitted\n",
+            "the FUSE mount failed: fusermount3: mount failed: Operation not permitted",
+        ),
+        (
+            "mounting FUSE filesystem at /m (non-root mounts need the setuid fusermount3 helper from the fuse3 "
+            "package): Permission denied (os error 13)",
+            "the FUSE mount failed: Permission denied (os error 13)",
+        ),
+        # The user's to fix: not a reason to watch.
+        (
+            "mounting FUSE filesystem at /m (allow_other needs `user_allow_other` in /etc/fuse.conf; or mount with "
+            "--no-allow-other): Permission denied (os error 13)",
+            None,
+        ),
+        ("opening the store: wrong passphrase or key file: it does not unlock any key of this store", None),
+        ("mountpoint /m is not empty; its files would be hidden while mounted", None),
+        ("s3 is unavailable: connection refused", None),
+    ],
+)
+def test_which_mount_failures_mean_no_fuse(message: str, reason: str | None) -> None:
+    from tierfs.mount import _fuse_error_reason
+
+    assert _fuse_error_reason(tierfs.TierfsError(message)) == reason

@@ -19,6 +19,11 @@ workspace comes back from the store. In a notebook, ``%load_ext tierfs`` adds
 The daemon that serves a mount outlives the kernel: after a kernel restart, ``mount()``
 with the same arguments returns a handle to the running mount.
 
+Without FUSE (no ``/dev/fuse``, or a FUSE mount the runtime refuses), ``mount()`` serves the
+same path in watch mode (a plain directory that a watcher syncs to the store), says so in
+one line and reports ``mode == "watch"``; ``mode="fuse"`` / ``"watch"`` or ``$TIERFS_MODE``
+choose one.
+
 Modules: :mod:`tierfs.mount` (mount, Mount), :mod:`tierfs.status` (Status),
 :mod:`tierfs.snapshots` (Snapshot, snapshots, restore), :mod:`tierfs.errors` (the
 exceptions), :mod:`tierfs.magics` (the IPython magics), :mod:`tierfs.progress`.
@@ -45,9 +50,9 @@ from .errors import (
     WrongKeyError,
 )
 from .magics import load_ipython_extension, unload_ipython_extension
-from .mount import Mount, attach, mount, mounted, mounts
+from .mount import Mount, MountMode, attach, mount, mounted, mounts
 from .snapshots import RestoreResult, Snapshot, restore, snapshots
-from .status import UNSYNCED_WARNING_SECS, BackendHealth, Status
+from .status import UNSYNCED_WARNING_SECS, BackendHealth, Status, WatchState
 
 try:
     __version__ = _metadata.version("tierfs")
@@ -60,8 +65,10 @@ __all__ = [
     "mounts",
     "attach",
     "Mount",
+    "MountMode",
     "Status",
     "BackendHealth",
+    "WatchState",
     "Snapshot",
     "RestoreResult",
     "snapshots",

@@ -162,6 +162,8 @@ _MESSAGE_CLASSES: Sequence[tuple[re.Pattern[str], type[TierfsError]]] = [
         # mount point and data dir
         (r"is already mounted|is already a mount point|is already served by", PathInUseError),
         (r"mountpoint .* is not empty", PathInUseError),
+        # watch mode: a directory with other files than the workspace's
+        (r"is not empty and does not hold this workspace", PathInUseError),
         (r" is busy", PathInUseError),
         (r"data directory .* is in use", PathInUseError),
         (r"data dir .* is not empty", PathInUseError),
@@ -169,6 +171,8 @@ _MESSAGE_CLASSES: Sequence[tuple[re.Pattern[str], type[TierfsError]]] = [
         (r"diverged", ConflictError),
         # space
         (r"no space left", NoSpaceError),
+        # no FUSE here (tierfs-daemon's check_fuse_device, which gives no kind)
+        (r"/dev/fuse is missing|FUSE is not available here", UnavailableError),
         # a store or backend that does not answer
         (r"is unavailable|unavailable:", UnavailableError),
         (r"connection refused|error trying to connect|dns error|timed out|timeout", UnavailableError),

@@ -6,21 +6,36 @@ bundled ``tierfs`` command with ``--json``; the workspace is served by ``tierfs-
 a process of its own session, so it outlives the Python process and the Jupyter kernel: a
 new kernel calls :func:`mount` again and gets a handle to the same mount.
 
+Where FUSE does not work (no ``/dev/fuse``, a device that does not open, a FUSE mount the
+kernel refuses: a container without ``CAP_SYS_ADMIN``), :func:`mount` serves the same path
+in *watch mode* instead (``tierfs watch``: the path stays a plain directory, and a watcher
+syncs every change of it to the same workspace), says so in one line, and the handle's
+``mode`` is ``"watch"``. ``mode="fuse"`` or ``mode="watch"`` (or ``$TIERFS_MODE``) picks
+one. Options that only a FUSE mount can honour (``readonly=True``, ``--allow-other``, ...)
+are refused in watch mode, never dropped.
+
 Invariants:
-- :func:`mount` either returns a handle to a live mount at ``path`` or raises, and when it
-  raises nothing it started is left mounted (the CLI stops a daemon that failed to start;
-  a mount that appeared anyway is unmounted again).
-- A handle holds no resources: dropping it leaves the mount up; :meth:`Mount.unmount`
-  ends it.
+- :func:`mount` either returns a handle to a live mount or watch at ``path`` or raises, and
+  when it raises nothing it started is left mounted or watching (the CLI stops a daemon
+  that failed to start; a mount that appeared anyway is unmounted again).
+- A handle holds no resources: dropping it leaves the mount (or watch) up;
+  :meth:`Mount.unmount` ends it.
+- Watch mode is used only when FUSE cannot work here (or was asked for): an error of the
+  store, the key or the path never turns into a fallback.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,9 +47,17 @@ from .progress import Progress
 from .snapshots import Snapshot, snapshots
 from .status import Status
 
-__all__ = ["Mount", "mount", "mounted", "mounts", "attach"]
+__all__ = ["Mount", "MountMode", "mount", "mounted", "mounts", "attach"]
 
 PathLike = str | os.PathLike[str]
+
+#: How :func:`mount` serves a workspace: ``"auto"`` (a FUSE mount where FUSE works, else
+#: watch mode), ``"fuse"`` (a FUSE mount or an error) or ``"watch"`` (always watch mode).
+MountMode = Literal["auto", "fuse", "watch"]
+_MODES = ("auto", "fuse", "watch")
+#: The default of :func:`mount`'s ``mode`` (``auto`` when unset).
+MODE_ENV = "TIERFS_MODE"
+FUSE_DEVICE = "/dev/fuse"
 
 #: Seconds a status query may take (the daemon answers from memory and its metadata).
 STATUS_TIMEOUT = 30.0
@@ -47,6 +70,30 @@ _DEFAULT_WORKSPACE = "default"
 _current: Mount | None = None
 _current_lock = threading.Lock()
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
+#: Why a FUSE mount failed in this process for want of FUSE: later ``mode="auto"`` mounts
+#: go to watch mode without trying again.
+_fuse_failure: str | None = None
+
+#: What the options of ``tierfs mount`` that only a FUSE mount honours do: watch mode
+#: refuses them (the CLI would ignore most of them, which would hide that they do nothing).
+_FUSE_ONLY_OPTIONS = {
+    "--read-only": "a watched directory is a plain directory and stays writable",
+    "--snapshot": "a snapshot is mounted read-only; use tierfs.restore() for a copy of it",
+    "--nonempty": "watch mode judges a non-empty directory against the workspace itself",
+    "--no-store": "watch mode needs a store",
+    "--allow-other": "a watched directory has its own permissions",
+    "--no-allow-other": "a watched directory has its own permissions",
+    "--writeback-cache": "there is no FUSE page cache",
+    "--attr-ttl": "there is no FUSE attribute cache",
+    "--entry-ttl": "there is no FUSE name cache",
+    "--threads": "there are no FUSE requests",
+    "--io-threads": "there are no FUSE requests",
+}
+# The errors of `tierfs mount` that mean FUSE does not work here (tierfs-daemon's
+# `check_fuse_device` and `explain_mount_error`), not that the store, key or path is wrong.
+_FUSE_ERROR = re.compile(
+    r"^(?:(/dev/fuse is missing)(?::.*)?|checking /dev/fuse: (.*)|mounting FUSE filesystem at .*?: (.*))$"
+)
 
 
 def _canonical(path: PathLike) -> str:
@@ -91,8 +138,10 @@ class Mount:
         read_only: whether the mount refuses writes.
         reattached: ``True`` when :func:`mount` found this mount already running (a
             re-run cell, a restarted kernel) instead of starting it.
-        mode: ``"fuse"`` (a FUSE mount) or ``"watch"`` (a daemon in watch mode; ``mount()``
-            does not fall back to it yet).
+        mode: ``"fuse"`` (a FUSE mount) or ``"watch"`` (a plain directory that a watcher
+            syncs to the workspace: where FUSE does not work, or when asked for).
+        fallback_reason: why :func:`mount` started watch mode instead of a FUSE mount
+            (``None`` for a FUSE mount, a watch asked for, or one found running).
     """
 
     def __init__(
@@ -106,6 +155,7 @@ class Mount:
         read_only: bool,
         reattached: bool = False,
         passphrase: str | None = None,
+        mode: Literal["fuse", "watch"] = "fuse",
     ) -> None:
         self.path = path
         self.workspace = workspace
@@ -114,7 +164,8 @@ class Mount:
         self.data_dir = data_dir
         self.read_only = read_only
         self.reattached = reattached
-        self.mode: Literal["fuse", "watch"] = "fuse"
+        self.mode: Literal["fuse", "watch"] = mode
+        self.fallback_reason: str | None = None
         self.last_snapshot: Snapshot | None = None
         self._passphrase = passphrase
 
@@ -149,7 +200,13 @@ class Mount:
 
     @property
     def is_mounted(self) -> bool:
-        """Whether the kernel still has a tierfs mount at :attr:`path`."""
+        """Whether the kernel still has a tierfs mount at :attr:`path` (in watch mode:
+        whether a watcher still answers for it)."""
+        if self.mode == "watch":
+            try:
+                return bool(_status_report(self.path).get("watch"))
+            except TierfsError:
+                return False
         entry = _mounttable.find(self.path)
         return entry is not None and entry.is_tierfs
 
@@ -272,28 +329,49 @@ class Mount:
         return snapshots(self.store, self.workspace or _DEFAULT_WORKSPACE, passphrase=self._passphrase)
 
     def unmount(self, flush: bool = True, timeout: float = 300.0) -> None:
-        """Unmounts the workspace.
+        """Unmounts the workspace (in watch mode: stops watching; the directory and its
+        files stay).
 
         Args:
             flush: ``True`` waits until the daemon has written everything to the local disk
                 and the store, unmounted and exited, and raises if the flush did not
-                complete; ``False`` detaches the mount at once even if files are open
+                complete (in watch mode after a last full pass: ``tierfs unwatch``);
+                ``False`` detaches the mount at once even if files are open
                 (``umount --lazy``): the daemon flushes and exits once the last file is
-                closed.
+                closed. In watch mode ``False`` sends the watcher SIGTERM and returns: it
+                makes its last pass, flushes and exits on its own (within its
+                ``--flush-timeout``, 60 s by default).
             timeout: seconds the flush, the unmount and the daemon's exit may take.
 
         Raises:
             TierfsError: the unmount or its flush failed (the message says what is left).
         """
-        args = ["umount", "--timeout", str(max(1, int(timeout)))]
-        if not flush:
-            args.append("--lazy")
-        args.append(self.path)
-        _cli.run_json(args, timeout=timeout + STATUS_TIMEOUT)
+        if self.mode == "watch" and not flush:
+            self._stop_watcher()
+        else:
+            args = ["unwatch" if self.mode == "watch" else "umount", "--timeout", str(max(1, int(timeout)))]
+            if not flush:
+                args.append("--lazy")
+            args.append(self.path)
+            _cli.run_json(args, timeout=timeout + STATUS_TIMEOUT)
         with _current_lock:
             global _current
             if _current is self:
                 _current = None
+
+    def _stop_watcher(self) -> None:
+        """SIGTERM to the process that watches :attr:`path` now (asked by its control
+        socket, so a reused pid is never signalled)."""
+        report = _status_report(self.path)
+        if not report.get("watch"):
+            raise NotFoundError(f"{self.path} is not watched (it is a FUSE mount now)")
+        pid = int(report["pid"])
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return  # it stopped on its own meanwhile
+        except PermissionError as err:
+            raise TierfsError(f"stopping the watcher of {self.path} (pid {pid}): {err}") from None
 
 
 def _background() -> concurrent.futures.ThreadPoolExecutor:
@@ -313,17 +391,19 @@ def _status_report(path: str, timeout: float = STATUS_TIMEOUT) -> Mapping[str, A
 
 
 def _served(path: str) -> Mapping[str, Any] | None:
-    """The status of a live tierfs mount at ``path``, or ``None`` if nobody serves one."""
+    """The status of a live tierfs mount or watch at ``path``, or ``None`` if nobody
+    serves one."""
     entry = _mounttable.find(path)
-    if entry is None or not entry.is_tierfs:
-        return None
+    fuse = entry is not None and entry.is_tierfs
     try:
-        return _status_report(path)
+        report = _status_report(path)
     except CommandTimeoutError:
         raise
     except TierfsError:
-        # A dead daemon's stale mount: `tierfs mount` clears it.
+        # Nothing answers: no mount, or a dead daemon's stale mount (`tierfs mount` clears
+        # it). A watched directory has no mount of its own; its watcher answers here.
         return None
+    return report if fuse or report.get("watch") else None
 
 
 def attach(path: PathLike, *, passphrase: str | None = None) -> Mount:
@@ -355,6 +435,7 @@ def mount(
     timeout: float = 120,
     force_remount: bool = False,
     *,
+    mode: MountMode | None = None,
     passphrase: str | None = None,
     takeover: bool = False,
     options: Sequence[str] = (),
@@ -362,37 +443,62 @@ def mount(
 ) -> Mount:
     """Mounts a workspace at ``path`` and returns a handle to it.
 
-    Idempotent: when ``path`` is already a tierfs mount of this workspace (a re-run cell, a
-    restarted kernel), it returns a handle to that mount and starts nothing. On a runtime
-    whose local data is gone (a reset), the mount gets the workspace back from the store.
+    Idempotent: when ``path`` is already a tierfs mount (or watch) of this workspace (a
+    re-run cell, a restarted kernel), it returns a handle to that mount and starts nothing.
+    On a runtime whose local data is gone (a reset), the mount gets the workspace back from
+    the store.
+
+    Without FUSE (no ``/dev/fuse``, a device that does not open, or a FUSE mount that fails
+    for want of FUSE: no ``CAP_SYS_ADMIN``, no ``fusermount3``), the same call serves the
+    workspace in watch mode on the same path (``tierfs watch``): ``path`` stays a plain
+    directory, an empty one gets the workspace restored into it, and a watcher syncs every
+    change to the store; one line says so, and the handle's ``mode`` is ``"watch"``.
+    ``sync``, ``status``, ``unmount`` (``tierfs unwatch``) and reattaching work the same.
 
     Args:
-        path: the mount point; created if missing, and it must be empty.
+        path: the mount point; created if missing, and it must be empty (in watch mode it
+            may also hold this workspace's files already: the watcher resumes).
         store: the store file from ``tierfs init`` (S3 or ``file://`` backends).
             ``None``: ``$TIERFS_STORE`` if set, else the embedded default store in this
             machine's data home (created by the first mount; it survives a lost data dir,
             not a lost disk or a reset of the whole runtime).
         workspace: the workspace of the store to mount.
-        readonly: mount read-only.
+        readonly: mount read-only (FUSE only: refused in watch mode, where the directory
+            stays writable).
         cache_size: the local cache's limit, in bytes or as ``"10G"``; ``None``: no limit.
+            In watch mode it bounds only the data dir's cache of what a restore fetched:
+            ``path`` itself holds every byte of the workspace.
         timeout: seconds to wait for the mount to be ready (a restore may take a while).
-        force_remount: unmount (with a flush) whatever tierfs mount is at ``path`` and
-            mount again.
+        force_remount: unmount (with a flush) whatever tierfs mount or watch is at ``path``
+            and mount again.
+        mode: ``"auto"`` (FUSE where it works, else watch mode), ``"fuse"`` (never watch
+            mode: fail where FUSE does not work) or ``"watch"`` (watch mode even where FUSE
+            works). ``None``: ``$TIERFS_MODE`` if set, else ``"auto"``.
         passphrase: unlocks a store made with a passphrase (else ``$TIERFS_PASSPHRASE``).
             It reaches ``tierfs`` through its environment, never its command line.
         takeover: take the workspace over although another node's lease has not expired
             (after a reset, when the old runtime is gone for good).
-        options: more ``tierfs mount`` options, e.g. ``["--dirty-age", "2"]``.
-        quiet: print nothing (by default one line says what was mounted).
+        options: more ``tierfs mount`` options, e.g. ``["--dirty-age", "2"]``; in watch
+            mode the FUSE-only ones (``--allow-other``, ``--writeback-cache``, TTLs,
+            threads, ``--read-only``, ``--snapshot``, ``--nonempty``, ``--no-store``) are
+            refused.
+        quiet: print nothing (by default one line says what was mounted, and why watch
+            mode when it fell back to it).
 
     Raises:
         PathInUseError: ``path`` is not empty, is another mount, or is a tierfs mount of
-            another workspace (unless ``force_remount``).
+            another workspace (unless ``force_remount``); in watch mode: ``path`` is not
+            empty and does not hold this workspace.
+        InvalidInputError: an option that watch mode cannot honour, when watch mode is
+            what this runtime (or ``mode``) gives; a bad ``mode``.
         WrongKeyError: the passphrase or key file does not unlock the store.
-        UnavailableError: the store does not answer (a mount waits up to ``timeout``).
+        UnavailableError: the store does not answer (a mount waits up to ``timeout``);
+            with ``mode="fuse"``, also FUSE not working here.
         FencedError: another node holds the workspace's lease.
         TierfsError: any other failure, with the CLI's message.
     """
+    global _fuse_failure
+    mode = _resolve_mode(mode)
     target = _canonical(path)
     store_file = _absolute(store) if store is not None else None
     if store_file is None and os.environ.get("TIERFS_STORE"):
@@ -401,21 +507,23 @@ def mount(
     report = _served(target)
     if report is not None:
         existing = Mount._from_report(report, reattached=True, passphrase=passphrase)
-        mismatch = _mismatch(existing, store_file, workspace, readonly)
+        mismatch = _mismatch(existing, store_file, workspace, readonly, mode)
         if mismatch is None and not force_remount:
-            _say(quiet, f"tierfs: {target} is already mounted (pid {existing.pid}); reattached")
+            what = "watched" if existing.mode == "watch" else "mounted"
+            _say(quiet, f"tierfs: {target} is already {what} (pid {existing.pid}); reattached")
             _set_current(existing)
             return existing
         if not force_remount:
+            verb = "unwatch" if existing.mode == "watch" else "umount"
             raise PathInUseError(
-                f"{target} is already a tierfs mount of {mismatch}; unmount it first "
-                f"(tierfs.Mount.unmount or `tierfs umount {target}`) or pass force_remount=True"
+                f"{target} is already {_noun(existing)} {mismatch}; unmount it first "
+                f"(tierfs.Mount.unmount or `tierfs {verb} {target}`) or pass force_remount=True"
             )
         existing.unmount(flush=True)
 
-    args = ["mount", "--timeout", str(max(1, int(timeout))), "--workspace", workspace]
+    common = ["--timeout", str(max(1, int(timeout))), "--workspace", workspace]
     if store_file is not None:
-        args += ["--store", store_file]
+        common += ["--store", store_file]
     if workspace != _DEFAULT_WORKSPACE:
         # The CLI's default data dir (<data home>/default) is one per user, whatever the
         # workspace: give each workspace its own, so two workspaces never share local state.
@@ -424,22 +532,43 @@ def mount(
                 f"workspace {workspace!r} needs store=...: the embedded default store is mounted "
                 f"as workspace 'default' only"
             )
-        args += ["--data-dir", os.path.join(_data_home(), workspace)]
+        common += ["--data-dir", os.path.join(_data_home(), workspace)]
+    if cache_size is not None:
+        common += ["--cache-size", str(cache_size)]
+    if takeover:
+        common.append("--takeover")
+    extra = list(options)
+    serve = _Serve(target, store_file, workspace, passphrase, timeout, quiet)
+
+    fallback = None
+    if mode == "auto":
+        fallback = _fuse_failure or _fuse_problem()
+    if mode == "watch" or fallback is not None:
+        _refuse_in_watch_mode(target, readonly, extra, fallback)
+        return serve.watch([*common, *extra], fallback)
+
+    args = ["mount", *common]
     if readonly:
         args.append("--read-only")
-    if cache_size is not None:
-        args += ["--cache-size", str(cache_size)]
-    if takeover:
-        args.append("--takeover")
-    args += [*options, "--", target]
-
+    args += [*extra, "--", target]
     before = _mounttable.find(target)
     started = time.monotonic()
     try:
         info = _cli.run_json(args, timeout=timeout + _MOUNT_MARGIN, passphrase=passphrase)
-    except TierfsError:
+    except TierfsError as err:
         _clear_half_mount(target, before)
-        raise
+        if mode != "auto":
+            raise
+        fallback = _fuse_error_reason(err)
+        if fallback is None and isinstance(err, PathInUseError) and _refuses_the_directory(err):
+            # The CLI judged the directory before trying FUSE: whether FUSE works at all
+            # decides between this refusal and watch mode (which judges it itself).
+            fallback = _probe_fuse()
+        if fallback is None:
+            raise
+        _fuse_failure = fallback
+        _refuse_in_watch_mode(target, readonly, extra, fallback)
+        return serve.watch([*common, *extra], fallback)
     handle = Mount(
         str(info.get("mountpoint", target)),
         workspace=workspace if store_file is not None or workspace == _DEFAULT_WORKSPACE else None,
@@ -450,29 +579,178 @@ def mount(
         reattached=bool(info.get("already_mounted", False)),
         passphrase=passphrase,
     )
-    # The daemon knows what it mounted (the embedded store's file, no store at all).
-    try:
-        served = Mount._from_report(_status_report(handle.path), handle.reattached, passphrase)
-        handle.store, handle.workspace, handle.read_only = served.store, served.workspace, served.read_only
-        handle.mode = served.mode
-    except TierfsError:
-        pass
+    serve.refresh(handle)
     where = f"workspace {handle.workspace!r} of {handle.store}" if handle.store else "no store (hot tier only)"
     _say(quiet, f"tierfs: mounted {handle.path} ({where}) in {time.monotonic() - started:.1f} s")
     _set_current(handle)
     return handle
 
 
-def _mismatch(existing: Mount, store_file: str | None, workspace: str, readonly: bool) -> str | None:
+class _Serve:
+    """What :func:`mount` needs to start watch mode and to read back what it started."""
+
+    def __init__(
+        self, target: str, store_file: str | None, workspace: str, passphrase: str | None, timeout: float, quiet: bool
+    ) -> None:
+        self.target = target
+        self.store_file = store_file
+        self.workspace = workspace
+        self.passphrase = passphrase
+        self.timeout = timeout
+        self.quiet = quiet
+
+    def refresh(self, handle: Mount) -> None:
+        """The daemon knows what it serves (the embedded store's file, no store at all)."""
+        try:
+            served = Mount._from_report(_status_report(handle.path), handle.reattached, self.passphrase)
+        except TierfsError:
+            return
+        handle.store, handle.workspace, handle.read_only = served.store, served.workspace, served.read_only
+        handle.mode = served.mode
+
+    def watch(self, args: list[str], fallback: str | None) -> Mount:
+        """Runs ``tierfs watch ARGS -- TARGET``; ``fallback`` says why (``None``: asked for)."""
+        started = time.monotonic()
+        # `tierfs watch` refuses a missing directory; mount() creates it, as `tierfs mount` does.
+        with contextlib.suppress(OSError):
+            os.makedirs(self.target, exist_ok=True)
+        # A failed watch leaves nothing: the CLI stops a watcher that did not get ready.
+        info = _cli.run_json(
+            ["watch", *args, "--", self.target], timeout=self.timeout + _MOUNT_MARGIN, passphrase=self.passphrase
+        )
+        handle = Mount(
+            str(info.get("mountpoint", self.target)),
+            workspace=self.workspace,
+            store=self.store_file,
+            pid=int(info["pid"]),
+            data_dir=str(info.get("data_dir", "")),
+            read_only=False,
+            reattached=bool(info.get("already_mounted", False)),
+            passphrase=self.passphrase,
+            mode="watch",
+        )
+        self.refresh(handle)
+        handle.fallback_reason = fallback
+        secs = time.monotonic() - started
+        where = f"workspace {handle.workspace!r} of {handle.store}"
+        if fallback is None:
+            line = f"tierfs: watching {handle.path} (watch mode, as asked; {where}) in {secs:.1f} s"
+        else:
+            line = (
+                f"tierfs: no FUSE here ({fallback}): watching {handle.path} instead (watch mode: a plain "
+                f"directory synced to {where}) in {secs:.1f} s"
+            )
+        _say(self.quiet, line)
+        _set_current(handle)
+        return handle
+
+
+def _resolve_mode(mode: str | None) -> MountMode:
+    chosen = mode if mode is not None else (os.environ.get(MODE_ENV) or "auto")
+    if chosen not in _MODES:
+        source = "mode" if mode is not None else f"${MODE_ENV}"
+        raise InvalidInputError(f"{source}={chosen!r} is not a mount mode: use 'auto', 'fuse' or 'watch'")
+    return chosen  # type: ignore[return-value]
+
+
+def _fuse_problem() -> str | None:
+    """Why FUSE cannot work here, when that is certain without trying a mount: the device
+    is missing, or opening it fails in a way no helper gets around (no driver, a device
+    cgroup that denies it). ``None``: a FUSE mount is worth trying (a non-root user who may
+    not open the device may still mount through the setuid ``fusermount3``)."""
+    try:
+        fd = os.open(FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return f"{FUSE_DEVICE} is missing"
+    except OSError as err:
+        if err.errno in (errno.ENODEV, errno.ENXIO, errno.EPERM):
+            return f"{FUSE_DEVICE} cannot be opened: {os.strerror(err.errno)}"
+        return None
+    os.close(fd)
+    return None
+
+
+def _fuse_error_reason(err: TierfsError) -> str | None:
+    """Why FUSE does not work here, when ``err`` (a failed ``tierfs mount``) says so; else
+    ``None``. A mount refused for an option (``allow_other`` without ``user_allow_other``)
+    is the user's to fix, not a reason for watch mode."""
+    message = err.message.strip()
+    first = message.splitlines()[0] if message else ""
+    found = _FUSE_ERROR.match(first)
+    if found is None or "allow_other needs" in message:
+        return None
+    if found.group(1):
+        return found.group(1)
+    if found.group(2):
+        return f"{FUSE_DEVICE}: {found.group(2)}"
+    return f"the FUSE mount failed: {found.group(3).strip()}"
+
+
+def _refuses_the_directory(err: TierfsError) -> bool:
+    """A refusal of the mount point itself (not empty, another filesystem's mount point),
+    which the CLI checks before it tries FUSE."""
+    return bool(re.search(r"is not empty|is already a mount point", err.message))
+
+
+def _probe_fuse() -> str | None:
+    """Mounts a scratch directory by FUSE (hot tier only) and unmounts it again: why FUSE
+    does not work here, or ``None`` when it does (or the probe failed for another reason)."""
+    scratch = tempfile.mkdtemp(prefix="tierfs-probe-")
+    point = os.path.join(scratch, "mnt")
+    try:
+        try:
+            _cli.run_json(
+                ["mount", "--timeout", "30", "--no-store", "--data-dir", os.path.join(scratch, "data"), "--", point],
+                timeout=30 + _MOUNT_MARGIN,
+            )
+        except TierfsError as err:
+            _clear_half_mount(point, None)
+            return _fuse_error_reason(err)
+        with contextlib.suppress(TierfsError):
+            _cli.run_json(["umount", "--timeout", "60", point], timeout=90)
+        return None
+    finally:
+        entry = _mounttable.find(os.path.realpath(point))
+        if entry is None:  # never delete through a mount that is still there
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _refuse_in_watch_mode(target: str, readonly: bool, options: Sequence[str], fallback: str | None) -> None:
+    """Raises :class:`InvalidInputError`, before anything starts, for what watch mode cannot
+    honour."""
+    refused = []
+    if readonly:
+        refused.append("readonly=True (a watched directory is a plain directory and stays writable)")
+    for option in options:
+        name = option.split("=", 1)[0]
+        if name in _FUSE_ONLY_OPTIONS:
+            refused.append(f"{name} ({_FUSE_ONLY_OPTIONS[name]})")
+    if not refused:
+        return
+    why = f"FUSE is not available here ({fallback}), so" if fallback is not None else "with mode='watch'"
+    raise InvalidInputError(
+        f"{why} {target} would be served in watch mode, which cannot honour "
+        f"{'; '.join(refused)}. Drop {'it' if len(refused) == 1 else 'them'} to watch {target}, or mount "
+        f"where FUSE works (tierfs.restore() makes a plain copy of a snapshot)"
+    )
+
+
+def _noun(existing: Mount) -> str:
+    return "a tierfs watch" if existing.mode == "watch" else "a tierfs mount"
+
+
+def _mismatch(existing: Mount, store_file: str | None, workspace: str, readonly: bool, mode: str) -> str | None:
     """How ``existing`` differs from what was asked for, or ``None``."""
     if existing.store is None:
-        return "no store (hot tier only)"
+        return "without a store (hot tier only)"
     if (existing.workspace or _DEFAULT_WORKSPACE) != workspace:
-        return f"workspace {existing.workspace!r}"
+        return f"of workspace {existing.workspace!r}"
     if store_file is not None and os.path.realpath(store_file) != os.path.realpath(existing.store):
-        return f"store {existing.store}"
+        return f"of store {existing.store}"
     if existing.read_only != readonly:
-        return "read-only" if existing.read_only else "read-write"
+        return "that is read-only" if existing.read_only else "that is read-write (readonly=True was asked for)"
+    if mode != "auto" and existing.mode != mode:
+        return f"(mode={mode!r} was asked for)"
     return None
 
 

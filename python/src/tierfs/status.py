@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Status", "BackendHealth", "UNSYNCED_WARNING_SECS", "format_bytes", "format_age"]
+__all__ = ["Status", "BackendHealth", "WatchState", "UNSYNCED_WARNING_SECS", "format_bytes", "format_age"]
 
 #: Unsynced data older than this (seconds) earns a warning line in :meth:`Status.format`.
 #: Data normally reaches the store within seconds (a file once closed, open files after
@@ -37,12 +37,62 @@ class BackendHealth:
 
 
 @dataclass(frozen=True)
+class WatchState:
+    """What a watcher (watch mode) reports beyond a mount's status.
+
+    Attributes:
+        detection: ``"events"`` (inotify events, plus a full pass every few minutes) or
+            ``"rescan-only"`` (events could not be trusted: full passes every 10 s).
+        detection_fallback: why events are not used (``None`` with events).
+        start: how the directory and the workspace met (``fresh``, ``resumed``,
+            ``restored (...)``).
+        passes: passes over the directory so far; ``full_passes`` of them over all of it.
+        full_passes: see ``passes``.
+        pending_dirs: directories with changes that no pass has synced yet.
+        oldest_pending_secs: how long the oldest of those has waited (``None``: none).
+        unstable: files that kept changing while read: the store keeps their last good
+            version.
+        unreadable: ``(path, why)`` of files the watcher cannot read: they are not in the
+            store.
+        last_error: why the last pass failed (it is retried), or ``None``.
+    """
+
+    detection: str
+    detection_fallback: str | None
+    start: str
+    passes: int
+    full_passes: int
+    pending_dirs: int
+    oldest_pending_secs: float | None
+    unstable: tuple[str, ...]
+    unreadable: tuple[tuple[str, str], ...]
+    last_error: str | None
+
+    @classmethod
+    def from_report(cls, watch: Mapping[str, Any]) -> WatchState:
+        pending = int(watch.get("pending_dirs", 0))
+        return cls(
+            detection=str(watch.get("mode", "")),
+            detection_fallback=watch.get("fallback_reason"),
+            start=str(watch.get("start", "")),
+            passes=int(watch.get("passes", 0)),
+            full_passes=int(watch.get("full_passes", 0)),
+            pending_dirs=pending,
+            oldest_pending_secs=int(watch.get("oldest_pending_ms", 0)) / 1000 if pending else None,
+            unstable=tuple(str(p) for p in watch.get("unstable") or ()),
+            unreadable=tuple((str(p), str(why)) for p, why in watch.get("unreadable") or ()),
+            last_error=watch.get("last_error"),
+        )
+
+
+@dataclass(frozen=True)
 class Status:
     """The state of one mount at one moment.
 
     Attributes:
-        path: the mount point.
-        mode: how the workspace is served: ``"fuse"`` (a FUSE mount) or ``"watch"``.
+        path: the mount point (the watched directory in watch mode).
+        mode: how the workspace is served: ``"fuse"`` (a FUSE mount) or ``"watch"`` (a
+            plain directory that a watcher syncs: see :attr:`watch`).
         workspace: the workspace of the store (``None`` without a store).
         store: the store file (``None``: hot tier only, nothing leaves this disk).
         pid: the serving daemon's process id.
@@ -51,17 +101,20 @@ class Status:
         pending_files: files holding ``pending_bytes``.
         pending_metadata_bytes: metadata (names, sizes, modes) not yet in the store.
         oldest_unsynced_secs: age of the oldest change not yet in the store, in seconds;
-            ``None`` when everything is there.
+            ``None`` when everything is there (in watch mode, changes no pass has seen
+            yet count too).
         last_snapshot: id of the last snapshot this mount committed (``None`` if it took
             none since it started).
         cache_used_bytes: file data held on the local disk.
         cache_limit_bytes: the cache's size limit (``None``: not limited).
         backends: each backend of the store, reachable or not.
-        healthy: every backend answers and the mount still writes to the store.
+        healthy: every backend answers and the mount still writes to the store (in watch
+            mode: and the last pass over the directory succeeded).
         error: the last store error, or why the mount stopped writing to it.
         data_dir: the local data directory.
         uptime_secs: how long the daemon has served the mount.
         version: the daemon's tierfs version.
+        watch: the watcher's state in watch mode (``None`` for a FUSE mount).
         raw: the full ``tierfs --json status`` report, for fields not mirrored here.
     """
 
@@ -84,13 +137,15 @@ class Status:
     data_dir: str
     uptime_secs: int
     version: str
+    watch: WatchState | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> Status:
         """A :class:`Status` from one ``tierfs --json status MOUNTPOINT`` report."""
         # A daemon that serves the workspace in watch mode says so in `watch`.
-        mode: Mode = "watch" if report.get("watch") else "fuse"
+        watch = WatchState.from_report(report["watch"]) if report.get("watch") else None
+        mode: Mode = "watch" if watch is not None else "fuse"
         cold = report.get("cold") or {}
         remote = report.get("remote") or {}
         dirty = int(cold.get("dirty_bytes", 0))
@@ -100,6 +155,8 @@ class Status:
             ages.append(int(cold.get("oldest_dirty_ms", 0)) / 1000)
         if batches > 0:
             ages.append(int(remote.get("oldest_pending_ms", 0)) / 1000)
+        if watch is not None and watch.oldest_pending_secs is not None:
+            ages.append(watch.oldest_pending_secs)
         backends = tuple(
             BackendHealth(
                 name=str(b.get("name", "")),
@@ -110,7 +167,8 @@ class Status:
             for b in report.get("backends") or ()
         )
         stopped = remote.get("stopped")
-        error = stopped or remote.get("last_error") or cold.get("last_error")
+        pass_error = watch.last_error if watch is not None else None
+        error = stopped or pass_error or remote.get("last_error") or cold.get("last_error")
         store = report.get("store")
         return cls(
             path=str(report["mountpoint"]),
@@ -127,18 +185,20 @@ class Status:
             cache_used_bytes=int(cold["resident_bytes"]) if cold else int(report.get("data_bytes", 0)),
             cache_limit_bytes=report.get("cache_size"),
             backends=backends,
-            healthy=all(b.available for b in backends) and not stopped,
+            healthy=all(b.available for b in backends) and not stopped and not pass_error,
             error=error,
             data_dir=str(report.get("data_dir", "")),
             uptime_secs=int(report.get("uptime_secs", 0)),
             version=str(report.get("version", "")),
+            watch=watch,
             raw=dict(report),
         )
 
     @property
     def synced(self) -> bool:
-        """Whether everything written so far is in the store."""
-        return self.oldest_unsynced_secs is None
+        """Whether everything written so far is in the store (in watch mode: and no file of
+        the directory is unreadable)."""
+        return self.oldest_unsynced_secs is None and not (self.watch is not None and self.watch.unreadable)
 
     def warning(self, warn_after: float = UNSYNCED_WARNING_SECS) -> str | None:
         """A one-line warning when data has waited more than ``warn_after`` seconds to reach
@@ -154,6 +214,13 @@ class Status:
                 f"{format_age(age)} old are not in the store yet; a reset now would lose them "
                 f"(run %tierfs sync, and check the backends)"
             )
+        if self.watch is not None and self.watch.unreadable:
+            names = ", ".join(p for p, _ in self.watch.unreadable[:3])
+            more = f" and {len(self.watch.unreadable) - 3} more" if len(self.watch.unreadable) > 3 else ""
+            return (
+                f"WARNING: {len(self.watch.unreadable)} files of {self.path} cannot be read and are not in "
+                f"the store: {names}{more} (see status().watch.unreadable)"
+            )
         return None
 
     def format(self, warn_after: float = UNSYNCED_WARNING_SECS) -> str:
@@ -161,6 +228,10 @@ class Status:
         rows = [
             ("mount", f"{self.path} ({self.mode}{', read-only' if self.read_only else ''}, pid {self.pid})"),
         ]
+        w = self.watch
+        if w is not None:
+            detection = f"{w.detection} ({w.detection_fallback})" if w.detection_fallback else w.detection
+            rows.append(("watch", f"{detection}; started {w.start}; {w.passes} passes ({w.full_passes} full)"))
         if self.store is None:
             rows.append(("store", "none: hot tier only, nothing leaves this disk"))
         else:
@@ -183,6 +254,10 @@ class Status:
             state = "ok" if b.available else "DOWN"
             detail = f" ({b.consecutive_failures} failures; last: {b.last_error})" if b.consecutive_failures else ""
             rows.append(("backend", f"{state}  {b.name}{detail}"))
+        if w is not None:
+            if w.unstable:
+                rows.append(("unstable", f"{', '.join(w.unstable)} (the store keeps their last good version)"))
+            rows.extend(("unreadable", f"{p}: {why}") for p, why in w.unreadable)
         if self.error and self.healthy:
             rows.append(("last error", self.error))
         width = max(len(key) for key, _ in rows) + 2
