@@ -24,12 +24,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::block::CHUNK_SIZE;
+use crate::block::{self, CHUNK_SIZE};
 use crate::types::{Attr, ErrorKind, FileKind, Ino, ROOT_INO, Timestamp};
 use crate::vfs::{Caller, DirEntry, Vfs, VfsError};
-
-/// The unit a file is written in: an all-zero page is left a hole.
-const PAGE: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -209,10 +206,8 @@ impl Writer<'_> {
             if data.len() as u64 != want {
                 return Err(ExportError::ShortRead { path: p.into(), offset: at, want, got: data.len() as u64 });
             }
-            for (i, page) in data.chunks(PAGE).enumerate() {
-                if page.iter().any(|&b| b != 0) {
-                    out.write_all_at(page, at + (i * PAGE) as u64).map_err(ExportError::io("write", p))?;
-                }
+            for run in block::data_runs(&data) {
+                out.write_all_at(&data[run.clone()], at + run.start as u64).map_err(ExportError::io("write", p))?;
             }
             self.written.bytes += want;
             self.visitor.progress(&self.written);

@@ -14,8 +14,13 @@
 //! envelope(block 1) | envelope(block 2) | … | envelope(trailer) | trailer_len u32 LE | "TFP1"
 //! ```
 //!
-//! Each block envelope is `Keys::seal(Block, block id, plaintext)`, so a block read checks the
+//! Each block envelope is `Keys::seal(Block, block id, stored)`, so a block read checks the
 //! AEAD tag (bound to the block's id) and then the id itself (blake3 of the plaintext). The
+//! stored bytes are the plaintext itself, or, for a chunk with holes, its *sparse* encoding:
+//! only the data runs, then a table of where they go ([`PackBuilder::seal_staged_runs`]). A
+//! block is sparse exactly when its envelope holds fewer bytes than its plaintext length
+//! (which the trailer and the index record), so the zeros of a hole inside a chunk are never
+//! uploaded, and blocks written before the encoding existed read as they always did. The
 //! trailer lists the pack's blocks; it makes a pack self-describing, so the index can be
 //! rebuilt from the packs alone and scrub can check every block of a pack.
 //!
@@ -24,7 +29,9 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::crypto::{CryptoError, Hash, Keys, ObjectKind, STAGE_GAP, sealed_len};
+use std::ops::Range;
+
+use crate::crypto::{CryptoError, ENVELOPE_OVERHEAD, Hash, Keys, ObjectKind, STAGE_GAP, sealed_len};
 use crate::types::ErrorKind;
 
 /// Size of a file chunk and thus the largest block: big enough that per-block overhead
@@ -32,8 +39,9 @@ use crate::types::ErrorKind;
 /// enough that a random read of a cold file fetches little more than it needs.
 pub const CHUNK_SIZE: u64 = 4 << 20;
 
-/// Format version of packs and index segments (docs/FORMAT.md).
-pub const PACK_FORMAT: u8 = 1;
+/// Format version of packs and index segments (docs/FORMAT.md). 2: blocks may be sparse;
+/// version 1 packs (all blocks dense) read the same way.
+pub const PACK_FORMAT: u8 = 2;
 
 const PACK_MAGIC: &[u8; 4] = b"TFP1";
 /// `trailer_len` + magic after the trailer envelope.
@@ -42,6 +50,29 @@ const PACK_FOOTER: usize = 8;
 const TRAILER_ENTRY: usize = 32 + 8 + 4 + 4;
 /// Bytes per entry in an index segment: id, pack id, offset, sealed and plain length, pack length.
 const INDEX_ENTRY: usize = 32 + 32 + 8 + 4 + 4 + 8;
+/// Bytes per run in a sparse block's table: offset u32 LE, length u32 LE.
+const RUN_ENTRY: usize = 8;
+
+/// The unit holes are found in inside a block: a page of zeros is a hole, neither stored in a
+/// sparse block nor written back into a data file.
+pub const PAGE: usize = 4096;
+
+/// The runs of `bytes` that hold data: its pages (of [`PAGE`] bytes, the last one maybe
+/// short) that are not all zeros, adjacent ones merged, in order.
+pub fn data_runs(bytes: &[u8]) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (i, page) in bytes.chunks(PAGE).enumerate() {
+        // An OR over the page vectorizes; `any` would stop early but compare byte by byte.
+        if page.iter().fold(0u8, |acc, &b| acc | b) != 0 {
+            let (start, end) = (i * PAGE, i * PAGE + page.len());
+            match out.last_mut() {
+                Some(r) if r.end == start => r.end = end,
+                _ => out.push(start..end),
+            }
+        }
+    }
+    out
+}
 
 /// The name of a block: keyed blake3 of its plaintext.
 pub type BlockId = Hash;
@@ -126,6 +157,11 @@ impl BlockLoc {
     pub fn range(&self) -> std::ops::Range<u64> {
         self.offset..self.offset + u64::from(self.sealed_len)
     }
+
+    /// Bytes the envelope holds: the plaintext length, or less for a sparse block.
+    pub fn stored_len(&self) -> u64 {
+        u64::from(self.sealed_len).saturating_sub(ENVELOPE_OVERHEAD as u64)
+    }
 }
 
 /// Store key of a pack: `packs/<first byte hex>/<id hex>` (fan-out keeps listings short).
@@ -207,11 +243,50 @@ impl PackBuilder {
     /// # Panics
     /// If nothing is staged.
     pub fn seal_staged(&mut self, keys: &Keys, id: &BlockId) {
+        let start = self.staged.expect("tierfs: seal_staged without a staged block");
+        let plain_len = self.buf.len() - start - STAGE_GAP;
+        self.seal_staged_as(keys, id, plain_len);
+    }
+
+    /// Seals the staged plaintext as block `id`, storing only `runs` (the parts of it that
+    /// hold data, in order and apart; the rest is zeros, a hole of the file) when that is
+    /// shorter: the runs' bytes move to the front in place, followed by their table
+    /// (docs/FORMAT.md, "Sparse blocks"). Returns the bytes stored.
+    ///
+    /// # Panics
+    /// If nothing is staged, or a run is out of order or past the staged plaintext.
+    pub fn seal_staged_runs(&mut self, keys: &Keys, id: &BlockId, runs: &[Range<usize>]) -> usize {
+        let start = self.staged.expect("tierfs: seal_staged_runs without a staged block");
+        let base = start + STAGE_GAP;
+        let plain_len = self.buf.len() - base;
+        let data: usize = runs.iter().map(|r| r.len()).sum();
+        let encoded = data + RUN_ENTRY * runs.len() + 4;
+        if encoded < plain_len {
+            let mut at = base;
+            let mut prev_end = 0;
+            for r in runs {
+                assert!(r.start >= prev_end && r.end <= plain_len, "tierfs: bad run {r:?} of a staged block");
+                prev_end = r.end;
+                self.buf.copy_within(base + r.start..base + r.end, at);
+                at += r.len();
+            }
+            self.buf.truncate(at);
+            for r in runs {
+                self.buf.extend_from_slice(&(r.start as u32).to_le_bytes());
+                self.buf.extend_from_slice(&(r.len() as u32).to_le_bytes());
+            }
+            self.buf.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+        }
+        let stored = self.buf.len() - base;
+        self.seal_staged_as(keys, id, plain_len);
+        stored
+    }
+
+    fn seal_staged_as(&mut self, keys: &Keys, id: &BlockId, plain_len: usize) {
         let start = self.staged.take().expect("tierfs: seal_staged without a staged block");
-        let plain_len = (self.buf.len() - start - STAGE_GAP) as u32;
         keys.seal_staged(ObjectKind::Block, id, &mut self.buf, start);
         let sealed = (self.buf.len() - start) as u32;
-        self.entries.push((*id, start as u64, sealed, plain_len));
+        self.entries.push((*id, start as u64, sealed, plain_len as u32));
     }
 
     /// Forgets the staged plaintext (a block the store already has); nothing if none is staged.
@@ -250,10 +325,11 @@ impl PackBuilder {
     }
 }
 
-/// Decrypts and verifies one block envelope: the AEAD tag binds it to `id`, and the
-/// plaintext must hash to `id` under this store's key.
-pub fn open_block(keys: &Keys, id: &BlockId, sealed: &[u8]) -> Result<Vec<u8>> {
-    let plain = keys.open(ObjectKind::Block, id, sealed)?;
+/// Decrypts and verifies one block envelope: the AEAD tag binds it to `id`, a sparse block is
+/// expanded to its `plain_len` bytes, and the plaintext must hash to `id` under this store's key.
+pub fn open_block(keys: &Keys, id: &BlockId, plain_len: u32, sealed: &[u8]) -> Result<Vec<u8>> {
+    let stored = keys.open(ObjectKind::Block, id, sealed)?;
+    let plain = if stored.len() == plain_len as usize { stored } else { expand(id, plain_len, &stored)?.to_vec() };
     check_id(keys, id, &plain)?;
     Ok(plain)
 }
@@ -266,11 +342,46 @@ fn check_id(keys: &Keys, id: &BlockId, plain: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The plaintext of a sparse block (`stored` shorter than `plain_len`): its runs, placed by
+/// their table, and zeros between them. Every run must lie inside the block, in order and
+/// apart, and the runs must hold exactly the stored data.
+fn expand(id: &BlockId, plain_len: u32, stored: &[u8]) -> Result<Bytes> {
+    let bad = |reason: String| BlockError::BadBlock { block: hex::encode(id), reason };
+    if stored.len() > plain_len as usize {
+        return Err(bad(format!("{} bytes stored for a block of {plain_len}", stored.len())));
+    }
+    let u32_at = |at: usize| u32::from_le_bytes(stored[at..at + 4].try_into().expect("4 bytes")) as usize;
+    if stored.len() < 4 {
+        return Err(bad("sparse block without its run count".into()));
+    }
+    let n = u32_at(stored.len() - 4);
+    let table = n.checked_mul(RUN_ENTRY).and_then(|t| t.checked_add(4)).filter(|&t| t <= stored.len());
+    let Some(table) = table else {
+        return Err(bad(format!("sparse block: a table of {n} runs does not fit in {} bytes", stored.len())));
+    };
+    let data_len = stored.len() - table;
+    let mut plain = BytesMut::zeroed(plain_len as usize);
+    let (mut from, mut prev_end) = (0usize, 0usize);
+    for k in 0..n {
+        let at = data_len + k * RUN_ENTRY;
+        let (offset, len) = (u32_at(at), u32_at(at + 4));
+        if offset < prev_end || offset + len > plain_len as usize || from + len > data_len {
+            return Err(bad(format!("sparse block: run {k} ({len} bytes at {offset}) out of place")));
+        }
+        plain[offset..offset + len].copy_from_slice(&stored[from..from + len]);
+        (from, prev_end) = (from + len, offset + len);
+    }
+    if from != data_len {
+        return Err(bad(format!("sparse block: its runs hold {from} of its {data_len} data bytes")));
+    }
+    Ok(plain.freeze())
+}
+
 /// Like [`open_block`], but decrypting where the bytes lie when nothing else holds them (a
 /// body just read from a backend), and in a copy only when they are shared. The plaintext is
-/// a view of that buffer.
-pub fn open_block_bytes(keys: &Keys, id: &BlockId, sealed: Bytes) -> Result<Bytes> {
-    open_block_in(keys, id, into_owned(sealed))
+/// a view of that buffer (a sparse block's, a buffer of its own).
+pub fn open_block_bytes(keys: &Keys, id: &BlockId, plain_len: u32, sealed: Bytes) -> Result<Bytes> {
+    open_block_in(keys, id, plain_len, into_owned(sealed))
 }
 
 /// The bytes as a buffer of their own, to decrypt in place: the same memory when nothing else
@@ -280,10 +391,11 @@ pub fn into_owned(bytes: Bytes) -> BytesMut {
 }
 
 /// [`open_block`] on a buffer of its own: decrypted in place, checked against `id`, and the
-/// plaintext returned as a view of the same memory.
-pub fn open_block_in(keys: &Keys, id: &BlockId, mut sealed: BytesMut) -> Result<Bytes> {
-    let plain = keys.open_in_place(ObjectKind::Block, id, &mut sealed)?;
-    let plain = sealed.freeze().slice(plain);
+/// plaintext returned as a view of the same memory (a sparse block is expanded into a new one).
+pub fn open_block_in(keys: &Keys, id: &BlockId, plain_len: u32, mut sealed: BytesMut) -> Result<Bytes> {
+    let stored = keys.open_in_place(ObjectKind::Block, id, &mut sealed)?;
+    let stored = sealed.freeze().slice(stored);
+    let plain = if stored.len() == plain_len as usize { stored } else { expand(id, plain_len, &stored)? };
     check_id(keys, id, &plain)?;
     Ok(plain)
 }
@@ -323,10 +435,11 @@ pub fn open_pack(keys: &Keys, id: &Hash, bytes: &[u8]) -> Result<Vec<(BlockId, B
             pack_len,
         };
         let r = loc.range();
-        if r.end > start as u64 || u64::from(loc.sealed_len) != sealed_len(loc.plain_len as usize) as u64 {
+        // A sparse block's envelope is shorter than a plain seal of its plaintext, never longer.
+        if r.end > start as u64 || u64::from(loc.sealed_len) > sealed_len(loc.plain_len as usize) as u64 {
             return Err(bad("block entry outside the pack body"));
         }
-        open_block(keys, &block, &bytes[r.start as usize..r.end as usize])?;
+        open_block(keys, &block, loc.plain_len, &bytes[r.start as usize..r.end as usize])?;
         out.push((block, loc));
     }
     Ok(out)
@@ -397,7 +510,7 @@ mod tests {
             prop_assert_eq!(&listed, &pack.blocks);
             for ((id, loc), data) in pack.blocks.iter().zip(&blocks) {
                 let r = loc.range();
-                let plain = open_block(&k, id, &pack.bytes[r.start as usize..r.end as usize]).expect("block");
+                let plain = open_block(&k, id, loc.plain_len, &pack.bytes[r.start as usize..r.end as usize]).expect("block");
                 prop_assert_eq!(&plain, data);
             }
             let seg = random_id();
@@ -449,7 +562,7 @@ mod tests {
             prop_assert_eq!(pack.blocks.len(), kept.len());
             for ((id, loc), data) in pack.blocks.iter().zip(&kept) {
                 let r = loc.range();
-                let plain = open_block(&k, id, &pack.bytes[r.start as usize..r.end as usize]).expect("block");
+                let plain = open_block(&k, id, loc.plain_len, &pack.bytes[r.start as usize..r.end as usize]).expect("block");
                 prop_assert_eq!(&plain, *data);
                 prop_assert_eq!(loc.plain_len as usize, data.len());
             }
@@ -457,6 +570,87 @@ mod tests {
                 prop_assert!(!pack.bytes.windows(data.len()).any(|w| w == &data[..]), "a dropped plaintext is in the pack");
             }
         }
+    }
+
+    /// A chunk made of data runs at random places in zeros: stored sparse when that is
+    /// shorter, and read back as the same bytes.
+    fn sparse_chunk(runs: &[(usize, usize)], len: usize) -> (Vec<u8>, Vec<Range<usize>>) {
+        let mut data = vec![0u8; len];
+        let mut out: Vec<Range<usize>> = Vec::new();
+        let mut at = 0;
+        for &(gap, run) in runs {
+            let start = (at + gap).min(len);
+            let end = (start + run).min(len);
+            for (i, b) in data[start..end].iter_mut().enumerate() {
+                *b = (i % 253) as u8 + 1;
+            }
+            if end > start {
+                out.push(start..end);
+            }
+            at = end;
+        }
+        (data, out)
+    }
+
+    proptest! {
+        #[test]
+        fn sparse_blocks_store_only_their_runs_and_read_back_whole(
+            runs in proptest::collection::vec((0..5000usize, 0..3000usize), 0..6),
+            len in 1..20_000usize,
+        ) {
+            let k = keys();
+            let (data, runs) = sparse_chunk(&runs, len);
+            let id = k.block_id(&data);
+            let mut b = PackBuilder::new(64);
+            b.stage(len).copy_from_slice(&data);
+            let stored = b.seal_staged_runs(&k, &id, &runs);
+            let held: usize = runs.iter().map(|r| r.len()).sum();
+            prop_assert!(stored <= len && (stored == len || stored == held + 8 * runs.len() + 4));
+            let pack = b.finish(&k);
+            prop_assert_eq!(open_pack(&k, &pack.id, &pack.bytes).expect("open"), pack.blocks.clone());
+            let (_, loc) = pack.blocks[0];
+            prop_assert_eq!(loc.plain_len as usize, len);
+            prop_assert_eq!(loc.stored_len() as usize, stored);
+            let r = loc.range();
+            let sealed = &pack.bytes[r.start as usize..r.end as usize];
+            prop_assert_eq!(&open_block(&k, &id, loc.plain_len, sealed).expect("block"), &data);
+            let opened = open_block_bytes(&k, &id, loc.plain_len, Bytes::copy_from_slice(sealed)).expect("block");
+            prop_assert_eq!(&opened[..], &data[..]);
+        }
+    }
+
+    /// A sparse block whose table was altered (and sealed again, so the AEAD passes) is
+    /// refused by its table check or its id, never expanded into other bytes.
+    #[test]
+    fn a_sparse_block_with_a_bad_table_is_refused() {
+        let k = keys();
+        let (data, runs) = sparse_chunk(&[(100, 50), (4000, 10)], 8192);
+        let id = k.block_id(&data);
+        let mut b = PackBuilder::new(64);
+        b.stage(data.len()).copy_from_slice(&data);
+        let stored_len = b.seal_staged_runs(&k, &id, &runs);
+        assert_eq!(stored_len, 60 + 2 * 8 + 4, "two runs of 60 bytes in 8 KiB are stored sparse");
+        let pack = b.finish(&k);
+        let (_, loc) = pack.blocks[0];
+        let r = loc.range();
+        let stored = k.open(ObjectKind::Block, &id, &pack.bytes[r.start as usize..r.end as usize]).expect("open");
+        let table = stored.len() - 4 - 16;
+        let cases: [(&str, usize, u32); 5] = [
+            ("a run past the block", table + 8, 8190),
+            ("runs out of order", table + 8, 120),
+            ("a run longer than the data", table + 4, 70),
+            ("more runs than the table", stored.len() - 4, 9),
+            ("fewer bytes in the runs than stored", table + 12, 1),
+        ];
+        for (what, at, value) in cases {
+            let mut bad = stored.clone();
+            bad[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            let sealed = k.seal(ObjectKind::Block, &id, &bad);
+            let err = open_block(&k, &id, loc.plain_len, &sealed).expect_err(what);
+            assert!(matches!(err, BlockError::BadBlock { .. }), "{what}: {err}");
+        }
+        let longer = k.seal(ObjectKind::Block, &id, &vec![1u8; 8193]);
+        assert!(open_block(&k, &id, loc.plain_len, &longer).is_err(), "more bytes stored than the block holds");
     }
 
     #[test]
@@ -477,7 +671,7 @@ mod tests {
         let (_, loc) = pack.blocks[0];
         let (other, _) = pack.blocks[1];
         let r = loc.range();
-        assert!(open_block(&k, &other, &pack.bytes[r.start as usize..r.end as usize]).is_err());
+        assert!(open_block(&k, &other, loc.plain_len, &pack.bytes[r.start as usize..r.end as usize]).is_err());
     }
 
     #[test]

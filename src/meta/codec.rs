@@ -301,6 +301,24 @@ mod tests {
         }
     }
 
+    proptest! {
+        #[test]
+        fn chunk_records_round_trip_and_v1_reads_as_dense(block: [u8; 32], len: u32, data: u32, resident: bool) {
+            let rec = ChunkRecord { block, len, data, resident };
+            let bytes = encode_chunk(&rec);
+            prop_assert_eq!(decode_chunk(&bytes).expect("decodes"), rec);
+            prop_assert_eq!(decode_chunk(&not_resident(&bytes)).expect("decodes"), ChunkRecord { resident: false, ..rec });
+            // A version 1 record (before the data length): all of the chunk counts as data.
+            let mut v1 = vec![CHUNK_RECORD_V1];
+            v1.extend_from_slice(&block);
+            v1.extend_from_slice(&len.to_le_bytes());
+            v1.push(u8::from(resident));
+            prop_assert_eq!(decode_chunk(&v1).expect("decodes v1"), ChunkRecord { data: len, ..rec });
+            prop_assert_eq!(decode_chunk(&not_resident(&v1)).expect("decodes v1"), ChunkRecord { data: len, resident: false, ..rec });
+            prop_assert!(decode_chunk(&bytes[..bytes.len() - 1]).is_err());
+        }
+    }
+
     #[test]
     fn truncated_record_is_corrupt_not_garbage() {
         let err = decode_inode(5, &[1, 2, 3]).expect_err("must fail");
@@ -349,9 +367,11 @@ pub fn block_key(id: &[u8; 32]) -> Vec<u8> {
     k
 }
 
-/// Layout version of a chunk record.
+/// Layout versions of a chunk record: 2 adds the bytes of data (v1 records read as dense).
 const CHUNK_RECORD_V1: u8 = 1;
-const CHUNK_RECORD_LEN: usize = 1 + 32 + 4 + 1;
+const CHUNK_RECORD_V2: u8 = 2;
+const CHUNK_RECORD_V1_LEN: usize = 1 + 32 + 4 + 1;
+const CHUNK_RECORD_LEN: usize = 1 + 32 + 4 + 4 + 1;
 
 /// The last sealed (and stored) content of one chunk of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -360,27 +380,37 @@ pub struct ChunkRecord {
     pub block: [u8; 32],
     /// Bytes in the chunk (the last chunk of a file is short).
     pub len: u32,
+    /// Bytes of it that are data: its pages that are not all zeros ([`crate::block::data_runs`]),
+    /// what a resident copy holds on disk at most; its zero pages are holes.
+    pub data: u32,
     /// Whether the local data file still holds the bytes (false once evicted).
     pub resident: bool,
 }
 
 pub fn encode_chunk(c: &ChunkRecord) -> [u8; CHUNK_RECORD_LEN] {
     let mut out = [0u8; CHUNK_RECORD_LEN];
-    out[0] = CHUNK_RECORD_V1;
+    out[0] = CHUNK_RECORD_V2;
     out[1..33].copy_from_slice(&c.block);
     out[33..37].copy_from_slice(&c.len.to_le_bytes());
-    out[37] = u8::from(c.resident);
+    out[37..41].copy_from_slice(&c.data.to_le_bytes());
+    out[41] = u8::from(c.resident);
     out
 }
 
 pub fn decode_chunk(v: &[u8]) -> Result<ChunkRecord, MetaError> {
-    if v.len() != CHUNK_RECORD_LEN || v[0] != CHUNK_RECORD_V1 {
-        return Err(MetaError::Corrupt(format!("chunk record of {} bytes, version {:?}", v.len(), v.first())));
-    }
+    let corrupt = || MetaError::Corrupt(format!("chunk record of {} bytes, version {:?}", v.len(), v.first()));
+    let u32_at = |at: usize| v.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
+    let (data, resident) = match (v.first(), v.len()) {
+        (Some(&CHUNK_RECORD_V1), CHUNK_RECORD_V1_LEN) => (None, v[37]),
+        (Some(&CHUNK_RECORD_V2), CHUNK_RECORD_LEN) => (Some(u32_at(37).ok_or_else(corrupt)?), v[41]),
+        _ => return Err(corrupt()),
+    };
+    let len = u32_at(33).ok_or_else(corrupt)?;
     Ok(ChunkRecord {
-        block: v[1..33].try_into().map_err(|_| MetaError::Corrupt("chunk record".into()))?,
-        len: u32::from_le_bytes(v[33..37].try_into().map_err(|_| MetaError::Corrupt("chunk record".into()))?),
-        resident: v[37] != 0,
+        block: v[1..33].try_into().map_err(|_| corrupt())?,
+        len,
+        data: data.unwrap_or(len),
+        resident: resident != 0,
     })
 }
 
@@ -391,8 +421,12 @@ pub fn is_chunk_key(key: &[u8]) -> bool {
 /// A chunk record value as other nodes see it: not resident.
 pub fn not_resident(v: &[u8]) -> Vec<u8> {
     let mut out = v.to_vec();
-    if out.len() == CHUNK_RECORD_LEN {
-        out[CHUNK_RECORD_LEN - 1] = 0;
+    if let (Some(&version), Some(last)) = (v.first(), out.last_mut()) {
+        if (version, v.len()) == (CHUNK_RECORD_V1, CHUNK_RECORD_V1_LEN)
+            || (version, v.len()) == (CHUNK_RECORD_V2, CHUNK_RECORD_LEN)
+        {
+            *last = 0;
+        }
     }
     out
 }

@@ -439,7 +439,7 @@ mod tests {
         let mut b = MetaBatch::new();
         b.put_inode(&test_file_record(ino, size));
         for &(idx, len) in chunks {
-            b.put_chunk(ino, idx, &ChunkRecord { block: [7; 32], len, resident: false });
+            b.put_chunk(ino, idx, &ChunkRecord { block: [7; 32], len, data: len, resident: false });
         }
         for &idx in unsealed {
             b.put_unsealed(ino, idx);

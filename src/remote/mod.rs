@@ -48,8 +48,9 @@ pub use gc::{ForgetReport, GcReport, KeepPolicy, gc};
 pub use lease::{Lease, LeaseRecord};
 
 /// Format version of segments, checkpoints and snapshots. Version 2: the inode records they
-/// carry may be of layout version 2 (docs/FORMAT.md); version 1 objects are still read.
-pub const REMOTE_FORMAT: u32 = 2;
+/// carry may be of layout version 2; version 3: the chunk records, too (docs/FORMAT.md).
+/// Objects of earlier versions are still read.
+pub const REMOTE_FORMAT: u32 = 3;
 
 /// Largest journal segment (bytes of encoded batches).
 pub const MAX_SEGMENT_BYTES: usize = 8 << 20;

@@ -276,7 +276,7 @@ impl Store {
     /// Fetches one block with a range GET of its pack, verified before it is returned. The
     /// block is decrypted in the buffer the body was read into.
     pub async fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes> {
-        let open = |sealed: Bytes| block::open_block_bytes(&self.keys, id, sealed).ok();
+        let open = |sealed: Bytes| block::open_block_bytes(&self.keys, id, loc.plain_len, sealed).ok();
         let key = block::pack_key(&loc.pack);
         Ok(self.backend.get_pack_range(&key, loc.pack_len, loc.range(), &open).await?)
     }
@@ -308,7 +308,7 @@ impl Store {
                         if len > rest.len() {
                             return None;
                         }
-                        opened.push(block::open_block_in(&self.keys, id, rest.split_to(len)).ok()?);
+                        opened.push(block::open_block_in(&self.keys, id, loc.plain_len, rest.split_to(len)).ok()?);
                     }
                     (rest.len() as u64 == range.end - blocks_end).then_some(opened)
                 };

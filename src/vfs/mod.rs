@@ -191,7 +191,7 @@ pub struct Vfs {
     /// (see [`DataFileRemoval`]): a write that finds the disk full waits for them.
     pending_removals: AtomicU64,
     open: RwLock<HashMap<Ino, Arc<OpenInode>>>,
-    dir_handles: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    dir_handles: Mutex<HashMap<u64, Arc<Mutex<dirs::DirHandle>>>>,
     next_fh: AtomicU64,
     // Declared last so it is released only after the store is closed.
     _lock: DataDirLock,

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{Counts, Result, WatchError};
-use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
+use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
 use crate::meta::ChunkRecord;
 use crate::tier::{BlockStore, DataFile, HotTierError};
 use crate::types::{Ino, Timestamp};
@@ -96,7 +96,9 @@ impl Packer {
                 continue; // a hole: no record
             }
             let id = keys.block_id(data);
-            let rec = ChunkRecord { block: id, len: len as u32, resident: false };
+            let data_runs = block::data_runs(data);
+            let held = data_runs.iter().map(|r| r.len() as u32).sum();
+            let rec = ChunkRecord { block: id, len: len as u32, data: held, resident: false };
             chunks.push((idx, rec));
             let known = old.get(&idx).is_some_and(|r| r.block == id)
                 || id == ZERO_BLOCK
@@ -110,11 +112,11 @@ impl Packer {
                     new_blocks.push((id, *loc));
                 }
             } else {
-                self.pack.seal_staged(keys, &id);
+                let stored = self.pack.seal_staged_runs(keys, &id, &data_runs);
                 self.in_pack.insert(id);
                 staged.push(id);
                 counts.chunks_uploaded += 1;
-                counts.bytes_uploaded += len;
+                counts.bytes_uploaded += stored as u64;
                 if self.pack.len() >= self.blocks.pack_size() {
                     // Put now; this file's records wait until it is read whole.
                     self.put_pack(vfs)?;

@@ -742,6 +742,112 @@ fn large_directory_lists_every_entry_once() {
     assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), expected);
 }
 
+/// A libc directory stream: `readdir` as programs call it (glibc reads 32 KiB at a time), with
+/// `telldir`/`seekdir`.
+struct DirStream(*mut libc::DIR);
+
+impl DirStream {
+    fn open(path: &Path) -> DirStream {
+        // SAFETY: a NUL-terminated path; the stream is closed in Drop.
+        let d = unsafe { libc::opendir(cpath(path).as_ptr()) };
+        assert!(!d.is_null(), "opendir {}: {}", path.display(), io::Error::last_os_error());
+        DirStream(d)
+    }
+
+    /// The next name, `.` and `..` skipped.
+    fn next(&mut self) -> Option<String> {
+        loop {
+            // SAFETY: a live stream; the entry is copied out before the next call.
+            let e = unsafe { libc::readdir(self.0) };
+            if e.is_null() {
+                return None;
+            }
+            // SAFETY: d_name is NUL-terminated.
+            let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) }.to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                return Some(name);
+            }
+        }
+    }
+
+    fn tell(&mut self) -> libc::c_long {
+        // SAFETY: a live stream.
+        unsafe { libc::telldir(self.0) }
+    }
+
+    fn seek(&mut self, at: libc::c_long) {
+        // SAFETY: a live stream and a position telldir gave.
+        unsafe { libc::seekdir(self.0, at) }
+    }
+}
+
+impl Drop for DirStream {
+    fn drop(&mut self) {
+        // SAFETY: opened by opendir, closed once.
+        unsafe { libc::closedir(self.0) };
+    }
+}
+
+/// A listing is read in pieces, not held whole: entries deleted, added or renamed while a
+/// directory is listed never make an unchanged entry show twice or go missing, and `seekdir`
+/// back to a `telldir` position resumes where it was.
+#[test]
+fn a_directory_changed_while_it_is_listed_lists_each_unchanged_entry_once() {
+    let fx = Fixture::mounted();
+    let dir = fx.p("big");
+    fs::create_dir(&dir).expect("mkdir");
+    let n = 5000;
+    let names: Vec<String> = (0..n).map(|i| format!("f{i:05}-{}", "x".repeat(40))).collect();
+    for name in &names {
+        File::create(dir.join(name)).expect("create");
+    }
+    // `rm -rf`: every entry read is removed at once.
+    let mut d = DirStream::open(&dir);
+    let mut seen = BTreeSet::new();
+    while let Some(name) = d.next() {
+        assert!(seen.insert(name.clone()), "{name} listed twice while entries were removed");
+        fs::remove_file(dir.join(&name)).expect("unlink");
+    }
+    drop(d);
+    assert_eq!(seen.len(), n, "entries went missing while the listing removed them");
+    assert!(names_in(&dir).is_empty(), "the directory is empty after the listing removed everything");
+
+    for name in &names {
+        File::create(dir.join(name)).expect("create");
+    }
+    // Created, removed and renamed meanwhile: each name untouched shows once; nothing twice.
+    let mut d = DirStream::open(&dir);
+    let mut seen = BTreeSet::new();
+    let mut count = 0;
+    while let Some(name) = d.next() {
+        count += 1;
+        assert!(seen.insert(name.clone()), "{name} listed twice while the directory changed");
+        if count % 100 == 0 {
+            fs::rename(dir.join(&name), dir.join(format!("{name}-renamed"))).expect("rename");
+            File::create(dir.join(format!("a-new-{count}"))).expect("create");
+            File::create(dir.join(format!("z-new-{count}"))).expect("create");
+            let _ = fs::remove_file(dir.join(&names[(count * 7) % n]));
+        }
+    }
+    drop(d);
+    let removed: BTreeSet<&String> = (1..=count).filter(|c| c % 100 == 0).map(|c| &names[(c * 7) % n]).collect();
+    for name in names.iter().filter(|nm| !removed.contains(nm)) {
+        assert!(seen.contains(name), "{name}, never touched, was not listed");
+    }
+
+    // telldir / seekdir: back to a position, the same entries follow.
+    let mut d = DirStream::open(&dir);
+    for _ in 0..1234 {
+        d.next().expect("an entry");
+    }
+    let at = d.tell();
+    let after: Vec<String> = (0..700).map_while(|_| d.next()).collect();
+    while d.next().is_some() {}
+    d.seek(at);
+    let again: Vec<String> = (0..700).map_while(|_| d.next()).collect();
+    assert_eq!(again, after, "seekdir back to a telldir position resumed elsewhere");
+}
+
 #[test]
 fn unlink_while_open_keeps_the_file_usable() {
     let fx = Fixture::mounted();

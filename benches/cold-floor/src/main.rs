@@ -184,7 +184,10 @@ fn open_object(keys: &Keys, object: &Object, body: Bytes) -> Res<Vec<Bytes>> {
     let mut plain = Vec::with_capacity(object.blocks.len());
     for hex_id in &object.blocks {
         let part = buf.split_to(sealed);
-        plain.push(open_block_in(keys, &block_id(hex_id)?, part).map_err(|e| format!("{}: {e}", object.key))?);
+        plain.push(
+            open_block_in(keys, &block_id(hex_id)?, BLOCK_BYTES as u32, part)
+                .map_err(|e| format!("{}: {e}", object.key))?,
+        );
     }
     Ok(plain)
 }

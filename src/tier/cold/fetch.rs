@@ -19,7 +19,7 @@ use bytes::Bytes;
 use parking_lot::MutexGuard;
 
 use super::{ColdError, ColdTier, DataFile, ReadGuard, State, chunks_of};
-use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
+use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
 use crate::types::Ino;
 
@@ -170,7 +170,7 @@ impl ColdTier {
                 r.resident = true;
                 c.rec = Some(r);
                 c.verified = true;
-                c.local_len = u64::from(r.len);
+                c.local_len = u64::from(r.data);
                 *resident_bytes += c.local_len;
                 let mut b = MetaBatch::new();
                 b.set_chunk_residency(ino, idx, &r);
@@ -211,7 +211,11 @@ impl ColdTier {
         fetched: bool,
     ) -> Result<(), ColdError> {
         check_len(ino, idx, rec, data)?;
-        DataFile { file, ino }.write_at(idx * CHUNK_SIZE, data)?;
+        // Only the data: the block's pages of zeros stay holes of the data file.
+        let at = idx * CHUNK_SIZE;
+        for run in block::data_runs(data) {
+            DataFile { file, ino }.write_at(at + run.start as u64, &data[run])?;
+        }
         if fetched {
             self.counters.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         }

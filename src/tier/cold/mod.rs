@@ -287,10 +287,10 @@ impl Chunk {
         self.rec.is_some_and(|r| !r.resident)
     }
 
-    /// Bytes that live only in the store. A zero block is stored nowhere: like a hole, it
-    /// takes no space.
+    /// Bytes of data that live only in the store. A zero block is stored nowhere, and the
+    /// zero pages of a sparse one are holes: like a hole of the file, they take no space.
     fn evicted_len(&self) -> u64 {
-        self.rec.filter(|r| !r.resident && r.block != ZERO_BLOCK).map_or(0, |r| u64::from(r.len))
+        self.rec.filter(|r| !r.resident && r.block != ZERO_BLOCK).map_or(0, |r| u64::from(r.data))
     }
 
     /// Clean, resident bytes from an earlier run that were not checked yet.
@@ -456,7 +456,7 @@ impl ColdTier {
     ) -> Result<Arc<ColdTier>, ColdError> {
         let mut st = State::default();
         for (ino, index, rec) in meta.chunks()? {
-            let local_len = if rec.resident { u64::from(rec.len) } else { 0 };
+            let local_len = if rec.resident { u64::from(rec.data) } else { 0 };
             st.files
                 .entry(ino)
                 .or_default()

@@ -292,7 +292,7 @@ mod tests {
     use super::*;
 
     fn rec(len: u32) -> ChunkRecord {
-        ChunkRecord { block: [7; 32], len, resident: false }
+        ChunkRecord { block: [7; 32], len, data: len, resident: false }
     }
 
     #[test]

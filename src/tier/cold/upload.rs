@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 
 use super::{ColdError, ColdTier, DataFile, OpenFiles, State, chunk_len, read_full};
-use crate::block::{BlockId, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
+use crate::block::{self, BlockId, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
 use crate::types::Ino;
 
@@ -190,7 +190,8 @@ impl ColdTier {
     /// pack, hashed there and encrypted in place (no copy of its plaintext).
     fn seal(&self, claims: &[Claim]) -> Result<(), ColdError> {
         let mut files = OpenFiles::default();
-        let mut sealed: Vec<(usize, BlockId, u32)> = Vec::new();
+        // (claim, block id, chunk length, bytes of data in it)
+        let mut sealed: Vec<(usize, BlockId, u32, u32)> = Vec::new();
         let mut gone = Vec::new();
         // A claim stops at the first chunk that reaches the pack size: room for one chunk more.
         let mut pack = PackBuilder::new(self.store.pack_size() + CHUNK_SIZE as usize);
@@ -214,7 +215,7 @@ impl ColdTier {
                 None => Vec::new(),
             };
             if runs.is_empty() {
-                sealed.push((i, ZERO_BLOCK, len as u32));
+                sealed.push((i, ZERO_BLOCK, len as u32, 0));
                 continue;
             }
             let data = pack.stage(len as usize);
@@ -225,18 +226,22 @@ impl ColdTier {
                 }
             }
             let id = self.content_id(pack.staged());
-            sealed.push((i, id, len as u32));
+            // The pages of zeros around the data (holes, or zeros written) are not stored.
+            let data_runs = block::data_runs(pack.staged());
+            let data = data_runs.iter().map(|r| r.len() as u32).sum();
+            sealed.push((i, id, len as u32, data));
             // Blocks the store already has (dedup) and zero blocks are not uploaded again.
             if id == ZERO_BLOCK || !seen.insert(id) || self.meta.block(&id)?.is_some() {
                 pack.drop_staged();
             } else {
-                pack.seal_staged(self.store.keys(), &id);
+                pack.seal_staged_runs(self.store.keys(), &id, &data_runs);
             }
         }
         let mut batch = MetaBatch::new();
         if !pack.is_empty() {
             let locs = self.store.put_pack(pack)?;
-            let bytes: u64 = locs.iter().map(|(_, loc)| u64::from(loc.plain_len)).sum();
+            // What went into the store: a sparse block's data, not its holes.
+            let bytes: u64 = locs.iter().map(|(_, loc)| loc.stored_len()).sum();
             self.counters.uploaded_bytes.fetch_add(bytes, Ordering::Relaxed);
             self.counters.uploaded_packs.fetch_add(1, Ordering::Relaxed);
             for (id, loc) in &locs {
@@ -246,7 +251,7 @@ impl ColdTier {
         let mut st = self.state.lock();
         let State { files: fstate, dirty_bytes, resident_bytes, .. } = &mut *st;
         let mut touched = HashSet::new();
-        for (i, id, len) in &sealed {
+        for (i, id, len, data) in &sealed {
             let cl = &claims[*i];
             touched.insert(cl.ino);
             let Some(f) = fstate.get_mut(&cl.ino) else { continue };
@@ -259,11 +264,11 @@ impl ColdTier {
             f.dirty_chunks -= 1;
             *dirty_bytes -= c.dirty_len;
             c.dirty_len = 0;
-            let r = ChunkRecord { block: *id, len: *len, resident: true };
+            let r = ChunkRecord { block: *id, len: *len, data: *data, resident: true };
             c.rec = Some(r);
             c.verified = true;
-            *resident_bytes = *resident_bytes - c.local_len.min(*resident_bytes) + u64::from(*len);
-            c.local_len = u64::from(*len);
+            *resident_bytes = *resident_bytes - c.local_len.min(*resident_bytes) + u64::from(*data);
+            c.local_len = u64::from(*data);
             batch.put_chunk(cl.ino, cl.index, &r);
             batch.delete_unsealed(cl.ino, cl.index);
         }

@@ -152,10 +152,11 @@ impl ColdTier {
                 *dirty_bytes += hi - lo - c.dirty_len;
                 c.dirty_from = lo;
                 c.dirty_len = hi - lo;
-                if end_in_chunk > c.local_len {
-                    *resident_bytes += end_in_chunk - c.local_len;
-                    c.local_len = end_in_chunk;
-                }
+                // At most the write's bytes more on disk (an overwrite adds none): an upper
+                // bound until the chunk is sealed, which counts its data exactly.
+                let grown = (c.local_len + (end_in_chunk - start_in_chunk)).min(CHUNK_SIZE);
+                *resident_bytes += grown.saturating_sub(c.local_len);
+                c.local_len = c.local_len.max(grown);
                 c.inflight += 1;
                 *epochs += 1;
                 c.epoch = *epochs;

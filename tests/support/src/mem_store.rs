@@ -92,7 +92,7 @@ impl BlockStore for MemStore {
         let sealed = pack
             .get(loc.offset as usize..loc.range().end as usize)
             .ok_or_else(|| BlockError::BadPack { pack: key, reason: format!("block {} past its end", hex_id(id)) })?;
-        Ok(open_block(&self.keys, id, sealed).map(bytes::Bytes::from)?)
+        Ok(open_block(&self.keys, id, loc.plain_len, sealed).map(bytes::Bytes::from)?)
     }
 
     fn pack_size(&self) -> usize {
