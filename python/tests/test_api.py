@@ -564,6 +564,11 @@ def test_status_of_a_watch() -> None:
         ),
         ("checking /dev/fuse: Permission denied (os error 13)", "/dev/fuse: Permission denied (os error 13)"),
         (
+            "/dev/fuse cannot be opened (No such device (os error 19)): this kernel has no FUSE driver loaded. "
+            "Load it (`modprobe fuse`), or use `tierfs watch DIR`, which needs no FUSE",
+            "/dev/fuse: No such device (os error 19)",
+        ),
+        (
             "mounting FUSE filesystem at /m: fusermount3: mount failed: Operation not permitted\n",
             "the FUSE mount failed: fusermount3: mount failed: Operation not permitted",
         ),

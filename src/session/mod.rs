@@ -509,16 +509,35 @@ impl Session {
         drained
     }
 
-    async fn drain_remote(&self, c: &Arc<Committer>, deadline: tokio::time::Instant) -> Result<(), FlushError> {
+    /// For a preemption notice (a spot instance about to go): uploads what is dirty and waits
+    /// until every metadata change made so far is in the store, all before `timeout` has
+    /// passed; the workspace stays open and served. Blocking.
+    pub fn flush_to_store(&self, timeout: Duration) -> Result<(), FlushError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.handle.block_on(async {
+            self.flush(deadline).await?;
+            if self.committer.is_some() {
+                self.wait_metadata(deadline).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Waits until every metadata change journaled so far is in the store.
+    async fn wait_metadata(&self, deadline: tokio::time::Instant) -> Result<(), FlushError> {
         let meta = self.vfs.meta().clone();
         let last = meta.journal().last_seq();
         let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
         let waited = tokio::task::spawn_blocking(move || meta.journal().wait_durable(last, timeout)).await;
         match waited {
-            Ok(Ok(())) => {}
-            Ok(Err(reason)) => return Err(FlushError::MetadataNotStored(reason.to_string())),
-            Err(e) => return Err(FlushError::Thread(format!("waiting for the store: {e}"))),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(FlushError::MetadataNotStored(reason.to_string())),
+            Err(e) => Err(FlushError::Thread(format!("waiting for the store: {e}"))),
         }
+    }
+
+    async fn drain_remote(&self, c: &Arc<Committer>, deadline: tokio::time::Instant) -> Result<(), FlushError> {
+        self.wait_metadata(deadline).await?;
         match tokio::time::timeout_at(deadline, c.checkpoint(None)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => warn!("final checkpoint: {e} (the journal has everything; restore replays it)"),

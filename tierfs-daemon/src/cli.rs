@@ -36,6 +36,8 @@ Environment:
   RUST_LOG            log filter, e.g. `info`, `tierfs=debug` (default: warn; info for a mount)
   TIERFS_DATA_DIR     default for --data-dir
   TIERFS_RUNTIME_DIR  default for --runtime-dir
+  TIERFS_NODE_RUNTIME_DIR  where a node daemon's control sockets are (default /run/tierfs):
+                      status, sync and umount look there too
   TIERFS_STORE        default for --store (mount, snapshots, restore, diff, forget, gc)
   TIERFS_PASSPHRASE   the store passphrase (otherwise a key file from the store file, or a prompt)
   TIERFS_NEW_PASSPHRASE  the new passphrase for `key add` / `key passwd`
@@ -57,7 +59,8 @@ pub struct Cli {
     pub json: bool,
 
     /// Directory of the per-mount control sockets
-    /// [default: $XDG_RUNTIME_DIR/tierfs, else ~/.local/share/tierfs/run].
+    /// [default: $XDG_RUNTIME_DIR/tierfs, else ~/.local/share/tierfs/run; the node daemon's,
+    /// $TIERFS_NODE_RUNTIME_DIR or /run/tierfs, is searched too].
     #[arg(long, global = true, env = "TIERFS_RUNTIME_DIR", value_name = "DIR")]
     pub runtime_dir: Option<PathBuf>,
 
@@ -94,7 +97,7 @@ pub enum Command {
     #[command(visible_alias = "unmount", after_help = EXIT_STATUS_HELP)]
     Umount(UmountCommand),
 
-    /// Sync a plain directory (MOUNTPOINT: the directory to watch) where FUSE is unavailable.
+    /// Sync a plain directory (DIR) where FUSE is unavailable.
     ///
     /// Watch mode: DIR keeps the bytes, and every change to it is synced to the workspace
     /// in the store (inotify events, plus a full pass every few minutes and whenever events
@@ -104,7 +107,10 @@ pub enum Command {
     /// DIR`, `tierfs sync DIR` (a barrier: every change made before it is in the snapshot)
     /// and `tierfs unwatch DIR` work on it. Needs a store (the embedded one by default);
     /// FUSE-only options (--allow-other, --writeback-cache, TTLs, threads) are ignored.
-    #[command(after_help = EXIT_STATUS_HELP)]
+    #[command(
+        after_help = EXIT_STATUS_HELP,
+        mut_arg("mountpoint", |a| a.value_name("DIR").help("The directory to watch; it must exist (a typo is not a new workspace)"))
+    )]
     Watch(MountCommand),
 
     /// Sync what changed, flush everything and stop watching DIR.
@@ -151,6 +157,17 @@ pub enum Command {
     /// stored. Needs a mount with --store.
     #[command(after_help = EXIT_STATUS_HELP)]
     Sync(SyncCommand),
+
+    /// Put everything written so far in the store within a deadline, staying mounted: the
+    /// hook for a preemption notice (a spot instance about to be reclaimed).
+    ///
+    /// Every mount and watch given (default: all that answer, this user's and the node
+    /// daemon's) uploads its dirty data and commits its metadata to the journal, in parallel,
+    /// until --deadline. No snapshot is taken (that is `tierfs sync`), nothing is unmounted.
+    /// Prints, per mount, whether it is all in the store and what is left only on this node;
+    /// exits 1 if anything is. E.g. from a spot-notice watcher: `tierfs flush --deadline 25`.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Flush(FlushCommand),
 
     /// List the snapshots of a workspace (oldest first).
     #[command(after_help = EXIT_STATUS_HELP)]
@@ -381,6 +398,18 @@ pub struct SyncCommand {
     pub mountpoint: Option<PathBuf>,
 }
 
+/// `tierfs flush`.
+#[derive(Debug, Args)]
+pub struct FlushCommand {
+    /// How long the flush may take in all (AWS gives a spot instance 2 minutes, GCP 30 s).
+    #[arg(long, value_name = "SECS", default_value = "25", value_parser = parse_secs)]
+    pub deadline: Duration,
+
+    /// The mounted or watched directories [default: every one that answers].
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoints: Vec<PathBuf>,
+}
+
 /// `tierfs snapshots`.
 #[derive(Debug, Args)]
 pub struct SnapshotsCommand {
@@ -552,7 +581,8 @@ pub struct StatusCommand {
 )]
 pub struct DaemonCli {
     /// Directory of the per-mount control sockets
-    /// [default: $XDG_RUNTIME_DIR/tierfs, else ~/.local/share/tierfs/run].
+    /// [default: $XDG_RUNTIME_DIR/tierfs, else ~/.local/share/tierfs/run; the node daemon's,
+    /// $TIERFS_NODE_RUNTIME_DIR or /run/tierfs, is searched too].
     #[arg(long, env = "TIERFS_RUNTIME_DIR", value_name = "DIR")]
     pub runtime_dir: Option<PathBuf>,
 

@@ -19,15 +19,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
+use tierfs::types::ErrorKind;
 
 use crate::cli::{
-    Cli, Command, DiffCommand, ForgetCommand, GcCommand, InitCommand, KeyAction, KeyCommand, MountCommand,
-    RestoreCommand, ScrubCommand, SnapshotsCommand, StatusCommand, SyncCommand, UmountCommand, WarmupCommand,
+    Cli, Command, DiffCommand, FlushCommand, ForgetCommand, GcCommand, InitCommand, KeyAction, KeyCommand,
+    MountCommand, RestoreCommand, ScrubCommand, SnapshotsCommand, StatusCommand, SyncCommand, UmountCommand,
+    WarmupCommand,
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::frontend;
 use crate::history;
 use crate::launch::{self, Readiness, ReadyInfo};
+use crate::logging::Reported;
 use crate::mounts;
 use crate::paths;
 use crate::store_link;
@@ -54,6 +57,7 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Scrub(cmd) => scrub(cli, cmd),
         Command::Warmup(cmd) => warmup(cli, cmd),
         Command::Sync(cmd) => sync(cli, cmd),
+        Command::Flush(cmd) => flush(cli, cmd),
         Command::Snapshots(cmd) => snapshots(cli, cmd),
         Command::Restore(cmd) => restore(cli, cmd),
         Command::Forget(cmd) => forget(cli, cmd),
@@ -69,7 +73,7 @@ pub fn run(cli: &Cli) -> Result<()> {
 
 /// Every mount and watch of this user that answers.
 fn running(cli: &Cli) -> Result<Vec<StatusReport>> {
-    all_statuses(&paths::runtime_dir(cli.runtime_dir.as_deref())?)
+    all_statuses(cli.runtime_dir.as_deref())
 }
 
 fn diff(cli: &Cli, cmd: &DiffCommand) -> Result<()> {
@@ -164,12 +168,88 @@ fn restore(cli: &Cli, cmd: &RestoreCommand) -> Result<()> {
     Ok(())
 }
 
+/// One mount's outcome of `tierfs flush`.
+#[derive(Debug, Serialize)]
+struct FlushOutcome {
+    mountpoint: PathBuf,
+    #[serde(flatten)]
+    report: control::FlushReport,
+}
+
+/// `tierfs flush`: every mount given (or every one that answers) flushes in parallel.
+fn flush(cli: &Cli, cmd: &FlushCommand) -> Result<()> {
+    let sockets: Vec<(PathBuf, PathBuf)> = if cmd.mountpoints.is_empty() {
+        all_statuses(cli.runtime_dir.as_deref())?.into_iter().map(|r| (r.mountpoint, r.socket)).collect()
+    } else {
+        let mut out = Vec::new();
+        for m in &cmd.mountpoints {
+            let m = paths::canonical_mountpoint(m)?;
+            let socket = paths::find_socket(cli.runtime_dir.as_deref(), &m)?;
+            out.push((m, socket));
+        }
+        out
+    };
+    let secs = cmd.deadline.as_secs().max(1);
+    // The answer may take the whole deadline; a little more to read it.
+    let wait = Duration::from_secs(secs) + Duration::from_secs(5);
+    let outcomes: Vec<FlushOutcome> = std::thread::scope(|s| {
+        let asked: Vec<_> = sockets
+            .iter()
+            .map(|(m, socket)| {
+                s.spawn(move || {
+                    let failed = |error: String| control::FlushReport {
+                        flushed: false,
+                        error: Some(error),
+                        dirty_bytes: 0,
+                        dirty_files: 0,
+                        millis: 0,
+                    };
+                    let report = match control::request(socket, &Request::Flush { timeout_secs: secs }, wait) {
+                        Ok(r) if r.ok => r.flush.unwrap_or_else(|| failed("answered without a flush report".into())),
+                        Ok(r) => failed(r.error.unwrap_or_else(|| "refused".into())),
+                        Err(e) => failed(explain_unserved(e, m).to_string()),
+                    };
+                    FlushOutcome { mountpoint: m.clone(), report }
+                })
+            })
+            .collect();
+        asked.into_iter().map(|h| h.join().expect("a flush thread panicked")).collect()
+    });
+    let left: Vec<&FlushOutcome> = outcomes.iter().filter(|o| !o.report.flushed).collect();
+    if cli.json {
+        print_json(&serde_json::json!({ "ok": left.is_empty(), "mounts": &outcomes }))?;
+    } else if outcomes.is_empty() {
+        println!("tierfs: no tierfs mounts to flush");
+    } else {
+        for o in &outcomes {
+            let r = &o.report;
+            match &r.error {
+                None => println!("tierfs: {}: all in the store ({} ms)", o.mountpoint.display(), r.millis),
+                Some(e) => println!(
+                    "tierfs: {}: NOT all in the store: {} in {} files only on this node ({e})",
+                    o.mountpoint.display(),
+                    format_bytes(r.dirty_bytes),
+                    r.dirty_files
+                ),
+            }
+        }
+    }
+    if !left.is_empty() {
+        bail!(
+            "{} of {} mounts are not all in the store: {}",
+            left.len(),
+            outcomes.len(),
+            left.iter().map(|o| o.mountpoint.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(())
+}
+
 fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
-    let runtime_dir = paths::runtime_dir(cli.runtime_dir.as_deref())?;
     let mountpoint = match &cmd.mountpoint {
         Some(m) => paths::canonical_mountpoint(m)?,
         None => {
-            let all = all_statuses(&runtime_dir)?;
+            let all = all_statuses(cli.runtime_dir.as_deref())?;
             match all.as_slice() {
                 [one] => one.mountpoint.clone(),
                 [] => bail!("no tierfs mount of this user is running; mount one first (`tierfs mount MOUNTPOINT`)"),
@@ -180,7 +260,7 @@ fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
             }
         }
     };
-    let socket = paths::socket_path(&runtime_dir, &mountpoint)?;
+    let socket = paths::find_socket(cli.runtime_dir.as_deref(), &mountpoint)?;
     // Pages the kernel still holds (writeback cache) reach tierfs first: the barrier covers
     // everything written before `tierfs sync` started.
     mounts::syncfs(&mountpoint).with_context(|| format!("syncfs {}", mountpoint.display()))?;
@@ -256,6 +336,19 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
 
     // Re-running the mount command of a live mount (a re-executed notebook cell) is fine.
     if let Some(pong) = serving(&config.runtime_dir, &config.mountpoint) {
+        if pong.watch != config.watch {
+            let (is, stop) = if pong.watch { ("watched", "tierfs unwatch") } else { ("mounted", "tierfs umount") };
+            return Err(anyhow::Error::new(Reported {
+                message: format!(
+                    "{} is already {is} by tierfs (pid {}), not {}; stop that first (`{stop} {}`)",
+                    pong.mountpoint.display(),
+                    pong.pid,
+                    if config.watch { "watched" } else { "mounted" },
+                    pong.mountpoint.display()
+                ),
+                kind: Some(ErrorKind::Conflict),
+            }));
+        }
         if pong.data_dir != config.data_dir {
             bail!(
                 "{} is already mounted from data dir {} (pid {}); unmount it first",
@@ -308,10 +401,13 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
     Ok(())
 }
 
-/// The process serving `mountpoint`, if one answers.
+/// The process serving `mountpoint`, if one answers: a mount of this user's, or of the
+/// node daemon's.
 fn serving(runtime_dir: &Path, mountpoint: &Path) -> Option<control::Pong> {
-    let socket = paths::socket_path(runtime_dir, mountpoint).ok()?;
-    control::ping(&socket, PING_TIMEOUT).ok().flatten()
+    [runtime_dir.to_path_buf(), paths::node_runtime_dir()].into_iter().find_map(|dir| {
+        let socket = paths::socket_path(&dir, mountpoint).ok()?;
+        control::ping(&socket, PING_TIMEOUT).ok().flatten()
+    })
 }
 
 /// `tierfs umount` output with `--json`.
@@ -330,9 +426,8 @@ struct UmountOutput {
 
 /// `tierfs umount`, and with `watch` `tierfs unwatch` (the same request; no mount to clear).
 fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
-    let runtime_dir = paths::runtime_dir(cli.runtime_dir.as_deref())?;
     let mountpoint = paths::canonical_mountpoint(&cmd.mountpoint)?;
-    let socket = paths::socket_path(&runtime_dir, &mountpoint)?;
+    let socket = paths::find_socket(cli.runtime_dir.as_deref(), &mountpoint)?;
     let deadline = Instant::now() + cmd.timeout;
 
     let pong = match control::ping(&socket, PING_TIMEOUT) {
@@ -348,6 +443,13 @@ fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
         }
         return umount_unserved(cli, cmd, &mountpoint, &socket, deadline);
     };
+    if watch && cmd.lazy {
+        bail!("--lazy detaches a busy FUSE mount; a watched directory has no mount to detach: drop --lazy");
+    }
+    if pong.watch != watch {
+        let (is, stop) = if pong.watch { ("watched", "tierfs unwatch") } else { ("a FUSE mount", "tierfs umount") };
+        bail!("{} is {is} (pid {}): stop it with `{stop} {}`", mountpoint.display(), pong.pid, mountpoint.display());
+    }
 
     let response = control::request(&socket, &Request::Unmount { lazy: cmd.lazy }, cmd.timeout)
         .with_context(|| format!("asking pid {} to unmount {}", pong.pid, mountpoint.display()))?;
@@ -371,7 +473,8 @@ fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
     }
     if !report.flushed {
         bail!(
-            "unmounted {}, but the flush did not complete: {}",
+            "{} {}, but the flush did not complete: {}",
+            if watch { "stopped watching" } else { "unmounted" },
             mountpoint.display(),
             report.flush_error.as_deref().unwrap_or("unknown reason")
         );
@@ -437,11 +540,10 @@ fn wait_until_gone(pid: Option<u32>, mountpoint: &Path, check_table: bool, deadl
 }
 
 fn status(cli: &Cli, cmd: &StatusCommand) -> Result<()> {
-    let runtime_dir = paths::runtime_dir(cli.runtime_dir.as_deref())?;
     match &cmd.mountpoint {
         Some(mountpoint) => {
             let mountpoint = paths::canonical_mountpoint(mountpoint)?;
-            let socket = paths::socket_path(&runtime_dir, &mountpoint)?;
+            let socket = paths::find_socket(cli.runtime_dir.as_deref(), &mountpoint)?;
             let report = query_status(&socket).map_err(|err| explain_unserved(err, &mountpoint))?;
             if cli.json {
                 print_json(&report)
@@ -451,7 +553,7 @@ fn status(cli: &Cli, cmd: &StatusCommand) -> Result<()> {
             }
         }
         None => {
-            let reports = all_statuses(&runtime_dir)?;
+            let reports = all_statuses(cli.runtime_dir.as_deref())?;
             if cli.json {
                 print_json(&reports)
             } else {
@@ -466,9 +568,9 @@ fn query_status(socket: &Path) -> Result<StatusReport, ClientError> {
     let response = control::request(socket, &Request::Status, STATUS_TIMEOUT)?;
     match response.status {
         Some(status) if response.ok => Ok(status),
-        _ => Err(ClientError::Io {
+        _ => Err(ClientError::Refused {
             path: socket.to_path_buf(),
-            source: std::io::Error::other(response.error.unwrap_or_else(|| "status answer without a report".into())),
+            message: response.error.unwrap_or_else(|| "status answer without a report".into()),
         }),
     }
 }
@@ -491,24 +593,30 @@ fn explain_unserved(err: ClientError, mountpoint: &Path) -> anyhow::Error {
 }
 
 /// Every mount that answers in `runtime_dir`, sorted by mountpoint.
-fn all_statuses(runtime_dir: &Path) -> Result<Vec<StatusReport>> {
-    let entries = match fs::read_dir(runtime_dir) {
-        Ok(entries) => entries,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(err) => {
-            return Err(err).with_context(|| format!("listing {}", runtime_dir.display()));
-        }
-    };
-    let mut reports = Vec::new();
-    for entry in entries {
-        let path = entry.with_context(|| format!("listing {}", runtime_dir.display()))?.path();
-        if path.extension().is_none_or(|ext| ext != "sock") {
-            continue;
-        }
-        match query_status(&path) {
-            Ok(report) => reports.push(report),
-            Err(ClientError::NotServing(_)) => {}
-            Err(err) => eprintln!("tierfs: warning: {err}"),
+/// Every mount and watch that answers in [`paths::runtime_dirs`]: this user's and the node
+/// daemon's (a node mount of another user refuses the query and is left out).
+fn all_statuses(explicit: Option<&Path>) -> Result<Vec<StatusReport>> {
+    let mut reports: Vec<StatusReport> = Vec::new();
+    for runtime_dir in paths::runtime_dirs(explicit)? {
+        let entries = match fs::read_dir(&runtime_dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => {
+                return Err(err).with_context(|| format!("listing {}", runtime_dir.display()));
+            }
+        };
+        for entry in entries {
+            let path = entry.with_context(|| format!("listing {}", runtime_dir.display()))?.path();
+            if path.extension().is_none_or(|ext| ext != "sock") {
+                continue;
+            }
+            match query_status(&path) {
+                Ok(report) if !reports.iter().any(|r| r.socket == report.socket) => reports.push(report),
+                Ok(_) | Err(ClientError::NotServing(_)) => {}
+                // Another user's node mount: not this caller's to see.
+                Err(ClientError::Refused { .. }) if runtime_dir != paths::runtime_dir(explicit)? => {}
+                Err(err) => eprintln!("tierfs: warning: {err}"),
+            }
         }
     }
     reports.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));

@@ -77,6 +77,23 @@ pub enum Request {
     },
     /// Read or publish the workspace's history; answers with [`HistoryAnswer`].
     History { op: HistoryOp },
+    /// Upload what is dirty and put every metadata change in the store within `timeout_secs`,
+    /// staying mounted (a preemption notice); answers with [`FlushReport`].
+    Flush { timeout_secs: u64 },
+}
+
+/// The answer to [`Request::Flush`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlushReport {
+    /// Everything written before the request is in the store.
+    pub flushed: bool,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What is still only on this node when the answer is sent.
+    pub dirty_bytes: u64,
+    pub dirty_files: u64,
+    pub millis: u64,
 }
 
 /// What a `history` request asks for.
@@ -128,6 +145,8 @@ pub struct Response {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<SyncReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush: Option<FlushReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<HistoryAnswer>,
 }
 
@@ -169,6 +188,9 @@ pub struct Pong {
     pub version: String,
     pub mountpoint: PathBuf,
     pub data_dir: PathBuf,
+    /// A watched directory (`tierfs watch`), not a FUSE mount. Absent from older daemons.
+    #[serde(default)]
+    pub watch: bool,
 }
 
 /// The state of one mount: the answer to `status`.
@@ -287,6 +309,16 @@ pub trait ControlHandler: Send + Sync + 'static {
     fn history(&self, _op: HistoryOp) -> Result<HistoryAnswer, Reported> {
         Err(Reported { message: "this mount has no history".into(), kind: Some(tierfs::ErrorKind::InvalidInput) })
     }
+    /// Blocks up to `timeout`; called from a blocking-capable thread.
+    fn flush(&self, _timeout: Duration) -> FlushReport {
+        FlushReport {
+            flushed: false,
+            error: Some("this mount cannot flush".into()),
+            dirty_bytes: 0,
+            dirty_files: 0,
+            millis: 0,
+        }
+    }
 }
 
 /// Accepts connections on `listener` until the task is dropped or aborted. `owner` is a user
@@ -381,6 +413,15 @@ async fn serve_connection(
                 };
                 send(&mut write, &response).await?;
             }
+            Request::Flush { timeout_secs } => {
+                let h = handler.clone();
+                let timeout = Duration::from_secs(timeout_secs);
+                let response = match tokio::task::spawn_blocking(move || h.flush(timeout)).await {
+                    Ok(report) => Response { ok: true, flush: Some(report), ..Response::default() },
+                    Err(err) => Response::error(format!("flush failed: {err}")),
+                };
+                send(&mut write, &response).await?;
+            }
             Request::History { op } => {
                 let h = handler.clone();
                 let response = match tokio::task::spawn_blocking(move || h.history(op)).await {
@@ -432,6 +473,9 @@ pub enum ClientError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("control socket {path}: unreadable answer {line:?}: {source}")]
     BadResponse { path: PathBuf, line: String, source: serde_json::Error },
+    /// The serving process answered with an error (a refused uid, say).
+    #[error("control socket {path}: {message}")]
+    Refused { path: PathBuf, message: String },
 }
 
 /// Sends one request and reads its response, blocking up to `timeout` for each of
@@ -508,7 +552,7 @@ mod tests {
 
     impl ControlHandler for Fixed {
         fn pong(&self) -> Pong {
-            Pong { pid: 7, version: "v".into(), mountpoint: "/m".into(), data_dir: "/d".into() }
+            Pong { pid: 7, version: "v".into(), mountpoint: "/m".into(), data_dir: "/d".into(), watch: false }
         }
         fn status(&self) -> StatusReport {
             StatusReport {

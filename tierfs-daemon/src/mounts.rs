@@ -203,12 +203,25 @@ pub fn syncfs(path: &Path) -> io::Result<()> {
 
 /// Checks that the FUSE device exists, with advice when it does not.
 pub fn check_fuse_device() -> anyhow::Result<()> {
-    match fs::metadata("/dev/fuse") {
+    let unavailable = |message: String| {
+        anyhow::Error::new(crate::logging::Reported { message, kind: Some(tierfs::types::ErrorKind::Unavailable) })
+    };
+    // Opened, not only looked at: a node of a kernel without the FUSE driver exists but fails
+    // to open (ENODEV, ENXIO), and that must show before the store is opened and its lease
+    // taken. No permission to open it is fine: fusermount3 (setuid) opens it for a user.
+    match fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
         Ok(_) => Ok(()),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => anyhow::bail!(
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Err(unavailable(
             "/dev/fuse is missing: FUSE is not available here. Load the kernel module \
-             (`modprobe fuse`), or in a container pass `--device /dev/fuse --cap-add SYS_ADMIN`"
-        ),
+             (`modprobe fuse`), or in a container pass `--device /dev/fuse --cap-add SYS_ADMIN`; \
+             without FUSE, `tierfs watch DIR` syncs a plain directory instead"
+                .into(),
+        )),
+        Err(err) if matches!(err.raw_os_error(), Some(libc::ENODEV | libc::ENXIO)) => Err(unavailable(format!(
+            "/dev/fuse cannot be opened ({err}): this kernel has no FUSE driver loaded. Load it \
+             (`modprobe fuse`), or use `tierfs watch DIR`, which needs no FUSE"
+        ))),
+        Err(err) if matches!(err.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => Ok(()),
         Err(err) => Err(anyhow::Error::new(err).context("checking /dev/fuse")),
     }
 }

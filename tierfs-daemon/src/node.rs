@@ -41,7 +41,7 @@ use crate::notify::Notifier;
 use crate::stop::Stop;
 
 /// Control sockets of the node's mounts unless `[node] runtime_dir` says otherwise.
-pub const DEFAULT_RUNTIME_DIR: &str = "/run/tierfs";
+pub const DEFAULT_RUNTIME_DIR: &str = crate::paths::NODE_RUNTIME_DIR;
 
 /// `/metrics` and `/healthz` unless `[node] metrics_addr` says otherwise: loopback only.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9464";

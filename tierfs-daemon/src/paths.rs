@@ -133,6 +133,41 @@ pub fn command_store_file(given: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
+/// Where the node daemon (`tierfs-daemon node`) keeps its mounts' control sockets by default.
+pub const NODE_RUNTIME_DIR: &str = "/run/tierfs";
+
+/// The node daemon's socket directory as commands look for it: `TIERFS_NODE_RUNTIME_DIR`
+/// (for a node whose `[node] runtime_dir` is elsewhere), else [`NODE_RUNTIME_DIR`].
+pub fn node_runtime_dir() -> PathBuf {
+    std::env::var_os("TIERFS_NODE_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(NODE_RUNTIME_DIR))
+}
+
+/// The directories a command looks in for control sockets: the user's ([`runtime_dir`]) and
+/// then the node daemon's, so `tierfs status`, `sync` and `umount` reach the node's mounts too
+/// (their sockets admit the mount's owner and root). A mountpoint is served once at most, so
+/// the two never disagree.
+pub fn runtime_dirs(explicit: Option<&Path>) -> Result<Vec<PathBuf>> {
+    let mine = runtime_dir(explicit)?;
+    let node = node_runtime_dir();
+    Ok(if mine == node { vec![mine] } else { vec![mine, node] })
+}
+
+/// The control socket of the mount at `canonical_mountpoint`: in the first of
+/// [`runtime_dirs`] that has one, else where the user's would be (for the error message).
+pub fn find_socket(explicit: Option<&Path>, canonical_mountpoint: &Path) -> Result<PathBuf> {
+    let dirs = runtime_dirs(explicit)?;
+    for dir in &dirs {
+        let socket = socket_path(dir, canonical_mountpoint)?;
+        if socket.exists() {
+            return Ok(socket);
+        }
+    }
+    socket_path(&dirs[0], canonical_mountpoint)
+}
+
 /// The directory holding the control sockets (see the module docs for the order).
 pub fn runtime_dir(explicit: Option<&Path>) -> Result<PathBuf> {
     runtime_dir_from(

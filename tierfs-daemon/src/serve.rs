@@ -41,7 +41,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::MountConfig;
 use crate::control::{
-    self, ControlHandler, HistoryAnswer, HistoryOp, Pong, StatusReport, SyncReport, UnmountReport, UnmountRequest,
+    self, ControlHandler, FlushReport, HistoryAnswer, HistoryOp, Pong, StatusReport, SyncReport, UnmountReport,
+    UnmountRequest,
 };
 use crate::launch::{Readiness, ReadyInfo};
 use crate::logging::{self, Reported};
@@ -491,6 +492,24 @@ impl ControlHandler for Served {
         })
     }
 
+    fn flush(&self, timeout: Duration) -> FlushReport {
+        let start = Instant::now();
+        let result = self.session.flush_to_store(timeout);
+        let cold = self.session.status().vfs.cold;
+        let report = FlushReport {
+            flushed: result.is_ok(),
+            error: result.err().map(|e| e.to_string()),
+            dirty_bytes: cold.as_ref().map_or(0, |c| c.dirty_bytes),
+            dirty_files: cold.as_ref().map_or(0, |c| c.dirty_files),
+            millis: start.elapsed().as_millis() as u64,
+        };
+        match &report.error {
+            None => info!("flushed on request in {} ms", report.millis),
+            Some(e) => warn!("a flush on request did not complete: {e}"),
+        }
+        report
+    }
+
     fn history(&self, op: HistoryOp) -> Result<HistoryAnswer, Reported> {
         let answer = self.session.history(|h, vfs| {
             Ok(match op {
@@ -512,6 +531,7 @@ impl ControlHandler for Served {
             version: VERSION.to_owned(),
             mountpoint: self.mountpoint.clone(),
             data_dir: self.config.data_dir.clone(),
+            watch: self.config.watch,
         }
     }
 

@@ -28,8 +28,8 @@ use tracing::{error, info, warn};
 
 use crate::config::MountConfig;
 use crate::control::{
-    self, ControlHandler, HistoryAnswer, HistoryOp, Pong, StatusReport, SyncReport, UnmountReport, UnmountRequest,
-    WatchStatus,
+    self, ControlHandler, FlushReport, HistoryAnswer, HistoryOp, Pong, StatusReport, SyncReport, UnmountReport,
+    UnmountRequest, WatchStatus,
 };
 use crate::launch::{Readiness, ReadyInfo};
 use crate::logging::Reported;
@@ -355,6 +355,8 @@ impl ControlHandler for Watched {
         let mut w = self.state.lock().unwrap_or_else(PoisonError::into_inner).clone();
         w.oldest_pending_ms = w.pending_since.map_or(0, |t| t.elapsed().as_millis() as u64);
         s.watch = Some(w);
+        // Nothing is mounted: no other user reaches the directory through tierfs.
+        s.allow_other = false;
         s
     }
 
@@ -375,5 +377,28 @@ impl ControlHandler for Watched {
 
     fn history(&self, op: HistoryOp) -> Result<HistoryAnswer, Reported> {
         self.served.history(op)
+    }
+
+    /// A pass over the directory first (what changed there is not in the workspace yet),
+    /// then the workspace's flush, within the one `timeout`.
+    fn flush(&self, timeout: Duration) -> FlushReport {
+        let start = Instant::now();
+        let (reply, answer) = channel();
+        let sent = self.tx.lock().unwrap_or_else(PoisonError::into_inner).send(Msg::Barrier(reply));
+        let passed = match sent {
+            Err(_) => Err("the watch thread is gone".to_string()),
+            Ok(()) => match answer.recv_timeout(timeout) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("the pass over the directory failed: {e}")),
+                Err(_) => Err(format!("the pass over the directory did not finish within {} s", timeout.as_secs())),
+            },
+        };
+        let mut report = self.served.flush(timeout.saturating_sub(start.elapsed()));
+        if let Err(e) = passed {
+            report.flushed = false;
+            report.error = Some(e);
+        }
+        report.millis = start.elapsed().as_millis() as u64;
+        report
     }
 }

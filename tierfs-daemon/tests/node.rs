@@ -343,6 +343,31 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     fs::write(a.fx.mountpoint.join("during.txt"), b"a is not disturbed").expect("writing on a");
     tierfs_as(0, &runtime_dir, &["sync", "-m", "during", a.fx.mountpoint.to_str().expect("utf-8")])
         .assert_success("a syncs while b's store is away");
+    // The preemption hook: every mount flushes what it can by the deadline and says so.
+    fs::write(a.fx.mountpoint.join("late.txt"), vec![2u8; 300_000]).expect("writing on a");
+    let flush = |deadline: &str| {
+        let mut cmd = Command::new(common::TIERFS);
+        cmd.env("TIERFS_RUNTIME_DIR", root.join("nobody-run")).env("TIERFS_NODE_RUNTIME_DIR", &runtime_dir);
+        cmd.env("HOME", "/").args(["--json", "flush", "--deadline", deadline]);
+        let out = run(&mut cmd, Duration::from_secs(90));
+        // The report, then (on failure) the error object.
+        let mut objects = serde_json::Deserializer::from_str(&out.stdout).into_iter::<serde_json::Value>();
+        let json = objects.next().and_then(Result::ok).unwrap_or_default();
+        let of = |m: &Path| {
+            let m = fs::canonicalize(m).expect("mountpoint");
+            json["mounts"]
+                .as_array()
+                .and_then(|l| l.iter().find(|r| r["mountpoint"] == m.to_str().expect("utf-8")).cloned())
+        };
+        (out, of(&a.fx.mountpoint).unwrap_or_default(), of(&b.fx.mountpoint).unwrap_or_default())
+    };
+    let (out, fa, fb) = flush("3");
+    assert!(!out.success(), "a flush with b's store away reported success: {}", out.stdout);
+    assert_eq!(fa["flushed"], true, "a's flush: {}", out.stdout);
+    assert_eq!(fa["dirty_bytes"], 0, "a's flush: {}", out.stdout);
+    assert_eq!(fb["flushed"], false, "b's flush with its store away: {}", out.stdout);
+    assert!(fb["dirty_bytes"].as_u64().unwrap_or(0) >= 1 << 20, "b's unstored MiB is reported: {}", out.stdout);
+    assert!(out.stderr.contains("not all in the store"), "{}", out.stderr);
     let s = scrape(port);
     assert_eq!(value(&s, "tierfs_backend_up", "a"), Some(1.0));
     let failed = |name| series(&s, name, "b", "").sum::<f64>();
@@ -352,6 +377,10 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     );
     proxy.restore();
     wait_for(port, Duration::from_secs(120), "b's breaker closed", |s| value(s, "tierfs_backend_up", "b") == Some(1.0));
+    let (out, fa, fb) = flush("60");
+    out.assert_success("tierfs flush once b's store is back");
+    assert_eq!((fa["flushed"].clone(), fb["flushed"].clone()), (true.into(), true.into()), "{}", out.stdout);
+    assert_eq!(fb["dirty_bytes"], 0, "{}", out.stdout);
 
     // Access control: the other user may control b (its owner) but not a.
     let refused = tierfs_as(OTHER_UID, &runtime_dir, &["status", a.fx.mountpoint.to_str().expect("utf-8")]);
@@ -359,6 +388,37 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     assert!(refused.stderr.contains(&format!("uid {OTHER_UID} may not control this mount")), "{}", refused.stderr);
     tierfs_as(OTHER_UID, &runtime_dir, &["status", b.fx.mountpoint.to_str().expect("utf-8")])
         .assert_success("the owner's status of b");
+
+    // A user's own `tierfs status` (an empty runtime dir of their own) finds the node's
+    // mounts too: all of them for root, only their own for the other user.
+    let own_run = root.join("own-run");
+    fs::create_dir_all(&own_run).expect("mkdir");
+    fs::set_permissions(&own_run, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let listed = |uid: u32, args: &[&str]| {
+        let mut cmd = Command::new(common::TIERFS);
+        cmd.env("TIERFS_RUNTIME_DIR", &own_run).env("TIERFS_NODE_RUNTIME_DIR", &runtime_dir).env("HOME", "/");
+        cmd.args(["--json", "status"]).args(args);
+        if uid != 0 {
+            cmd.uid(uid);
+        }
+        let out = run(&mut cmd, Duration::from_secs(60));
+        out.assert_success("tierfs status of the node's mounts");
+        let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("status JSON");
+        let list = if json.is_array() { json.as_array().cloned().unwrap_or_default() } else { vec![json] };
+        list.iter().map(|r| PathBuf::from(r["mountpoint"].as_str().expect("mountpoint"))).collect::<Vec<_>>()
+    };
+    let (ma, mb) = (fs::canonicalize(&a.fx.mountpoint).expect("a"), fs::canonicalize(&b.fx.mountpoint).expect("b"));
+    assert_eq!(
+        listed(0, &[]),
+        {
+            let mut v = vec![ma.clone(), mb.clone()];
+            v.sort();
+            v
+        },
+        "root lists both node mounts"
+    );
+    assert_eq!(listed(OTHER_UID, &[]), vec![mb.clone()], "the other user lists only their own node mount");
+    assert_eq!(listed(0, &[ma.to_str().expect("utf-8")]), vec![ma.clone()], "a node mount's status by its path");
 
     // SIGTERM: STOPPING=1, both flushed and unmounted, exit 0.
     // SAFETY: kill(2) of our own child.

@@ -211,6 +211,25 @@ fn bad_directories_and_a_second_watcher_are_refused_and_nothing_changes() {
     out.assert_success("tierfs watch");
     let (out, _) = watch(&node, &dir, &["--data-dir", node.fx.tmp.path().join("data2").to_str().expect("utf-8")]);
     assert!(!out.success(), "a second watcher of the same directory: {}", out.stdout);
+    // A watched directory is not a mount: `mount` and `umount` say so, `unwatch --lazy` has
+    // nothing to detach.
+    let mut cmd = env(node.fx.tierfs());
+    cmd.args(["--json", "mount", "--store"]).arg(&node.store_file).arg("--data-dir").arg(&node.fx.data_dir).arg(&dir);
+    let out = run(&mut cmd, common::MOUNT_TIMEOUT);
+    assert!(!out.success() && out.stderr.contains("already watched"), "mount of a watched directory: {out:?}");
+    assert!(out.stdout.contains("\"kind\":\"conflict\""), "mount of a watched directory: {}", out.stdout);
+    let out = tierfs(&node, &["umount"], &dir);
+    assert!(!out.success() && out.stderr.contains("tierfs unwatch"), "umount of a watched directory: {out:?}");
+    let out = tierfs(&node, &["unwatch", "--lazy"], &dir);
+    assert!(!out.success() && out.stderr.contains("--lazy"), "unwatch --lazy: {out:?}");
+    assert_eq!(status(&node, &dir)["allow_other"], false, "a watch lets no other user in through tierfs");
+    // The preemption hook on a watch: a pass over the directory, then everything to the store.
+    fs::write(dir.join("late.txt"), vec![3u8; 200_000]).expect("write");
+    let out = tierfs(&node, &["--json", "flush", "--deadline", "60"], &dir);
+    out.assert_success("tierfs flush of a watched directory");
+    let flushed: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("flush JSON");
+    assert_eq!(flushed["mounts"][0]["flushed"], true, "{flushed}");
+    assert_eq!(status(&node, &dir)["cold"]["dirty_bytes"], 0, "the late file is in the store after the flush");
     unwatch(&node, &dir, json["pid"].as_u64().expect("pid"));
 
     // A directory with other files than the workspace has: refused, untouched.

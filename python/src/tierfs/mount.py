@@ -92,7 +92,8 @@ _FUSE_ONLY_OPTIONS = {
 # The errors of `tierfs mount` that mean FUSE does not work here (tierfs-daemon's
 # `check_fuse_device` and `explain_mount_error`), not that the store, key or path is wrong.
 _FUSE_ERROR = re.compile(
-    r"^(?:(/dev/fuse is missing)(?::.*)?|checking /dev/fuse: (.*)|mounting FUSE filesystem at .*?: (.*))$"
+    r"^(?:(/dev/fuse is missing)(?::.*)?|/dev/fuse cannot be opened \((.*)\): .*|checking /dev/fuse: (.*)"
+    r"|mounting FUSE filesystem at .*?: (.*))$"
 )
 
 
@@ -681,9 +682,10 @@ def _fuse_error_reason(err: TierfsError) -> str | None:
         return None
     if found.group(1):
         return found.group(1)
-    if found.group(2):
-        return f"{FUSE_DEVICE}: {found.group(2)}"
-    return f"the FUSE mount failed: {found.group(3).strip()}"
+    device_error = found.group(2) or found.group(3)
+    if device_error:
+        return f"{FUSE_DEVICE}: {device_error}"
+    return f"the FUSE mount failed: {found.group(4).strip()}"
 
 
 def _refuses_the_directory(err: TierfsError) -> bool:
