@@ -41,8 +41,10 @@ fi
 # binutils: readelf, with which scripts/python.sh checks the binaries in the wheel.
 # systemd: systemd-analyze, with which scripts/deploy-check.sh verifies the node daemon's
 #   unit (Debian installs it by default; a container image may not have it).
+# xfsprogs: mkfs.xfs, for the watch-mode test that reads changed files through reflink
+#   clones on a loop-mounted XFS image.
 PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv e2fsprogs openssl
-    binutils systemd)
+    binutils systemd xfsprogs)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

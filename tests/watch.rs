@@ -247,14 +247,13 @@ fn passes_read_and_upload_only_what_changed_and_renames_stay_renames() {
     fx.close(session);
 }
 
-#[test]
-fn a_file_rewritten_during_passes_is_never_recorded_torn() {
-    let fx = Fixture::new();
-    let src = fx.dir("src");
+/// A file rewritten over and over in `src` while passes read it: no pass records a torn
+/// version. Returns the reads discarded as torn and the reads made through a clone.
+fn rewrite_race(fx: &Fixture, src: &Path, data: &str) -> (u64, u64) {
     const LEN: usize = 6 << 20;
     fs::write(src.join("hot.bin"), vec![b'a'; LEN]).expect("write");
-    let session = fx.open("data");
-    let mut mirror = Mirror::new(session.vfs().clone(), &src).expect("mirror");
+    let session = fx.open(data);
+    let mut mirror = Mirror::new(session.vfs().clone(), src).expect("mirror");
     mirror.start().expect("start");
     mirror.rescan().expect("first pass");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -274,14 +273,16 @@ fn a_file_rewritten_during_passes_is_never_recorded_torn() {
         })
     };
     let vfs = session.vfs().clone();
-    // Passes until a few reads were raced (each pass checks what it recorded), within 60 s.
-    let mut torn = 0;
+    // Passes until a few reads were raced or cloned (each pass checks what it recorded),
+    // within 60 s.
+    let (mut torn, mut cloned) = (0, 0);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut passes = 0;
-    while (torn < 3 || passes < 20) && std::time::Instant::now() < deadline {
+    while (torn + cloned < 3 || passes < 20) && std::time::Instant::now() < deadline {
         passes += 1;
         let pass = mirror.rescan().expect("pass");
         torn += pass.counts.torn_reads;
+        cloned += pass.counts.cloned_reads;
         let attr = vfs.lookup(ROOT_INO, b"hot.bin").expect("lookup");
         let fh = vfs.open(&Caller::ROOT, attr.ino, libc::O_RDONLY).expect("open");
         let mut data = Vec::new();
@@ -297,8 +298,73 @@ fn a_file_rewritten_during_passes_is_never_recorded_torn() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().expect("writer");
-    assert!(torn > 0, "the writer never raced a read: the test tested nothing");
     fx.close(session);
+    (torn, cloned)
+}
+
+#[test]
+fn a_file_rewritten_during_passes_is_never_recorded_torn() {
+    let fx = Fixture::new();
+    let src = fx.dir("src");
+    let (torn, cloned) = rewrite_race(&fx, &src, "data");
+    assert!(torn > 0, "the writer never raced a read: the test tested nothing");
+    assert_eq!(cloned, 0, "a clone on a filesystem without reflinks");
+}
+
+/// An XFS file system (reflinks on) in a sparse image on a loop device, unmounted on drop.
+struct Xfs {
+    mnt: PathBuf,
+}
+
+impl Xfs {
+    /// `None` (the test skips) only outside CI, as a user without root or mkfs.xfs; CI has
+    /// both (scripts/setup-debian.sh installs xfsprogs), and there a failure fails the test.
+    fn mount(under: &Path) -> Option<Xfs> {
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let have_mkfs = std::process::Command::new("mkfs.xfs").arg("-V").output().is_ok_and(|o| o.status.success());
+        if !(root && have_mkfs) {
+            assert!(std::env::var_os("CI").is_none(), "CI must run the XFS test: root {root}, mkfs.xfs {have_mkfs}");
+            eprintln!("skipped: a loop-mounted XFS needs root and mkfs.xfs (xfsprogs)");
+            return None;
+        }
+        let img = under.join("xfs.img");
+        fs::File::create(&img).expect("image").set_len(512 * MIB).expect("sparse image");
+        let run = |cmd: &mut std::process::Command| {
+            let out = cmd.output().expect("run");
+            assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(std::process::Command::new("mkfs.xfs").args(["-q", "-m", "reflink=1"]).arg(&img));
+        let mnt = under.join("xfs");
+        fs::create_dir_all(&mnt).expect("mkdir");
+        run(std::process::Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt));
+        Some(Xfs { mnt })
+    }
+}
+
+impl Drop for Xfs {
+    fn drop(&mut self) {
+        let done = std::process::Command::new("umount").arg(&self.mnt).status().is_ok_and(|s| s.success());
+        if !done {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+}
+
+/// Where the filesystem has reflinks, a changed file is read through a clone taken in one
+/// step: the writer's versions are recorded whole without the read-and-verify retries.
+#[test]
+fn on_xfs_changed_files_are_read_through_reflink_clones() {
+    let fx = Fixture::new();
+    let Some(xfs) = Xfs::mount(fx.dir.path()) else { return };
+    let src = xfs.mnt.join("src");
+    fs::create_dir_all(&src).expect("mkdir");
+    let (_torn, cloned) = rewrite_race(&fx, &src, "data");
+    assert!(cloned >= 3, "reads on XFS did not go through clones ({cloned})");
+    // The clones were unnamed and are gone: nothing but the file is left in the directory.
+    let names: Vec<_> = fs::read_dir(&src).expect("readdir").map(|e| e.expect("entry").file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("hot.bin")]);
+    drop(xfs);
 }
 
 #[test]

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
@@ -54,8 +55,11 @@ impl Packer {
         Packer { blocks, pack, in_pack: HashSet::new(), put: HashMap::new(), pending: Vec::new() }
     }
 
-    /// Reads `file` (opened from `path`, whose `lstat` is `before`) into chunk records; the
-    /// caller checks that `before` still holds after (see [`unchanged`]).
+    /// Reads `file` (opened from `path`, whose `lstat` is `before`) into chunk records.
+    /// `verify`: `file` is the file itself, which may change meanwhile, so the read counts only
+    /// if `before` still holds after it (see [`unchanged`]); a clone ([`clone_of`]) needs no
+    /// check.
+    #[allow(clippy::too_many_arguments)]
     pub fn read(
         &mut self,
         vfs: &Vfs,
@@ -63,6 +67,7 @@ impl Packer {
         path: &Path,
         file: &File,
         before: &std::fs::Metadata,
+        verify: bool,
         counts: &mut Counts,
     ) -> Result<Read> {
         let size = before.len();
@@ -138,11 +143,15 @@ impl Packer {
             atime: Timestamp { secs: before.atime(), nanos: before.atime_nsec() as u32 },
             mtime: Timestamp { secs: before.mtime(), nanos: before.mtime_nsec() as u32 },
         };
-        let after = file.metadata().map_err(WatchError::io("stat", path))?;
-        let again = std::fs::symlink_metadata(path);
-        if !unchanged(before, &after) || !again.is_ok_and(|m| unchanged(before, &m)) {
-            counts.torn_reads += 1;
-            return Ok(Read::Torn);
+        if verify {
+            let after = file.metadata().map_err(WatchError::io("stat", path))?;
+            let again = std::fs::symlink_metadata(path);
+            if !unchanged(before, &after) || !again.is_ok_and(|m| unchanged(before, &m)) {
+                counts.torn_reads += 1;
+                return Ok(Read::Torn);
+            }
+        } else {
+            counts.cloned_reads += 1;
         }
         Ok(Read::Done(Box::new(Pending { ino, path: path.to_path_buf(), content, staged })))
     }
@@ -184,6 +193,25 @@ impl Packer {
 pub(super) fn unchanged(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
     (a.dev(), a.ino(), a.len(), a.mtime(), a.mtime_nsec(), a.ctime(), a.ctime_nsec())
         == (b.dev(), b.ino(), b.len(), b.mtime(), b.mtime_nsec(), b.ctime(), b.ctime_nsec())
+}
+
+/// A copy of `file` taken in one step, where the filesystem shares extents (xfs, btrfs):
+/// `FICLONE` into an unnamed `O_TMPFILE` in `dir` (the file's own directory, so the same
+/// filesystem), which shares the file's blocks, costs no data on disk and is gone when
+/// closed. `None` where the filesystem cannot (ext4, tmpfs: then the caller reads the file
+/// itself and verifies). The clone is one version of the file if the file's metadata did not
+/// move between the caller's `fstat` before it and one after it.
+pub(super) fn clone_of(file: &File, dir: &Path) -> Option<File> {
+    let tmp = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)
+        .ok()?;
+    // SAFETY: ioctl(2) FICLONE between two descriptors this function holds.
+    let rc = unsafe { libc::ioctl(tmp.as_raw_fd(), libc::FICLONE, file.as_raw_fd()) };
+    (rc == 0).then_some(tmp)
 }
 
 /// Opens a file of the watched directory for reading, never following a symlink and never

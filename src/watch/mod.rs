@@ -32,7 +32,7 @@ mod import;
 mod restore;
 mod scan;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -86,6 +86,9 @@ pub struct Counts {
     pub xattrs_set: u64,
     /// Reads discarded because the file changed during them.
     pub torn_reads: u64,
+    /// Files read through a clone (reflink): a consistent version taken in one step.
+    #[serde(default)]
+    pub cloned_reads: u64,
 }
 
 impl Counts {
@@ -101,6 +104,7 @@ impl Counts {
         self.attrs_set += o.attrs_set;
         self.xattrs_set += o.xattrs_set;
         self.torn_reads += o.torn_reads;
+        self.cloned_reads += o.cloned_reads;
     }
 }
 
@@ -180,6 +184,8 @@ pub struct Mirror {
     totals: Counts,
     unstable: Vec<String>,
     unreadable: Vec<(String, String)>,
+    /// Devices where a clone failed once (no reflinks there): their files are read and verified.
+    no_clones: HashSet<u64>,
 }
 
 impl Mirror {
@@ -210,6 +216,7 @@ impl Mirror {
             totals: Counts::default(),
             unstable: Vec::new(),
             unreadable: Vec::new(),
+            no_clones: HashSet::new(),
         })
     }
 

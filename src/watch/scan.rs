@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::import::{Read, open_for_read};
+use super::import::{Read, clone_of, open_for_read, unchanged};
 use super::{Known, LocalId, Mirror, READ_ATTEMPTS, Result, WatchError};
 use crate::types::{FileKind, Ino, ROOT_INO, Timestamp};
 use crate::vfs::{Caller, RenameFlags, SetAttr, TimeSet};
@@ -357,7 +357,22 @@ impl<'a> Pass<'a> {
                 return Ok(());
             }
             let m = &mut *self.m;
-            match m.packer.read(&m.vfs, ino, &path, &file, &before, &mut self.out.counts)? {
+            // Through a clone where the filesystem has reflinks: one consistent version,
+            // read without a race (if the file did not move while it was cloned).
+            let clone = if m.no_clones.contains(&before.dev()) {
+                None
+            } else {
+                let c = clone_of(&file, path.parent().unwrap_or(&m.root));
+                if c.is_none() {
+                    m.no_clones.insert(before.dev());
+                }
+                c.filter(|_| file.metadata().is_ok_and(|after| unchanged(&before, &after)))
+            };
+            let (source, verify) = match &clone {
+                Some(c) => (c, false),
+                None => (&file, true),
+            };
+            match m.packer.read(&m.vfs, ino, &path, source, &before, verify, &mut self.out.counts)? {
                 Read::Done(p) => {
                     self.out.counts.files_read += 1;
                     return m.packer.push(&m.vfs, *p);

@@ -734,6 +734,9 @@ pub fn format_status(report: &StatusReport) -> String {
                 t.removed
             ),
         ));
+        if t.cloned_reads > 0 {
+            rows.push(("clones", format!("{} files read through reflink clones", t.cloned_reads)));
+        }
         if !w.unstable.is_empty() {
             rows.push(("unstable", format!("{} (kept their last good version)", w.unstable.join(", "))));
         }

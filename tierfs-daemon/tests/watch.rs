@@ -276,6 +276,59 @@ fn without_inotify_watches_the_watch_falls_back_to_full_passes() {
 
 /// kill -9 of the watcher: a restart on the same data dir resumes without reading or
 /// uploading what did not change, and nothing synced before is lost.
+/// An overflow of the kernel's event queue (the watcher stopped while a burst of changes
+/// arrives, with a queue of 16 events): the watch says so in `status`, falls back to full
+/// passes, and every file of the burst is synced all the same.
+#[test]
+fn an_overflowed_event_queue_falls_back_to_full_passes_and_misses_nothing() {
+    let _one = exclusive();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: lowering fs.inotify.max_queued_events needs root");
+        return;
+    }
+    let node = Node::init_file();
+    let dir = node.fx.tmp.path().join("watched");
+    fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    // The queue's length is fixed when the watcher opens its inotify instance.
+    let knob = PathBuf::from("/proc/sys/fs/inotify/max_queued_events");
+    let saved = fs::read_to_string(&knob).expect("read the queue limit");
+    fs::write(&knob, "16").expect("lower the queue limit");
+    let (out, json) = watch(&node, &dir, &[]);
+    fs::write(&knob, saved.trim()).expect("restore the queue limit");
+    out.assert_success("tierfs watch");
+    let pid = json["pid"].as_u64().expect("pid") as libc::pid_t;
+    assert_eq!(status(&node, &dir)["watch"]["mode"], "events", "on events before the burst");
+    // SAFETY: kill(2) of the watcher this test started; SIGCONT follows.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let n = 500;
+    for i in 0..n {
+        fs::write(dir.join(format!("sub/burst-{i:04}")), format!("file {i}")).expect("write");
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let read = |s: &serde_json::Value| s["watch"]["totals"]["files_read"].as_u64().unwrap_or(0);
+    let s = wait_for(&node, &dir, "every file of the burst read", |s| read(s) >= n);
+    assert_eq!(s["watch"]["mode"], "rescan-only", "{s}");
+    assert!(
+        s["watch"]["fallback_reason"].as_str().is_some_and(|r| r.contains("overflow")),
+        "status names the overflow: {s}"
+    );
+    tierfs(&node, &["sync", "-m", "after the overflow"], &dir).assert_success("tierfs sync");
+    unwatch(&node, &dir, pid as u64);
+    // What the store holds: the whole burst, on a fresh node.
+    let fresh = Node::new(&node.store_file);
+    let dir2 = fresh.fx.tmp.path().join("restored");
+    fs::create_dir(&dir2).expect("mkdir");
+    let (out, json) = watch(&fresh, &dir2, &[]);
+    out.assert_success("tierfs watch restoring");
+    for i in [0, n / 2, n - 1] {
+        assert_eq!(fs::read_to_string(dir2.join(format!("sub/burst-{i:04}"))).expect("restored"), format!("file {i}"));
+    }
+    assert_eq!(fs::read_dir(dir2.join("sub")).expect("readdir").count() as u64, n, "every file of the burst is back");
+    unwatch(&fresh, &dir2, json["pid"].as_u64().expect("pid"));
+}
+
 #[test]
 fn a_watcher_killed_with_sigkill_resumes_without_reading_again_and_loses_nothing_synced() {
     let _one = exclusive();
