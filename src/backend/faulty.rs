@@ -37,6 +37,9 @@ pub enum Fault {
     /// Conditional creates overwrite like plain puts, as on a server that ignores
     /// `If-None-Match: *` (Garage 2.x).
     IgnoreConditional,
+    /// The next `n` puts reach the store, and then their answer is lost (a transient error,
+    /// as when a connection drops after the server stored the object); then it clears itself.
+    LoseAnswers(u32),
 }
 
 /// The test's handle on one [`FaultyStore`]: `set(None)` heals it.
@@ -50,6 +53,23 @@ impl FaultSwitch {
 
     fn get(&self) -> Option<Fault> {
         *self.0.lock()
+    }
+
+    /// The fault set now (a self-clearing one reads `None` once used up).
+    pub fn current(&self) -> Option<Fault> {
+        self.get()
+    }
+
+    /// Whether this put's answer is lost, using up one unit of a `LoseAnswers`.
+    fn lose_answer(&self) -> bool {
+        let mut guard = self.0.lock();
+        match *guard {
+            Some(Fault::LoseAnswers(n)) if n > 0 => {
+                *guard = if n > 1 { Some(Fault::LoseAnswers(n - 1)) } else { None };
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The fault one attempt meets, using up one unit of a `FailNext`.
@@ -153,7 +173,11 @@ impl ObjectStore for FaultyStore {
         if self.switch.get() == Some(Fault::IgnoreConditional) && matches!(opts.mode, PutMode::Create) {
             opts.mode = PutMode::Overwrite;
         }
-        self.inner.put_opts(location, payload, opts).await
+        let stored = self.inner.put_opts(location, payload, opts).await?;
+        if self.switch.lose_answer() {
+            return Err(injected("the answer to a put that was stored got lost"));
+        }
+        Ok(stored)
     }
 
     async fn put_multipart_opts(

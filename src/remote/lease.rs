@@ -254,22 +254,49 @@ mod tests {
     /// A workspace of a `file://` store fenced by lease only, whose backend ignores
     /// conditional writes as Garage 2.x does.
     async fn lease_fenced_workspace(dir: &std::path::Path) -> Arc<Workspace> {
-        use crate::backend::faulty::{Fault, FaultyStore};
+        let (ws, faults) = faulty_workspace(dir, Fencing::Lease).await;
+        faults.set(Some(crate::backend::faulty::Fault::IgnoreConditional));
+        ws
+    }
+
+    /// A workspace of a `file://` store behind a fault switch.
+    async fn faulty_workspace(
+        dir: &std::path::Path,
+        fencing: Fencing,
+    ) -> (Arc<Workspace>, crate::backend::faulty::FaultSwitch) {
+        use crate::backend::faulty::FaultyStore;
         use crate::backend::{Backend, BackendOptions, RedundantStore};
         use crate::crypto::{KdfParams, Secret};
         use crate::store::{Store, StoreConfig};
         let url = format!("file://{}", dir.join("b").display());
         let mut cfg = StoreConfig::new(vec![url.clone()]);
-        cfg.fencing = Fencing::Lease;
+        cfg.fencing = fencing;
         std::fs::create_dir_all(dir.join("b")).expect("mkdir");
         let files = object_store::local::LocalFileSystem::new_with_prefix(dir.join("b")).expect("file store");
         let (files, faults) = FaultyStore::wrap(Arc::new(files));
-        faults.set(Some(Fault::IgnoreConditional));
         let backend = Backend::from_object_store(url, files, BackendOptions::for_tests());
         let backend = RedundantStore::new(vec![backend], cfg.redundancy().expect("policy")).expect("store");
         let secret = Secret::Passphrase(b"p");
         let store = Store::init_on(backend, &cfg, &secret, KdfParams::for_tests()).await.expect("init");
-        Arc::new(Workspace::new(Arc::new(store), "w"))
+        (Arc::new(Workspace::new(Arc::new(store), "w")), faults)
+    }
+
+    /// A journal segment whose create reached the store but whose answer was lost is this
+    /// session's, not a takeover, whether the backend's own retry or the committer's next
+    /// try (after the backend gave up, as during an outage) finds it there: before, the
+    /// committer's try found it "taken over" by its own holder and stopped the journal for
+    /// good, so a writer cut off from its store in mid-write lost its final flush.
+    #[tokio::test]
+    async fn a_segment_whose_answer_was_lost_is_written_not_taken_over() {
+        use crate::backend::faulty::Fault;
+        let t = tempfile::tempdir().expect("tempdir");
+        let (ws, faults) = faulty_workspace(t.path(), Fencing::default()).await;
+        faults.set(Some(Fault::LoseAnswers(1)));
+        assert!(ws.append_segment(1, "first", "a:1", &[]).await.expect("append"), "its own segment");
+        assert_eq!(faults.current(), None, "the answer was lost once");
+        assert!(!ws.append_segment(1, "second", "b:2", &[]).await.expect("append"), "segment 1 is taken");
+        assert_eq!(ws.segment_writer(1).await.expect("read").map(|(s, _)| s), Some("first".into()));
+        assert!(ws.append_segment(1, "first", "a:1", &[]).await.expect("append"), "trying again is idempotent");
     }
 
     #[tokio::test]

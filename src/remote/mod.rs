@@ -390,7 +390,10 @@ impl Workspace {
         let sealed = self.store.keys().seal(ObjectKind::Journal, key.as_bytes(), &plain);
         match self.store.backend().create_object(&key, Bytes::from(sealed)).await? {
             CreateOutcome::Created => Ok(true),
-            CreateOutcome::Exists => Ok(false),
+            // Taken, by another session or by this one: an earlier try of this create that
+            // reached the store and lost its answer (a dropped connection; the backend then
+            // tried again). This session's own copy counts as written, not as a takeover.
+            CreateOutcome::Exists => Ok(self.segment_writer(n).await?.is_some_and(|(s, _)| s == session)),
         }
     }
 
