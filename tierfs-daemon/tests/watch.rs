@@ -276,6 +276,48 @@ fn without_inotify_watches_the_watch_falls_back_to_full_passes() {
 
 /// kill -9 of the watcher: a restart on the same data dir resumes without reading or
 /// uploading what did not change, and nothing synced before is lost.
+/// Mode changes: a read-only FUSE mount of the watched workspace, on a data dir of its own
+/// beside the running watcher, shows the latest synced state; and watch mode takes over a
+/// workspace a FUSE mount wrote last.
+#[test]
+fn a_read_only_mount_beside_the_watcher_shows_the_synced_state_and_watch_takes_over_a_mounted_workspace() {
+    let _one = exclusive();
+    let node = Node::init_file();
+    let dir = node.fx.tmp.path().join("watched");
+    fs::create_dir_all(dir.join("src")).expect("mkdir");
+    fs::write(dir.join("src/train.py"), b"print('v1')\n").expect("write");
+    let (out, json) = watch(&node, &dir, &[]);
+    out.assert_success("tierfs watch");
+    fs::write(dir.join("src/train.py"), b"print('v2')\n").expect("write");
+    fs::write(dir.join("notes.md"), b"synced").expect("write");
+    tierfs(&node, &["sync", "-m", "v2"], &dir).assert_success("tierfs sync");
+    let synced = describe(&dir);
+
+    let mut ro = Node::new(&node.store_file);
+    ro.mount(&["--read-only"]);
+    assert_eq!(describe(&ro.fx.mountpoint), synced, "the read-only mount beside the watcher");
+    let err = fs::write(ro.fx.mountpoint.join("new.txt"), b"x").expect_err("a write on a read-only mount");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    ro.fx.umount();
+    unwatch(&node, &dir, json["pid"].as_u64().expect("pid"));
+
+    // A FUSE mount writes next; then a watch of a fresh, empty directory takes the workspace
+    // over with what the mount wrote.
+    let mut rw = Node::new(&node.store_file);
+    rw.mount(&[]);
+    fs::write(rw.fx.mountpoint.join("src/train.py"), b"print('v3 from the mount')\n").expect("write");
+    rw.sync("v3").assert_success("tierfs sync on the mount");
+    let mounted = describe(&rw.fx.mountpoint);
+    rw.fx.umount();
+    let fresh = Node::new(&node.store_file);
+    let dir2 = fresh.fx.tmp.path().join("taken-over");
+    fs::create_dir(&dir2).expect("mkdir");
+    let (out, json) = watch(&fresh, &dir2, &[]);
+    out.assert_success("tierfs watch of a workspace a mount wrote last");
+    assert_eq!(describe(&dir2), mounted, "the watch restored what the mount wrote");
+    unwatch(&fresh, &dir2, json["pid"].as_u64().expect("pid"));
+}
+
 /// An overflow of the kernel's event queue (the watcher stopped while a burst of changes
 /// arrives, with a queue of 16 events): the watch says so in `status`, falls back to full
 /// passes, and every file of the burst is synced all the same.
