@@ -96,12 +96,12 @@ impl Packer {
                 counts.bytes_read += to - from;
             }
             let data = self.pack.staged();
-            if data.iter().all(|&b| b == 0) {
+            let data_runs = block::data_runs(data);
+            if data_runs.is_empty() {
                 self.pack.drop_staged();
                 continue; // a hole: no record
             }
             let id = keys.block_id(data);
-            let data_runs = block::data_runs(data);
             let held = data_runs.iter().map(|r| r.len() as u32).sum();
             let rec = ChunkRecord { block: id, len: len as u32, data: held, resident: false };
             chunks.push((idx, rec));

@@ -197,13 +197,7 @@ fn flush(cli: &Cli, cmd: &FlushCommand) -> Result<()> {
             .iter()
             .map(|(m, socket)| {
                 s.spawn(move || {
-                    let failed = |error: String| control::FlushReport {
-                        flushed: false,
-                        error: Some(error),
-                        dirty_bytes: 0,
-                        dirty_files: 0,
-                        millis: 0,
-                    };
+                    let failed = control::FlushReport::failed;
                     let report = match control::request(socket, &Request::Flush { timeout_secs: secs }, wait) {
                         Ok(r) if r.ok => r.flush.unwrap_or_else(|| failed("answered without a flush report".into())),
                         Ok(r) => failed(r.error.unwrap_or_else(|| "refused".into())),
@@ -404,7 +398,7 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
 /// The process serving `mountpoint`, if one answers: a mount of this user's, or of the
 /// node daemon's.
 fn serving(runtime_dir: &Path, mountpoint: &Path) -> Option<control::Pong> {
-    [runtime_dir.to_path_buf(), paths::node_runtime_dir()].into_iter().find_map(|dir| {
+    paths::with_node_dir(runtime_dir.to_path_buf()).into_iter().find_map(|dir| {
         let socket = paths::socket_path(&dir, mountpoint).ok()?;
         control::ping(&socket, PING_TIMEOUT).ok().flatten()
     })
@@ -597,7 +591,8 @@ fn explain_unserved(err: ClientError, mountpoint: &Path) -> anyhow::Error {
 /// daemon's (a node mount of another user refuses the query and is left out).
 fn all_statuses(explicit: Option<&Path>) -> Result<Vec<StatusReport>> {
     let mut reports: Vec<StatusReport> = Vec::new();
-    for runtime_dir in paths::runtime_dirs(explicit)? {
+    // The first directory is the user's own; the node's comes after it.
+    for (i, runtime_dir) in paths::runtime_dirs(explicit)?.into_iter().enumerate() {
         let entries = match fs::read_dir(&runtime_dir) {
             Ok(entries) => entries,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
@@ -614,7 +609,7 @@ fn all_statuses(explicit: Option<&Path>) -> Result<Vec<StatusReport>> {
                 Ok(report) if !reports.iter().any(|r| r.socket == report.socket) => reports.push(report),
                 Ok(_) | Err(ClientError::NotServing(_)) => {}
                 // Another user's node mount: not this caller's to see.
-                Err(ClientError::Refused { .. }) if runtime_dir != paths::runtime_dir(explicit)? => {}
+                Err(ClientError::Refused { .. }) if i > 0 => {}
                 Err(err) => eprintln!("tierfs: warning: {err}"),
             }
         }

@@ -96,6 +96,13 @@ pub struct FlushReport {
     pub millis: u64,
 }
 
+impl FlushReport {
+    /// A flush that did not run (nothing known of what is left).
+    pub fn failed(error: String) -> FlushReport {
+        FlushReport { flushed: false, error: Some(error), dirty_bytes: 0, dirty_files: 0, millis: 0 }
+    }
+}
+
 /// What a `history` request asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -311,13 +318,7 @@ pub trait ControlHandler: Send + Sync + 'static {
     }
     /// Blocks up to `timeout`; called from a blocking-capable thread.
     fn flush(&self, _timeout: Duration) -> FlushReport {
-        FlushReport {
-            flushed: false,
-            error: Some("this mount cannot flush".into()),
-            dirty_bytes: 0,
-            dirty_files: 0,
-            millis: 0,
-        }
+        FlushReport::failed("this mount cannot flush".into())
     }
 }
 

@@ -150,9 +150,13 @@ pub fn node_runtime_dir() -> PathBuf {
 /// (their sockets admit the mount's owner and root). A mountpoint is served once at most, so
 /// the two never disagree.
 pub fn runtime_dirs(explicit: Option<&Path>) -> Result<Vec<PathBuf>> {
-    let mine = runtime_dir(explicit)?;
+    Ok(with_node_dir(runtime_dir(explicit)?))
+}
+
+/// `mine`, then the node daemon's socket directory unless it is the same (see [`runtime_dirs`]).
+pub fn with_node_dir(mine: PathBuf) -> Vec<PathBuf> {
     let node = node_runtime_dir();
-    Ok(if mine == node { vec![mine] } else { vec![mine, node] })
+    if mine == node { vec![mine] } else { vec![mine, node] }
 }
 
 /// The control socket of the mount at `canonical_mountpoint`: in the first of

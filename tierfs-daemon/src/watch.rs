@@ -345,6 +345,21 @@ struct Watched {
     state: Arc<Mutex<WatchStatus>>,
 }
 
+impl Watched {
+    /// A full pass over the directory, waited for up to `timeout`: every change made before
+    /// the call is in the workspace once it returns.
+    fn barrier(&self, timeout: Duration) -> Result<(), String> {
+        let (reply, answer) = channel();
+        let sent = self.tx.lock().unwrap_or_else(PoisonError::into_inner).send(Msg::Barrier(reply));
+        sent.map_err(|_| "the watch thread is gone".to_string())?;
+        match answer.recv_timeout(timeout) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("the pass over the directory failed: {e}")),
+            Err(_) => Err(format!("the pass over the directory did not finish within {} s", timeout.as_secs())),
+        }
+    }
+}
+
 impl ControlHandler for Watched {
     fn pong(&self) -> Pong {
         self.served.pong()
@@ -361,17 +376,7 @@ impl ControlHandler for Watched {
     }
 
     fn sync(&self, message: Option<String>, timeout: Duration) -> Result<SyncReport, String> {
-        let (reply, answer) = channel();
-        self.tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(Msg::Barrier(reply))
-            .map_err(|_| "the watch thread is gone")?;
-        match answer.recv_timeout(timeout) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("the pass over the directory failed: {e}")),
-            Err(_) => return Err(format!("the pass over the directory did not finish within {} s", timeout.as_secs())),
-        }
+        self.barrier(timeout)?;
         self.served.sync(message, timeout)
     }
 
@@ -383,16 +388,7 @@ impl ControlHandler for Watched {
     /// then the workspace's flush, within the one `timeout`.
     fn flush(&self, timeout: Duration) -> FlushReport {
         let start = Instant::now();
-        let (reply, answer) = channel();
-        let sent = self.tx.lock().unwrap_or_else(PoisonError::into_inner).send(Msg::Barrier(reply));
-        let passed = match sent {
-            Err(_) => Err("the watch thread is gone".to_string()),
-            Ok(()) => match answer.recv_timeout(timeout) {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(format!("the pass over the directory failed: {e}")),
-                Err(_) => Err(format!("the pass over the directory did not finish within {} s", timeout.as_secs())),
-            },
-        };
+        let passed = self.barrier(timeout);
         let mut report = self.served.flush(timeout.saturating_sub(start.elapsed()));
         if let Err(e) = passed {
             report.flushed = false;

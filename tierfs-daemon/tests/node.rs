@@ -215,12 +215,27 @@ fn wait_for(port: u16, timeout: Duration, what: &str, want: impl Fn(&BTreeMap<St
 }
 
 fn tierfs_as(uid: u32, runtime_dir: &Path, args: &[&str]) -> common::Output {
+    tierfs_beside(uid, runtime_dir, None, args, Duration::from_secs(60))
+}
+
+/// `tierfs ARGS` as `uid` with its own `runtime_dir`, and the node daemon's sockets in
+/// `node_run` (`TIERFS_NODE_RUNTIME_DIR`) when given.
+fn tierfs_beside(
+    uid: u32,
+    runtime_dir: &Path,
+    node_run: Option<&Path>,
+    args: &[&str],
+    timeout: Duration,
+) -> common::Output {
     let mut cmd = Command::new(common::TIERFS);
     cmd.env("TIERFS_RUNTIME_DIR", runtime_dir).env("HOME", "/").args(args);
+    if let Some(dir) = node_run {
+        cmd.env("TIERFS_NODE_RUNTIME_DIR", dir);
+    }
     if uid != 0 {
         cmd.uid(uid);
     }
-    run(&mut cmd, Duration::from_secs(60))
+    run(&mut cmd, timeout)
 }
 
 #[test]
@@ -346,10 +361,8 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     // The preemption hook: every mount flushes what it can by the deadline and says so.
     fs::write(a.fx.mountpoint.join("late.txt"), vec![2u8; 300_000]).expect("writing on a");
     let flush = |deadline: &str| {
-        let mut cmd = Command::new(common::TIERFS);
-        cmd.env("TIERFS_RUNTIME_DIR", root.join("nobody-run")).env("TIERFS_NODE_RUNTIME_DIR", &runtime_dir);
-        cmd.env("HOME", "/").args(["--json", "flush", "--deadline", deadline]);
-        let out = run(&mut cmd, Duration::from_secs(90));
+        let args = ["--json", "flush", "--deadline", deadline];
+        let out = tierfs_beside(0, &root.join("nobody-run"), Some(&runtime_dir), &args, Duration::from_secs(90));
         // The report, then (on failure) the error object.
         let mut objects = serde_json::Deserializer::from_str(&out.stdout).into_iter::<serde_json::Value>();
         let json = objects.next().and_then(Result::ok).unwrap_or_default();
@@ -395,13 +408,8 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     fs::create_dir_all(&own_run).expect("mkdir");
     fs::set_permissions(&own_run, fs::Permissions::from_mode(0o777)).expect("chmod");
     let listed = |uid: u32, args: &[&str]| {
-        let mut cmd = Command::new(common::TIERFS);
-        cmd.env("TIERFS_RUNTIME_DIR", &own_run).env("TIERFS_NODE_RUNTIME_DIR", &runtime_dir).env("HOME", "/");
-        cmd.args(["--json", "status"]).args(args);
-        if uid != 0 {
-            cmd.uid(uid);
-        }
-        let out = run(&mut cmd, Duration::from_secs(60));
+        let args = [&["--json", "status"][..], args].concat();
+        let out = tierfs_beside(uid, &own_run, Some(&runtime_dir), &args, Duration::from_secs(60));
         out.assert_success("tierfs status of the node's mounts");
         let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("status JSON");
         let list = if json.is_array() { json.as_array().cloned().unwrap_or_default() } else { vec![json] };

@@ -58,6 +58,23 @@ impl Drop for OneAtATime {
     }
 }
 
+/// A node's watch of `dir` started while `/proc/sys/fs/inotify/KNOB` is `value` (the watcher
+/// reads the limit as it sets up), the limit restored right after. `None`, the test skipping,
+/// without root.
+fn watch_under_limit(node: &Node, dir: &Path, knob: &str, value: &str) -> Option<(common::Output, serde_json::Value)> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: lowering fs.inotify.{knob} needs root");
+        return None;
+    }
+    let path = PathBuf::from("/proc/sys/fs/inotify").join(knob);
+    let saved = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {knob}: {e}"));
+    fs::write(&path, value).unwrap_or_else(|e| panic!("lower {knob}: {e}"));
+    let started = watch(node, dir, &[]);
+    fs::write(&path, saved.trim()).unwrap_or_else(|e| panic!("restore {knob}: {e}"));
+    Some(started)
+}
+
 fn tierfs(node: &Node, args: &[&str], dir: &Path) -> common::Output {
     let mut cmd = env(node.fx.tierfs());
     cmd.args(args).arg(dir);
@@ -250,19 +267,10 @@ fn bad_directories_and_a_second_watcher_are_refused_and_nothing_changes() {
 #[test]
 fn without_inotify_watches_the_watch_falls_back_to_full_passes() {
     let _one = exclusive();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: lowering fs.inotify.max_user_watches needs root");
-        return;
-    }
     let node = Node::init_file();
     let dir = node.fx.tmp.path().join("watched");
     fs::create_dir_all(dir.join("sub")).expect("mkdir");
-    let knob = PathBuf::from("/proc/sys/fs/inotify/max_user_watches");
-    let saved = fs::read_to_string(&knob).expect("read the watch limit");
-    fs::write(&knob, "1").expect("lower the watch limit");
-    let (out, json) = watch(&node, &dir, &[]);
-    fs::write(&knob, saved.trim()).expect("restore the watch limit");
+    let Some((out, json)) = watch_under_limit(&node, &dir, "max_user_watches", "1") else { return };
     out.assert_success("tierfs watch with no watches left");
     let s = status(&node, &dir);
     assert_eq!(s["watch"]["mode"], "rescan-only", "{s}");
@@ -274,8 +282,6 @@ fn without_inotify_watches_the_watch_falls_back_to_full_passes() {
     unwatch(&node, &dir, json["pid"].as_u64().expect("pid"));
 }
 
-/// kill -9 of the watcher: a restart on the same data dir resumes without reading or
-/// uploading what did not change, and nothing synced before is lost.
 /// Mode changes: a read-only FUSE mount of the watched workspace, on a data dir of its own
 /// beside the running watcher, shows the latest synced state; and watch mode takes over a
 /// workspace a FUSE mount wrote last.
@@ -324,20 +330,11 @@ fn a_read_only_mount_beside_the_watcher_shows_the_synced_state_and_watch_takes_o
 #[test]
 fn an_overflowed_event_queue_falls_back_to_full_passes_and_misses_nothing() {
     let _one = exclusive();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: lowering fs.inotify.max_queued_events needs root");
-        return;
-    }
     let node = Node::init_file();
     let dir = node.fx.tmp.path().join("watched");
     fs::create_dir_all(dir.join("sub")).expect("mkdir");
     // The queue's length is fixed when the watcher opens its inotify instance.
-    let knob = PathBuf::from("/proc/sys/fs/inotify/max_queued_events");
-    let saved = fs::read_to_string(&knob).expect("read the queue limit");
-    fs::write(&knob, "16").expect("lower the queue limit");
-    let (out, json) = watch(&node, &dir, &[]);
-    fs::write(&knob, saved.trim()).expect("restore the queue limit");
+    let Some((out, json)) = watch_under_limit(&node, &dir, "max_queued_events", "16") else { return };
     out.assert_success("tierfs watch");
     let pid = json["pid"].as_u64().expect("pid") as libc::pid_t;
     assert_eq!(status(&node, &dir)["watch"]["mode"], "events", "on events before the burst");
@@ -371,6 +368,8 @@ fn an_overflowed_event_queue_falls_back_to_full_passes_and_misses_nothing() {
     unwatch(&fresh, &dir2, json["pid"].as_u64().expect("pid"));
 }
 
+/// kill -9 of the watcher: a restart on the same data dir resumes without reading or
+/// uploading what did not change, and nothing synced before is lost.
 #[test]
 fn a_watcher_killed_with_sigkill_resumes_without_reading_again_and_loses_nothing_synced() {
     let _one = exclusive();

@@ -225,9 +225,10 @@ impl ColdTier {
                     read_full(file, cl.ino, run.start, &mut data[from..to])?;
                 }
             }
-            let id = self.content_id(pack.staged());
-            // The pages of zeros around the data (holes, or zeros written) are not stored.
+            // The pages of zeros around the data (holes, or zeros written) are not stored; a
+            // chunk with no other pages is the zero block (one scan finds both).
             let data_runs = block::data_runs(pack.staged());
+            let id = if data_runs.is_empty() { ZERO_BLOCK } else { self.store.block_id(pack.staged()) };
             let data = data_runs.iter().map(|r| r.len() as u32).sum();
             sealed.push((i, id, len as u32, data));
             // Blocks the store already has (dedup) and zero blocks are not uploaded again.
