@@ -19,10 +19,12 @@ pub enum ObjectKind {
     Metadata = 8,
     /// A workspace history object: git objects of code and configs (history module).
     History = 9,
+    /// A workspace's hot set: the chunks its last node held, for a refill after a reset.
+    HotSet = 10,
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 9] = [
+    pub const ALL: [ObjectKind; 10] = [
         ObjectKind::Block,
         ObjectKind::PackTrailer,
         ObjectKind::IndexSegment,
@@ -32,6 +34,7 @@ impl ObjectKind {
         ObjectKind::Lease,
         ObjectKind::Metadata,
         ObjectKind::History,
+        ObjectKind::HotSet,
     ];
 
     /// The envelope byte.
@@ -51,6 +54,7 @@ impl ObjectKind {
             7 => ObjectKind::Lease,
             8 => ObjectKind::Metadata,
             9 => ObjectKind::History,
+            10 => ObjectKind::HotSet,
             _ => return None,
         })
     }
@@ -67,6 +71,7 @@ impl ObjectKind {
             ObjectKind::Lease => "lease",
             ObjectKind::Metadata => "metadata",
             ObjectKind::History => "history",
+            ObjectKind::HotSet => "hot set",
         }
     }
 }
@@ -87,6 +92,6 @@ mod tests {
             assert_eq!(ObjectKind::from_u8(kind.as_u8()), Some(kind));
         }
         assert_eq!(ObjectKind::from_u8(0), None);
-        assert_eq!(ObjectKind::from_u8(10), None);
+        assert_eq!(ObjectKind::from_u8(11), None);
     }
 }

@@ -9,6 +9,7 @@
 //! part/<hash>     checkpoint parts, content addressed (unchanged parts are not re-uploaded)
 //! snap/<id>       snapshots: a checkpoint with a name, a message and a time
 //! lease           who writes the workspace, until when
+//! hot             the hot set: the chunks the last node held, for the next node's refill
 //! ```
 //!
 //! Invariants:
@@ -274,6 +275,10 @@ impl Workspace {
         format!("{}hist/{seq:016x}", self.prefix)
     }
 
+    fn hot_set_key(&self) -> String {
+        format!("{}hot", self.prefix)
+    }
+
     fn lease_key(&self) -> String {
         format!("{}lease", self.prefix)
     }
@@ -356,6 +361,20 @@ impl Workspace {
     /// The numbers `>= from` of the history objects in the store, in order.
     pub async fn history_numbers_from(&self, from: u64) -> Result<Vec<u64>> {
         self.list_numbers_from("hist/", from).await
+    }
+
+    // ---- the hot set ------------------------------------------------------------------
+
+    /// Stores the workspace's hot set (its bytes are the cold tier's), replacing the last one.
+    /// Only a hint for the next node's refill: a stale writer's copy costs a worse refill,
+    /// never data.
+    pub async fn put_hot_set(&self, plain: &[u8]) -> Result<()> {
+        self.put_sealed(ObjectKind::HotSet, &self.hot_set_key(), plain).await
+    }
+
+    /// The workspace's hot set, opened; `None` if no node wrote one.
+    pub async fn get_hot_set(&self) -> Result<Option<Vec<u8>>> {
+        self.get_sealed(ObjectKind::HotSet, &self.hot_set_key()).await
     }
 
     // ---- journal segments -------------------------------------------------------------

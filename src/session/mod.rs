@@ -21,6 +21,7 @@
 
 mod blocks;
 mod error;
+mod hot;
 mod repairs;
 
 use std::ffi::OsString;
@@ -44,6 +45,8 @@ use crate::vfs::{AttachedStore, Prepared, Vfs, VfsConfig, VfsStats};
 
 pub use blocks::StoreBlocks;
 pub use error::{FlushError, SessionError};
+pub use hot::HOT_SET_INTERVAL;
+use hot::HotSets;
 pub use repairs::{RepairLog, SAVED_REPAIRS};
 
 /// A node that vanishes keeps its workspace's lease this long (others wait or take over).
@@ -156,6 +159,12 @@ pub struct SessionConfig {
     pub keep_files: Vec<OsString>,
     /// Record the code and configs in the workspace's history at every snapshot.
     pub history: bool,
+    /// Keep the workspace's hot set: save it (a writing session) and refill an empty data
+    /// dir's cache from it (with `refill`). Off for front ends that serve files from
+    /// elsewhere (watch mode).
+    pub hot_set: bool,
+    /// On an empty data dir, refill the cache from the workspace's hot set in the background.
+    pub refill: bool,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -192,6 +201,8 @@ impl SessionConfig {
             kernel_owns_times: false,
             keep_files: Vec::new(),
             history: true,
+            hot_set: true,
+            refill: true,
         }
     }
 
@@ -246,6 +257,8 @@ struct Background {
     stop_remote: watch::Sender<bool>,
     remote_task: Option<JoinHandle<()>>,
     repairer: Option<JoinHandle<()>>,
+    /// Saves the hot set every [`HOT_SET_INTERVAL`].
+    hot_saver: Option<JoinHandle<()>>,
 }
 
 /// An open workspace (see the module documentation).
@@ -263,6 +276,8 @@ pub struct Session {
     record_history: bool,
     /// Opened on first use.
     history: Mutex<Option<History>>,
+    /// The hot set: saved by a writing session, refilled from on a fresh node.
+    hot: Option<Arc<HotSets>>,
 }
 
 impl Session {
@@ -278,6 +293,8 @@ impl Session {
             reset_snapshot_dir(&config.data_dir, &config.keep_files)?;
         }
         let mut prepared = Vfs::prepare(&config.data_dir)?;
+        // Nothing local yet: a fresh node (or one after a reset), whose cache starts empty.
+        let mut fresh = prepared.meta().is_empty()?;
         let owner = store.as_ref().map(|s| format!("{}\n{}\n", s.config().store_id, config.workspace));
         if let (Some(owner), Access::ReadWrite) = (&owner, &config.access) {
             check_owner(&config.data_dir, owner, &config.workspace)?;
@@ -296,6 +313,7 @@ impl Session {
                         drop(prepared);
                         clear_data_dir(&config.data_dir, &config.keep_files)?;
                         prepared = Vfs::prepare(&config.data_dir)?;
+                        fresh = true;
                         Some(open_remote(&config, store, &prepared, handle)?)
                     }
                     Err(e) => return Err(e),
@@ -338,6 +356,10 @@ impl Session {
             (None, Some(s)) => Some(Arc::new(Workspace::new(s.clone(), &config.workspace))),
             (None, None) => None,
         };
+        let hot = workspace
+            .as_ref()
+            .filter(|_| config.hot_set && !matches!(config.access, Access::Snapshot(_)))
+            .map(|ws| HotSets::new(vfs.clone(), ws.clone()));
         let session = Session {
             vfs,
             store,
@@ -350,8 +372,14 @@ impl Session {
             workspace,
             record_history: config.history,
             history: Mutex::new(None),
+            hot,
         };
         session.start(config.access == Access::ReadWrite);
+        if let Some(hot) = &session.hot {
+            if fresh && config.refill {
+                hot.spawn_refill(handle.clone());
+            }
+        }
         Ok(session)
     }
 
@@ -370,8 +398,20 @@ impl Session {
                 }
             })
         });
+        // Holds the hot set weakly: an aborted task is dropped only when the runtime gets to
+        // it, and must not keep the Vfs (and the data dir's lock) alive after the session.
+        let hot_saver = self.hot.as_ref().filter(|_| self.committer.is_some()).map(|hot| {
+            let hot = Arc::downgrade(hot);
+            self.handle.spawn(async move {
+                loop {
+                    tokio::time::sleep(HOT_SET_INTERVAL).await;
+                    let Some(hot) = hot.upgrade() else { return };
+                    hot.save_or_warn("").await;
+                }
+            })
+        });
         *self.background.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Background { stop_remote, remote_task, repairer });
+            Some(Background { stop_remote, remote_task, repairer, hot_saver });
         if writable {
             spawn_sweep(self.vfs.clone());
         }
@@ -419,6 +459,9 @@ impl Session {
             c.checkpoint(Some(message)).await
         })?;
         let snapshot = manifest.id.unwrap_or_default();
+        if let Some(hot) = &self.hot {
+            self.handle.block_on(hot.clone().save_or_warn("at the snapshot"));
+        }
         let history = self.record_history.then(|| {
             self.history(|h, vfs| h.record(vfs, &snapshot, subject.as_deref())).map_err(|e| {
                 warn!("snapshot {snapshot} is committed, but recording its history failed: {e}");
@@ -477,6 +520,9 @@ impl Session {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        if let Some(hot) = self.hot.clone() {
+            let _ = tokio::task::spawn_blocking(move || hot.stop_refill()).await;
+        }
         let drained = match &self.committer {
             Some(c) => self.drain_remote(c, deadline).await,
             None => Ok(()),
@@ -489,6 +535,11 @@ impl Session {
             }
             if let Some(repairer) = bg.repairer {
                 repairer.abort();
+            }
+            if let Some(saver) = bg.hot_saver {
+                // Waited for: a save in flight holds the Vfs until it is dropped.
+                saver.abort();
+                let _ = saver.await;
             }
         }
         if let Some(store) = &self.store {
@@ -518,6 +569,10 @@ impl Session {
             self.flush(deadline).await?;
             if self.committer.is_some() {
                 self.wait_metadata(deadline).await?;
+                // The next node refills what this one held (a preempted node's last act).
+                if let Some(hot) = self.hot.clone() {
+                    let _ = tokio::time::timeout_at(deadline, hot.save_or_warn("at the flush")).await;
+                }
             }
             Ok(())
         })
@@ -538,6 +593,11 @@ impl Session {
 
     async fn drain_remote(&self, c: &Arc<Committer>, deadline: tokio::time::Instant) -> Result<(), FlushError> {
         self.wait_metadata(deadline).await?;
+        if let Some(hot) = self.hot.clone() {
+            if tokio::time::timeout_at(deadline, hot.save_or_warn("at close")).await.is_err() {
+                warn!("saving the hot set did not finish in time (the next node refills from the last one saved)");
+            }
+        }
         match tokio::time::timeout_at(deadline, c.checkpoint(None)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => warn!("final checkpoint: {e} (the journal has everything; restore replays it)"),
@@ -556,9 +616,12 @@ impl Drop for Session {
         // lease to expire and its journal to the next session).
         if let Some(bg) = self.background.lock().unwrap_or_else(PoisonError::into_inner).take() {
             let _ = bg.stop_remote.send(true);
-            for task in [bg.remote_task, bg.repairer].into_iter().flatten() {
+            for task in [bg.remote_task, bg.repairer, bg.hot_saver].into_iter().flatten() {
                 task.abort();
             }
+        }
+        if let Some(hot) = &self.hot {
+            hot.stop_refill();
         }
     }
 }

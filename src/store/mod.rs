@@ -25,7 +25,7 @@
 
 pub mod config;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redundancy, RedundantStore, ScrubOutcome};
@@ -41,6 +41,9 @@ const CONFIG_KEY: &str = "config";
 /// A run of blocks from a pack's start to within this many bytes of its end (the trailer and
 /// footer, a few hundred bytes) is read together with them: the whole pack in one GET.
 const WHOLE_PACK_SLACK: u64 = 64 << 10;
+/// [`Store::get_blocks`] reads two blocks of one pack with one request when at most this many
+/// bytes lie between them: reading them costs less than a second request's round trip.
+pub const MAX_RUN_GAP: u64 = 256 << 10;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -281,34 +284,39 @@ impl Store {
         Ok(self.backend.get_pack_range(&key, loc.pack_len, loc.range(), &open).await?)
     }
 
-    /// Fetches several blocks, in order. Runs of blocks that lie back to back in one pack are
-    /// read with one range GET (then each is decrypted in its part of the body and verified on
-    /// its own); a run whose read or check fails falls back to one verified read per block.
+    /// Fetches several blocks, in order. Runs of blocks that lie in one pack in order, at most
+    /// [`MAX_RUN_GAP`] apart, are read with one range GET (then each is decrypted in its part
+    /// of the body and verified on its own; the gaps, blocks nobody asked for, are skipped); a
+    /// run whose read or check fails falls back to one verified read per block.
     pub async fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>> {
         let mut out: Vec<Option<Bytes>> = vec![None; blocks.len()];
         let mut i = 0;
         while i < blocks.len() {
             let mut j = i + 1;
-            while j < blocks.len()
-                && blocks[j].1.pack == blocks[i].1.pack
-                && blocks[j].1.offset == blocks[j - 1].1.range().end
-            {
+            while j < blocks.len() && blocks[j].1.pack == blocks[i].1.pack && {
+                let end = blocks[j - 1].1.range().end;
+                blocks[j].1.offset >= end && blocks[j].1.offset - end <= MAX_RUN_GAP
+            } {
                 j += 1;
             }
             if j - i > 1 {
                 let run = &blocks[i..j];
                 let range = run_range(run);
                 let blocks_end = run[run.len() - 1].1.range().end;
-                // The run's envelopes lie back to back: each is split off the front in turn.
+                // The run's envelopes lie in order: each is split off the front in turn,
+                // after the gap before it.
                 let open = |sealed: Bytes| {
                     let mut rest = block::into_owned(sealed);
+                    let mut at = range.start;
                     let mut opened = Vec::with_capacity(run.len());
                     for (id, loc) in run {
-                        let len = loc.sealed_len as usize;
-                        if len > rest.len() {
+                        let (gap, len) = ((loc.offset - at) as usize, loc.sealed_len as usize);
+                        if gap + len > rest.len() {
                             return None;
                         }
+                        rest.advance(gap);
                         opened.push(block::open_block_in(&self.keys, id, loc.plain_len, rest.split_to(len)).ok()?);
+                        at = loc.range().end;
                     }
                     (rest.len() as u64 == range.end - blocks_end).then_some(opened)
                 };
@@ -382,7 +390,7 @@ impl Store {
                 let name = key.clone();
                 Box::new(move |b: &[u8]| {
                     use crypto::ObjectKind as K;
-                    [K::Journal, K::Head, K::Metadata, K::Snapshot, K::Lease]
+                    [K::Journal, K::Head, K::Metadata, K::Snapshot, K::Lease, K::History, K::HotSet]
                         .iter()
                         .any(|&kind| keys.open(kind, name.as_bytes(), b).is_ok())
                 })
@@ -555,6 +563,10 @@ mod tests {
         let pick = [locs[3], locs[0], locs[2], locs[3]];
         let got = store.get_blocks(&pick).await.expect("get some");
         assert_eq!(got, vec![data[3].clone(), data[0].clone(), data[2].clone(), data[3].clone()]);
+        // Every other block: one read with gaps, each block still its own bytes.
+        let every_other = [locs[0], locs[2], locs[4]];
+        let got = store.get_blocks(&every_other).await.expect("get with gaps");
+        assert_eq!(got, vec![data[0].clone(), data[2].clone(), data[4].clone()]);
     }
 
     #[test]

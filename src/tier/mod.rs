@@ -34,7 +34,10 @@ use crate::types::ErrorKind;
 use crate::types::Ino;
 
 pub mod cold;
-pub use cold::{BlockStore, ColdConfig, ColdError, ColdStats, ColdTier, DEFAULT_INFLIGHT_BUDGET};
+pub use cold::{
+    BlockStore, ColdConfig, ColdError, ColdStats, ColdTier, DEFAULT_INFLIGHT_BUDGET, HotSet, HotSetError,
+    MAX_HOT_CHUNKS, RefillState, RefillStats,
+};
 
 /// Why a hot-tier operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -35,7 +35,9 @@ use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::meta::{InodeRecord, MetaBatch, MetaStore};
-use crate::tier::{BlockStore, ColdConfig, ColdStats, ColdTier, DataDirLock, DataFile, HotTier, HotTierError};
+use crate::tier::{
+    BlockStore, ColdConfig, ColdStats, ColdTier, DataDirLock, DataFile, HotSet, HotTier, HotTierError, RefillStats,
+};
 pub use adopt::Content;
 pub use error::{VfsError, VfsResult};
 pub use types::*;
@@ -561,6 +563,27 @@ impl Vfs {
             disk_free: self.hot.free_bytes().unwrap_or(0),
             reserve: self.hot.reserve(),
             cold: self.cold.as_ref().map(|c| c.stats()),
+        }
+    }
+
+    /// The chunks this node holds, most recently used first (`None` without a store).
+    pub fn hot_set(&self) -> Option<HotSet> {
+        self.cold.as_ref().map(|c| c.hot_set())
+    }
+
+    /// Fetches the chunks of `set` that are not local into the cache, in the background's
+    /// place (see [`ColdTier::refill`]), until done or `stop`. `None` without a store.
+    pub fn refill(&self, set: &HotSet, stop: &std::sync::atomic::AtomicBool) -> Option<RefillStats> {
+        let cold = self.cold.as_ref()?;
+        // An inode that is gone (or whose data file cannot be opened) is skipped.
+        let open = |ino: Ino| self.file_for(ino, true).ok();
+        Some(cold.refill(set, &open, stop))
+    }
+
+    /// Records that the refill could not start, and why (for `status`).
+    pub fn refill_not_started(&self, why: String) {
+        if let Some(cold) = &self.cold {
+            cold.refill_not_started(why);
         }
     }
 

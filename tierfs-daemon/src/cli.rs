@@ -775,6 +775,13 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_history: bool,
 
+    /// On an empty data dir (a fresh node, or a runtime after a reset), do not refill the cache
+    /// in the background from the chunks the workspace's last node held (its hot set). With
+    /// the refill, files that were in use there are local again soon after the mount; reads
+    /// never wait behind it, and it stops when the cache or the disk is 90% full.
+    #[arg(long)]
+    pub no_refill: bool,
+
     /// At unmount or SIGTERM, how long to wait for everything to be flushed before giving
     /// up; the outcome is logged and reported to `tierfs umount`.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
@@ -883,6 +890,7 @@ impl MountArgs {
             takeover: self.takeover,
             watch: self.watch,
             no_history: self.no_history,
+            no_refill: self.no_refill,
             owner: None,
             metered: false,
         })
@@ -949,6 +957,9 @@ impl MountConfig {
         }
         if self.no_history {
             args.push("--no-history".into());
+        }
+        if self.no_refill {
+            args.push("--no-refill".into());
         }
         if let Some(id) = &self.snapshot {
             args.extend(["--snapshot".into(), id.clone().into()]);

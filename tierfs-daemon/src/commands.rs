@@ -700,6 +700,9 @@ pub fn format_status(report: &StatusReport) -> String {
                 format_bytes(c.streamed_bytes)
             ),
         ));
+        if let Some(r) = &c.refill {
+            rows.push(("refill", refill_line(r)));
+        }
         if c.upload_errors > 0 {
             rows.push((
                 "errors",
@@ -993,6 +996,26 @@ fn warmup(cli: &Cli, cmd: &WarmupCommand) -> Result<()> {
 fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value).context("encoding JSON output")?);
     Ok(())
+}
+
+/// The refill's row of `tierfs status`.
+fn refill_line(r: &tierfs::tier::RefillStats) -> String {
+    use tierfs::tier::RefillState;
+    let progress = format!(
+        "{} of {} ({} of {} chunks) in {:.1} s",
+        format_bytes(r.fetched_bytes),
+        format_bytes(r.planned_bytes),
+        r.fetched_chunks,
+        r.planned_chunks,
+        r.elapsed_ms as f64 / 1000.0
+    );
+    match r.state {
+        RefillState::Running => {
+            format!("running: {} of {} back", format_bytes(r.fetched_bytes), format_bytes(r.planned_bytes))
+        }
+        RefillState::Done => format!("done: {progress}"),
+        RefillState::Stopped => format!("stopped: {} ({progress})", r.stopped.as_deref().unwrap_or("-")),
+    }
 }
 
 #[cfg(test)]

@@ -64,6 +64,8 @@ pub struct MountConfig {
     pub watch: bool,
     /// Record no history of code and configs at snapshots (`--no-history`).
     pub no_history: bool,
+    /// No refill of an empty cache from the workspace's hot set (`--no-refill`).
+    pub no_refill: bool,
     /// A user who may control the mount besides the serving user and root (`owner` of a
     /// mount of the node daemon; never set from the command line).
     pub owner: Option<u32>,
@@ -96,6 +98,9 @@ impl MountConfig {
         config.kernel_owns_times = self.writeback_cache;
         config.keep_files = vec![DAEMON_LOG.into()];
         config.history = !self.no_history;
+        // A watched directory holds its files itself: the hot tier has nothing to refill.
+        config.refill = !self.no_refill && !self.watch;
+        config.hot_set = !self.watch;
         config
     }
 

@@ -292,7 +292,7 @@ fn mount_series(f: &mut Families, l: &Labels, s: &StatusReport, now: u64) {
         f.counter("tierfs_cache_evictions_total", "Chunks evicted from the cache.", l, n(c.evictions));
         f.counter(
             "tierfs_cache_miss_bytes_total",
-            "Bytes read that the cache lacked, fetched from the store.",
+            "Bytes fetched from the store: reads the cache lacked, read-ahead and the refill.",
             l,
             n(c.fetched_bytes),
         );
@@ -339,6 +339,21 @@ fn mount_series(f: &mut Families, l: &Labels, s: &StatusReport, now: u64) {
             l,
             n(c.verify_failures),
         );
+        if let Some(r) = &c.refill {
+            f.gauge(
+                "tierfs_refill_planned_bytes",
+                "Bytes of the hot set the refill after a reset fetches back.",
+                l,
+                n(r.planned_bytes),
+            );
+            f.gauge("tierfs_refill_fetched_bytes", "Of those, bytes fetched back so far.", l, n(r.fetched_bytes));
+            f.gauge(
+                "tierfs_refill_running",
+                "1 while the refill after a reset runs.",
+                l,
+                if r.state == tierfs::tier::RefillState::Running { 1.0 } else { 0.0 },
+            );
+        }
     }
     if s.store.is_some() {
         f.gauge(

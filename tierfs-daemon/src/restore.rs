@@ -62,6 +62,8 @@ pub fn restore(
     config.workspace = workspace.to_owned();
     config.access = snapshot.map_or(Access::ReadOnly, |id| Access::Snapshot(id.to_owned()));
     config.cache_size = Some(RESTORE_CACHE_SIZE);
+    // A scratch copy read once: nothing to keep warm.
+    config.hot_set = false;
     let session = Session::open(config, rt.handle()).context("reading the workspace from the store")?;
     let vfs = session.vfs();
     let mut progress = Progress {

@@ -18,6 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::MutexGuard;
 
+use super::refill::Foreground;
 use super::{ColdError, ColdTier, DataFile, ReadGuard, State, chunks_of};
 use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
@@ -117,6 +118,8 @@ impl ColdTier {
     /// Makes chunk `idx` of `ino` resident, fetching its block if it was evicted. Concurrent
     /// callers for one chunk share one fetch.
     pub(super) fn hydrate(&self, ino: Ino, file: &File, idx: u64) -> Result<(), ColdError> {
+        // A caller waits for this: the refill stays out of the store's way meanwhile.
+        let _waiting = Foreground::new(&self.foreground);
         let Some(rec) = self.claim_fetch(ino, idx) else { return Ok(()) };
         let result = self.fetch_into(ino, file, idx, &rec);
         self.finish_fetch(ino, idx, rec, result)
@@ -159,12 +162,27 @@ impl ColdTier {
         rec: ChunkRecord,
         result: Result<(), ColdError>,
     ) -> Result<(), ColdError> {
+        self.finish_fetch_aged(ino, idx, rec, result, true)
+    }
+
+    /// [`ColdTier::finish_fetch`]; `touch == false` leaves the chunk's age as it was (a refill:
+    /// nobody used it on this node yet).
+    pub(super) fn finish_fetch_aged(
+        &self,
+        ino: Ino,
+        idx: u64,
+        rec: ChunkRecord,
+        result: Result<(), ColdError>,
+        touch: bool,
+    ) -> Result<(), ColdError> {
         let mut st = self.state.lock();
         st.tick += 1;
         let State { files, resident_bytes, tick, .. } = &mut *st;
         if let Some(c) = files.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) {
             c.fetching = false;
-            c.last_access = *tick;
+            if touch {
+                c.last_access = *tick;
+            }
             if result.is_ok() {
                 let mut r = rec;
                 r.resident = true;
@@ -187,7 +205,7 @@ impl ColdTier {
     }
 
     /// The location of a chunk's block (`None` for the zero block, which is never stored).
-    fn locate(&self, ino: Ino, idx: u64, rec: &ChunkRecord) -> Result<Option<BlockLoc>, ColdError> {
+    pub(super) fn locate(&self, ino: Ino, idx: u64, rec: &ChunkRecord) -> Result<Option<BlockLoc>, ColdError> {
         if rec.block == ZERO_BLOCK {
             return Ok(None);
         }
@@ -201,7 +219,7 @@ impl ColdTier {
 
     /// Writes a fetched block into the chunk's hole.
     /// `fetched`: the bytes came from the store (not from the stream buffer).
-    fn store_fetched(
+    pub(super) fn store_fetched(
         &self,
         ino: Ino,
         file: &File,

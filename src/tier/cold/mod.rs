@@ -41,6 +41,8 @@
 //! - `verify.rs`: checking cached chunks left by an earlier run;
 //! - `stream.rs`: reads of large files served from the stream buffer, past the cache;
 //! - `upload.rs`: claiming, sealing and uploading dirty chunks, and flushes;
+//! - `refill.rs`: the hot set, the refill after a reset, and fetches of many files' chunks at
+//!   once;
 //! - `evict.rs`: punching sealed chunks out to keep the cache size and the disk's free space;
 //! - `adopt.rs`: a file's whole content handed in as records of blocks already stored (watch
 //!   mode).
@@ -49,13 +51,14 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
+pub use self::refill::{HotSet, HotSetError, MAX_HOT_CHUNKS, RefillState, RefillStats};
 use self::stream::StreamBuffer;
 use super::{DataFile, HotTier, HotTierError};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
@@ -68,6 +71,7 @@ use crate::types::Ino;
 mod adopt;
 mod evict;
 mod fetch;
+mod refill;
 mod stream;
 mod upload;
 mod verify;
@@ -253,6 +257,9 @@ pub struct ColdStats {
     /// Reads that waited for at least one chunk from the store.
     #[serde(default)]
     pub read_misses: u64,
+    /// The refill after a reset, if this session runs one.
+    #[serde(default)]
+    pub refill: Option<RefillStats>,
     pub last_error: Option<String>,
 }
 
@@ -379,6 +386,10 @@ pub struct ColdTier {
     /// The evictor's 200 ms tick (woken early only to stop).
     tick: Condvar,
     counters: Counters,
+    /// Fetches callers wait for (reads and writes of evicted chunks): the refill waits while any run.
+    foreground: AtomicUsize,
+    /// The refill's progress, once one started.
+    refill: Mutex<Option<RefillStats>>,
     last_error: Mutex<Option<String>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -552,6 +563,8 @@ impl ColdTier {
             ahead: Condvar::new(),
             tick: Condvar::new(),
             counters: Counters::default(),
+            foreground: AtomicUsize::new(0),
+            refill: Mutex::new(None),
             last_error: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
         });
@@ -729,6 +742,7 @@ impl ColdTier {
             read_hits: self.counters.read_hits.load(Ordering::Relaxed),
             read_hit_bytes: self.counters.read_hit_bytes.load(Ordering::Relaxed),
             read_misses: self.counters.read_misses.load(Ordering::Relaxed),
+            refill: self.refill.lock().clone(),
             last_error: self.last_error.lock().clone(),
         }
     }

@@ -1,0 +1,151 @@
+//! The cache after a reset (issue 24, item 1): a node saves its hot set in the store, and a
+//! fresh node refills its cache from it in the background. These tests assert *what* is
+//! fetched (which files come back local, in which order, within which bounds), never how fast:
+//! node A writes old data that its small cache evicts, then files it reads; after a reset, a
+//! fresh node holds the files A used without reading them, never A's evicted data, stops at
+//! its own cache size keeping the most recently used first, and `--no-refill` fetches nothing.
+
+mod common;
+use tierfs_test_support::moto;
+mod store_node;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Rng, data_file};
+use moto::MotoServer;
+use store_node::Node;
+
+const MIB: u64 = 1 << 20;
+const BUCKET: &str = "tierfs-refill";
+
+/// The files of the workspace with their bytes: `old/` (written first, 40 MiB: node A's
+/// 32 MiB cache cannot hold it), then `hot/` (big files and small ones), read after.
+struct Tree {
+    old: Vec<(String, Vec<u8>)>,
+    big: Vec<(String, Vec<u8>)>,
+    small: Vec<(String, Vec<u8>)>,
+}
+
+impl Tree {
+    fn new() -> Tree {
+        let mut rng = Rng::new(24);
+        let mut files = |prefix: &str, n: usize, len: u64| -> Vec<(String, Vec<u8>)> {
+            (0..n).map(|i| (format!("{prefix}{i:03}"), rng.bytes(len as usize))).collect()
+        };
+        Tree { old: files("old/o", 10, 4 * MIB), big: files("hot/big", 4, 4 * MIB), small: files("hot/s/f", 200, 8192) }
+    }
+
+    fn hot(&self) -> impl Iterator<Item = &(String, Vec<u8>)> {
+        self.big.iter().chain(&self.small)
+    }
+}
+
+/// Bytes the data file of `rel` holds on `node` (looked up through the mount by `stat`, which
+/// fetches nothing; the data file itself is read behind tierfs's back).
+fn cached(node: &Node, rel: &str) -> u64 {
+    let ino = fs::metadata(node.fx.p(rel)).unwrap_or_else(|e| panic!("stat {rel}: {e}")).ino();
+    fs::metadata(data_file(&node.fx.data_dir, ino)).map_or(0, |m| m.blocks() * 512)
+}
+
+/// Waits until the refill ended and returns `cold.refill` of the status.
+fn refill_end(node: &Node) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let refill = node.fx.status()["cold"]["refill"].clone();
+        if refill["state"] != "running" && !refill.is_null() {
+            return refill;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "the refill did not end: {refill}\n{}", node.daemon_log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn read_all(root: &Path, files: &[(String, Vec<u8>)]) {
+    for (rel, want) in files {
+        let got = fs::read(root.join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"));
+        assert!(got == *want, "{rel} has the wrong bytes");
+    }
+}
+
+fn cold_u64(node: &Node, field: &str) -> u64 {
+    node.fx.status()["cold"][field].as_u64().unwrap_or_else(|| panic!("no cold.{field}"))
+}
+
+#[test]
+fn a_fresh_node_refills_what_the_last_node_used_and_nothing_else() {
+    common::require_fuse();
+    let servers = MotoServer::start_many(1, BUCKET);
+    let tree = Tree::new();
+    let mut a = Node::init(&servers, BUCKET, "refill");
+    a.mount(&["--cache-size", "32M"]);
+    let root = a.fx.mountpoint.clone();
+    for dir in ["old", "hot/s"] {
+        fs::create_dir_all(root.join(dir)).expect("mkdir");
+    }
+    for (rel, data) in tree.old.iter().chain(tree.hot()) {
+        fs::write(root.join(rel), data).expect("write");
+    }
+    a.sync("written").assert_success("tierfs sync");
+    // Used last, so most recent: the big files, then the small ones.
+    read_all(&root, &tree.big);
+    read_all(&root, &tree.small);
+    a.sync("read").assert_success("tierfs sync");
+    a.fx.umount();
+    a.wipe_local_state();
+    let hot_bytes: u64 = tree.hot().map(|(_, d)| d.len() as u64).sum();
+
+    // --no-refill: nothing is fetched, and this node, which held nothing, leaves A's set alone.
+    let mut none = Node::new(&a.store_file);
+    none.mount(&["--no-refill"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let status = none.fx.status();
+    assert!(status["cold"]["refill"].is_null(), "a refill ran with --no-refill: {status}");
+    assert_eq!(status["cold"]["fetched_bytes"], 0, "--no-refill fetched: {status}");
+    none.fx.umount();
+
+    // A small cache: the refill stops at 90% of it, the most recently used first.
+    let mut small = Node::new(&a.store_file);
+    small.mount(&["--read-only", "--cache-size", "8M"]);
+    let refill = refill_end(&small);
+    assert_eq!(refill["state"], "stopped", "{refill}");
+    assert!(refill["stopped"].as_str().is_some_and(|s| s.contains("cache is full")), "{refill}");
+    let resident = cold_u64(&small, "resident_bytes");
+    assert!(resident <= 8 * MIB / 10 * 9, "the refill went past 90% of the cache: {resident} bytes");
+    for (rel, data) in &tree.small {
+        assert!(cached(&small, rel) >= data.len() as u64, "{rel}, used last on A, was not refilled first");
+    }
+    small.fx.umount();
+
+    // A cache that holds the hot set: every file A used is local, none of what A had evicted.
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    let refill = refill_end(&b);
+    assert_eq!(refill["state"], "done", "{refill}\n{}", b.daemon_log());
+    assert_eq!(refill["failed_chunks"], 0, "{refill}");
+    let fetched = refill["fetched_bytes"].as_u64().expect("fetched_bytes");
+    // A's hot set is capped at 90% of its 32 MiB cache: its hot files and what was left of old/.
+    assert!(
+        fetched >= hot_bytes && fetched <= 32 * MIB / 10 * 9,
+        "refilled {fetched} bytes for {hot_bytes} hot: {refill}"
+    );
+    for (rel, data) in tree.hot() {
+        assert!(cached(&b, rel) >= data.len() as u64, "{rel} was not refilled: {refill}");
+    }
+    let old_cached: u64 = tree.old.iter().map(|(rel, _)| cached(&b, rel)).sum();
+    assert!(old_cached <= fetched - hot_bytes + MIB, "old/ came back beyond A's hot set: {old_cached} bytes");
+    assert!(old_cached < 40 * MIB, "all of old/ came back, though A's cache could not hold it");
+    // Reads after the refill wait for nothing.
+    let misses = cold_u64(&b, "read_misses");
+    read_all(&b.fx.mountpoint, &tree.big);
+    read_all(&b.fx.mountpoint, &tree.small);
+    assert_eq!(cold_u64(&b, "read_misses"), misses, "reads of refilled files went to the store");
+    b.fx.umount();
+    // The hot set is an object of the workspace like any other: scrub checks it (and the rest).
+    let (out, scrub) = b.tierfs_json(&["scrub", "--store", &a.store_file.display().to_string()]);
+    out.assert_success("tierfs scrub");
+    assert_eq!(scrub["copies_bad"], 0, "{scrub}");
+    assert!(scrub["unrepaired"].as_array().is_some_and(|u| u.is_empty()), "{scrub}");
+}
