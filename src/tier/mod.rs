@@ -251,6 +251,28 @@ impl HotTier {
         sized(file, &path, size)
     }
 
+    /// Opens the data file of `ino` as it is, creating it (empty) if missing: for the cold
+    /// tier's fetches ahead of a reader on a node that never had the file. It is not sized to
+    /// the file: the vfs sizes it when it opens it, and a shorter data file reads as holes.
+    pub fn open_or_create(&self, ino: Ino) -> Result<File> {
+        if let Some(f) = self.open_existing(ino)? {
+            return Ok(f);
+        }
+        let path = self.path(ino);
+        self.unsynced_dirs[(ino as usize) % FANOUT].store(true, Ordering::Relaxed);
+        let open = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);
+        match open(&path) {
+            Ok(f) => Ok(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = path.parent() {
+                    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+                }
+                open(&path).map_err(io_err("open", &path))
+            }
+            Err(e) => Err(HotTierError::Io { op: "open", path, source: e }),
+        }
+    }
+
     /// Opens the data file of `ino` as it is (no trimming), or `None` if it does not exist:
     /// for the cold tier's workers, which read, punch and refill chunks of files that may or
     /// may not be open.

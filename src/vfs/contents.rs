@@ -118,6 +118,15 @@ impl Vfs {
             _ => return Err(VfsError::NotSupported("open of a special file through tierfs")),
         }
         let fh = self.acquire_handle(&rec)?;
+        if let Some(cold) = &self.cold {
+            // A walk reaching a cold file: the next files of its directory are fetched ahead.
+            if flags & libc::O_TRUNC == 0 && cold.first_chunk_evicted(ino) {
+                let next = self.walks.lock().ahead(ino);
+                if !next.is_empty() {
+                    cold.walk_ahead(next);
+                }
+            }
+        }
         if flags & libc::O_TRUNC != 0 {
             let trunc = SetAttr { size: Some(0), ..SetAttr::default() };
             if let Err(e) = self.setattr(caller, ino, &trunc, Some(fh)) {

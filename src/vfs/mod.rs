@@ -23,6 +23,7 @@ mod dirs;
 pub mod error;
 mod namespace;
 pub mod types;
+mod walk;
 mod xattr;
 
 use std::collections::HashMap;
@@ -194,6 +195,8 @@ pub struct Vfs {
     pending_removals: AtomicU64,
     open: RwLock<HashMap<Ino, Arc<OpenInode>>>,
     dir_handles: Mutex<HashMap<u64, Arc<Mutex<dirs::DirHandle>>>>,
+    /// The directories listed last, for directory-order read-ahead (with a store only).
+    walks: Mutex<walk::Walks>,
     next_fh: AtomicU64,
     // Declared last so it is released only after the store is closed.
     _lock: DataDirLock,
@@ -239,6 +242,7 @@ impl Vfs {
             namespace: Mutex::new(()),
             open: RwLock::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
+            walks: Mutex::new(walk::Walks::default()),
             next_fh: AtomicU64::new(1),
             cold: None,
             config,

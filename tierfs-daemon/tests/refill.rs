@@ -149,3 +149,61 @@ fn a_fresh_node_refills_what_the_last_node_used_and_nothing_else() {
     assert_eq!(scrub["copies_bad"], 0, "{scrub}");
     assert!(scrub["unrepaired"].as_array().is_some_and(|u| u.is_empty()), "{scrub}");
 }
+
+/// Waits until the node's fetched bytes stop moving (the read-ahead threads are idle).
+fn fetches_settle(node: &Node) -> u64 {
+    let mut last = cold_u64(node, "fetched_bytes");
+    loop {
+        std::thread::sleep(Duration::from_millis(400));
+        let now = cold_u64(node, "fetched_bytes");
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// Issue 24, item 2: a walk (a listing, then opens in its order) of cold small files gets the
+/// next files' first chunks fetched ahead, a window at a time, and nothing past the window.
+#[test]
+fn a_walk_of_a_cold_directory_fetches_the_next_files_ahead_and_no_further() {
+    common::require_fuse();
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut rng = Rng::new(7);
+    let files: Vec<(String, Vec<u8>)> = (0..100).map(|i| (format!("d/f{i:03}"), rng.bytes(8192))).collect();
+    let mut a = Node::init(&servers, BUCKET, "walk");
+    a.mount(&[]);
+    fs::create_dir(a.fx.p("d")).expect("mkdir");
+    for (rel, data) in &files {
+        fs::write(a.fx.p(rel), data).expect("write");
+    }
+    a.sync("tree").assert_success("tierfs sync");
+    a.fx.umount();
+    a.wipe_local_state();
+
+    // Without the refill, so that only the walk fetches anything.
+    let mut b = Node::new(&a.store_file);
+    b.mount(&["--no-refill"]);
+    let listed: Vec<String> = fs::read_dir(b.fx.p("d"))
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    assert_eq!(listed.len(), files.len());
+    assert_eq!(fetches_settle(&b), 0, "a listing alone fetched file data");
+    read_all(&b.fx.mountpoint, &files[..1]);
+    fetches_settle(&b);
+    for (i, (rel, data)) in files.iter().enumerate().skip(1) {
+        let have = cached(&b, rel);
+        if i <= 48 {
+            assert!(have >= data.len() as u64, "{rel}, within the window after f000, was not fetched ahead");
+        } else {
+            assert_eq!(have, 0, "{rel}, past the window, was fetched");
+        }
+    }
+    // The whole walk reads every file right, the window moving with it.
+    read_all(&b.fx.mountpoint, &files);
+    for (rel, data) in &files {
+        assert!(cached(&b, rel) >= data.len() as u64, "{rel} is not cached after being read");
+    }
+    b.fx.umount();
+}

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::MutexGuard;
 
-use super::refill::Foreground;
+use super::refill::{Foreground, WALK_BATCH};
 use super::{ColdError, ColdTier, DataFile, ReadGuard, State, chunks_of};
 use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
@@ -381,6 +381,15 @@ impl ColdTier {
                 loop {
                     if st.stopping {
                         return;
+                    }
+                    if st.prefetch.is_empty() && !st.walk.is_empty() {
+                        // Directory-order read-ahead: after the read-ahead of files being read.
+                        let n = st.walk.len().min(WALK_BATCH);
+                        let inos: Vec<Ino> = st.walk.drain(..n).collect();
+                        drop(st);
+                        self.fetch_walk(&inos);
+                        st = self.state.lock();
+                        continue;
                     }
                     if let Some((ino, first)) = st.prefetch.pop_front() {
                         // The chunks queued right after it, of the same file, go with it.

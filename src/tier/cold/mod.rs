@@ -347,6 +347,8 @@ struct State {
     urgent: HashMap<Ino, u32>,
     stopping: bool,
     prefetch: VecDeque<(Ino, u64)>,
+    /// Files whose first chunk a walk will want soon (directory-order read-ahead).
+    walk: VecDeque<Ino>,
     /// Files that may have dirty chunks (a superset: cleaned up as the uploaders look), so
     /// claiming work does not walk every file of a large workspace on every wake-up.
     dirty_inos: HashSet<Ino>,

@@ -36,6 +36,10 @@ pub const MAX_HOT_CHUNKS: usize = 1 << 20;
 const BATCH_BYTES: u64 = 2 * CHUNK_SIZE;
 /// ...or this many chunks (small files).
 const BATCH_CHUNKS: usize = 256;
+/// Files waiting for directory-order read-ahead at most.
+pub const MAX_WALK_QUEUE: usize = 4096;
+/// Files of one batch of directory-order read-ahead.
+pub(super) const WALK_BATCH: usize = 32;
 /// How often a refill worker looks again while foreground reads use the store.
 const YIELD: Duration = Duration::from_millis(5);
 
@@ -303,7 +307,10 @@ impl ColdTier {
             if halt.lock().is_some() {
                 return Some(String::new());
             }
-            let busy = self.foreground.load(Ordering::Acquire) > 0 || !self.state.lock().prefetch.is_empty();
+            let busy = self.foreground.load(Ordering::Acquire) > 0 || {
+                let st = self.state.lock();
+                !st.prefetch.is_empty() || !st.walk.is_empty()
+            };
             if !busy {
                 return None;
             }
@@ -347,6 +354,48 @@ impl ColdTier {
             stats.failed_chunks += got.failed;
             stats.skipped_chunks += gone + (items.len() as u64 - got.chunks - got.failed);
         }
+    }
+
+    /// Whether the first chunk of `ino` is only in the store (a walk that opens it is cold).
+    pub fn first_chunk_evicted(&self, ino: Ino) -> bool {
+        self.state.lock().files.get(&ino).and_then(|f| f.chunks.get(&0)).is_some_and(|c| c.evicted())
+    }
+
+    /// Queues the first chunks of `inos` for directory-order read-ahead (the read-ahead
+    /// threads fetch them in batches, sorted by pack). At most [`MAX_WALK_QUEUE`] wait.
+    pub fn walk_ahead(&self, inos: Vec<Ino>) {
+        let mut st = self.state.lock();
+        let room = MAX_WALK_QUEUE.saturating_sub(st.walk.len());
+        st.walk.extend(inos.into_iter().take(room));
+        drop(st);
+        self.ahead.notify_all();
+    }
+
+    /// Fetches the first chunks of `inos` that are still evicted and not being fetched (one
+    /// batch of directory-order read-ahead). Streamed files are left to their reader.
+    pub(super) fn fetch_walk(&self, inos: &[Ino]) {
+        let cold: Vec<Ino> = {
+            let st = self.state.lock();
+            inos.iter()
+                .copied()
+                .filter(|ino| {
+                    st.files
+                        .get(ino)
+                        .is_some_and(|f| !f.streaming && f.chunks.get(&0).is_some_and(|c| c.evicted() && !c.fetching))
+                })
+                .collect()
+        };
+        let items: Vec<(Ino, u64, Arc<File>)> = cold
+            .into_iter()
+            .filter_map(|ino| match self.hot.open_or_create(ino) {
+                Ok(f) => Some((ino, 0, Arc::new(f))),
+                Err(e) => {
+                    tracing::debug!("read-ahead of inode {ino}: {e}");
+                    None
+                }
+            })
+            .collect();
+        self.fetch_many(&items, true);
     }
 
     /// Fetches chunks of any files (each with its data file) that are evicted and not being
