@@ -241,9 +241,23 @@ def cmd_delta(a):
         with open(p) as f:
             d = json.load(f)
         return d.get("cold") or {}
+    def gets(p):
+        """(calls, seconds) of the GETs (whole and ranged) to every backend so far."""
+        with open(p) as f:
+            d = json.load(f)
+        calls = ns = 0
+        for backend in d.get("backends") or []:
+            for r in (backend.get("traffic") or {}).get("requests", []):
+                if r.get("op") in ("get", "get_range"):
+                    calls += r.get("calls", 0)
+                    ns += (r.get("latency") or {}).get("sum_ns", 0)
+        return calls, ns / 1e9
     b, f = cold(a.before), cold(a.after)
     keys = ("fetched_bytes", "streamed_bytes", "read_misses", "read_hits", "read_hit_bytes", "evictions")
-    print(json.dumps({k: f.get(k, 0) - b.get(k, 0) for k in keys if k in f}))
+    out = {k: f.get(k, 0) - b.get(k, 0) for k in keys if k in f}
+    (c0, s0), (c1, s1) = gets(a.before), gets(a.after)
+    out.update(store_gets=c1 - c0, store_get_s=round(s1 - s0, 3))
+    print(json.dumps(out))
 
 
 def cmd_table(a):
@@ -269,7 +283,7 @@ def cmd_table(a):
         d.update(seconds=secs, mib_s=d["bytes"] / MIB / secs, files_s=d["files"] / secs, rounds=[x["seconds"] for x in rs])
         if all("mount_s" in x for x in rs):
             d["mount_s"] = statistics.median(x["mount_s"] for x in rs)
-        for k in ("fetched_bytes", "read_misses", "read_hits", "streamed_bytes", "umount_s"):
+        for k in ("fetched_bytes", "read_misses", "read_hits", "streamed_bytes", "umount_s", "store_gets", "store_get_s"):
             if all(k in x for x in rs):
                 d[k] = statistics.median(x[k] for x in rs)
         return d
@@ -295,6 +309,10 @@ def cmd_table(a):
         n = f"fetched {d['fetched_bytes'] / MIB:.0f} MiB ({d['fetched_bytes'] / tree_bytes:.2f}x the bytes read)"
         if "read_misses" in d:
             n += f", {d['read_misses']:.0f} read misses"
+        if d.get("store_gets"):
+            g = d["store_gets"]
+            n += (f"; {g:.0f} store GETs of {d['store_get_s'] / g * 1000:.1f} ms on average, "
+                  f"{d['store_get_s'] / d['seconds']:.2f} in flight on average")
         if "umount_s" in d:
             n += f"; umount {d['umount_s']:.1f} s"
         return n
@@ -311,7 +329,7 @@ def cmd_table(a):
         best = None
         for n in threads:
             d = med(f"raw{n}.{tree}.get")
-            row(tree, f"raw GET, {n} threads", "all objects", d, "boto3; objects listed before the clock")
+            row(tree, f"raw GET, {n} thread{'s' if n != 1 else ''}", "all objects", d, "boto3; objects listed before the clock")
             if d and (best is None or d["files_s"] > best[1]["files_s"]):
                 best = (n, d)
         for b, lab in builds:
@@ -330,8 +348,9 @@ def cmd_table(a):
         for b, lab in builds:
             d = med(f"{b}.imagenet.random")
             row("imagenet", lab, f"random, {a.workers} threads", d, tierfs_note(d, d["bytes"]) if d else "")
-            raw = med(f"raw{threads[0]}.imagenet.get") if threads else None
-            ratio(f"{lab}, imagenet random / raw GET ({threads[0] if threads else '-'} threads)", d, raw, None)
+            n = a.workers if a.workers in threads else max(threads, key=lambda n: (med(f"raw{n}.imagenet.get") or {}).get("files_s", 0), default=None)
+            raw = med(f"raw{n}.imagenet.get") if n else None
+            ratio(f"{lab}, imagenet random / raw GET ({n or '-'} threads)", d, raw, None)
             if "rclone" in peers:
                 ratio(f"{lab}, imagenet random / rclone random", d, med("rclone.imagenet.random"), None)
         for p in peers:
