@@ -688,7 +688,7 @@ pub struct MountArgs {
     pub threads: Option<u16>,
 
     /// Threads for the FUSE operations that may wait for the store (fsync, reads of evicted
-    /// data, writes past the dirty bound, truncation) [default: 4]; 0 runs them on the
+    /// data, writes past the dirty bound, truncation) [default: 8]; 0 runs them on the
     /// request threads, where one such wait holds up every other operation.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub io_threads: Option<u16>,

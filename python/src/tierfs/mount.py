@@ -439,6 +439,7 @@ def mount(
     mode: MountMode | None = None,
     passphrase: str | None = None,
     takeover: bool = False,
+    refill: bool = True,
     options: Sequence[str] = (),
     quiet: bool = False,
 ) -> Mount:
@@ -479,6 +480,10 @@ def mount(
             It reaches ``tierfs`` through its environment, never its command line.
         takeover: take the workspace over although another node's lease has not expired
             (after a reset, when the old runtime is gone for good).
+        refill: on a runtime whose cache is empty (after a reset), fetch the files the
+            workspace's last runtime held back into the cache in the background (reads never
+            wait behind it; ``status()`` shows its progress). ``False``: ``--no-refill``.
+            Watch mode has no cache to refill: its directory holds every file.
         options: more ``tierfs mount`` options, e.g. ``["--dirty-age", "2"]``; in watch
             mode the FUSE-only ones (``--allow-other``, ``--writeback-cache``, TTLs,
             threads, ``--read-only``, ``--snapshot``, ``--nonempty``, ``--no-store``) are
@@ -538,6 +543,8 @@ def mount(
         common += ["--cache-size", str(cache_size)]
     if takeover:
         common.append("--takeover")
+    if not refill:
+        common.append("--no-refill")
     extra = list(options)
     serve = _Serve(target, store_file, workspace, passphrase, timeout, quiet)
 
