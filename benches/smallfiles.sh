@@ -28,6 +28,9 @@
 #   RANDOM_FILES [2000], WORKERS [8]    the random reads (files in all, threads)
 #   RAW_THREADS ["8 32"]                thread counts of the raw GETs
 #   TREES ["ws imagenet"]               which trees to walk (the random reads need imagenet)
+#   REFILL [1]          also measure, per build and tree, how long a fresh node nobody reads
+#                       takes to refill its cache from the hot set (`tierfs status` polled),
+#                       against the raw GET time of the bytes it fetched (issue 24: <= 2x)
 #   REPLICAS [3]        buckets (on the one moto server) the store replicates to; 1: one
 #   CACHE_MIB [4096]    tierfs --cache-size
 #   ROUNDS [1]          rounds of every read (raw, each build, each peer, in that order); the
@@ -61,6 +64,7 @@ RANDOM_FILES=${RANDOM_FILES:-2000}
 WORKERS=${WORKERS:-8}
 RAW_THREADS=${RAW_THREADS:-"8 32"}
 TREES=${TREES:-"ws imagenet"}
+REFILL=${REFILL:-1}
 REPLICAS=${REPLICAS:-3}
 CACHE_MIB=${CACHE_MIB:-4096}
 ROUNDS=${ROUNDS:-1}
@@ -281,6 +285,23 @@ peer_read() {
   merge "$name" "{\"mount_s\": $MOUNT_S}"
 }
 
+# refill_wait NAME: on a fresh mount nobody reads, how long until the refill from the hot set
+# ended (`tierfs status` polled every 50 ms from when the mount was ready), into NAME.json; a
+# build without a refill (nothing in status after 2 s) is recorded as such
+refill_wait() {
+  local t0=$EPOCHREALTIME st state=''
+  while :; do
+    st=$(t --json status "$TMNT" 2>>"$LOG")
+    state=$(printf '%s' "$st" | python3 -c 'import json,sys; r=json.load(sys.stdin)["cold"].get("refill"); print(r["state"] if r else "none")')
+    [[ $state == running ]] || { [[ $state == none ]] && awk -v s="$(since "$t0")" 'BEGIN { exit !(s < 2) }'; } || break
+    sleep 0.05
+  done
+  printf '%s' "$st" | python3 -c 'import json,sys; r=json.load(sys.stdin)["cold"].get("refill") or {}
+print(json.dumps({"op": "refill", "seconds": float(sys.argv[1]), "mount_s": float(sys.argv[2]), "state": r.get("state", "none"), "bytes": r.get("fetched_bytes", 0), "planned": r.get("planned_bytes", 0), "chunks": r.get("fetched_chunks", 0), "stopped": r.get("stopped")}))' \
+    "$(since "$t0")" "$MOUNT_S" >"$OUTDIR/$1.json"
+  log "$1: $(cat "$OUTDIR/$1.json")"
+}
+
 # --- the reads, ROUNDS times ----------------------------------------------------------------
 for r in $(seq "$ROUNDS"); do
   for tree in $TREES; do
@@ -302,6 +323,14 @@ for r in $(seq "$ROUNDS"); do
       tierfs_umount "b$B-$tree-walk-r$r"
       merge "b$B.$tree.walk.r$r" "{\"umount_s\": $UMOUNT_S}"
     done
+    if [[ $REFILL == 1 ]]; then
+      for tree in $TREES; do
+        drop_caches
+        tierfs_mount "$tree"
+        refill_wait "b$B.$tree.refill.r$r"
+        tierfs_umount "b$B-$tree-refill-r$r"
+      done
+    fi
     if [[ " $TREES " == *" imagenet "* ]]; then
       drop_caches
       tierfs_mount imagenet
@@ -335,4 +364,33 @@ echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUTDIR/env.txt"
 python3 "$SF" table "$OUTDIR" --rounds "$ROUNDS" --trees "$TREES" --raw-threads "$RAW_THREADS" \
   --peers "$PEERS" --skipped "$SKIPPED" --replicas "$REPLICAS" --cache-mib "$CACHE_MIB" --workers "$WORKERS" \
   "${LABELS[@]}" | tee "$OUTDIR/table.md"
+if [[ $REFILL == 1 ]]; then
+  # The hot set back on an idle fresh node, against the raw GET time of the same bytes.
+  python3 - "$OUTDIR" "$TREES" "$RAW_THREADS" "${LABELS[@]}" <<'PY' | tee -a "$OUTDIR/table.md"
+import glob, json, os, statistics, sys
+out, trees, threads = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+labels = dict(a.split("=", 1) for a in sys.argv[5::2])
+def med(pattern, key):
+    vals = [json.load(open(f))[key] for f in glob.glob(os.path.join(out, pattern))]
+    return statistics.median(vals) if vals else None
+print("\n| tree | build | hot set back (s, from mount ready) | MiB | state | raw GET of those bytes (s, best threads) | ratio (goal <= 2x) |")
+print("|---|---|---:|---:|---|---:|---:|")
+for tree in trees:
+    raw = [med(f"raw{n}.{tree}.get.r*.json", "seconds") for n in threads]
+    raw_bytes = med(f"raw{threads[0]}.{tree}.get.r*.json", "bytes")
+    best = min(r for r in raw if r is not None)
+    for b, label in labels.items():
+        s = med(f"{b}.{tree}.refill.r*.json", "seconds")
+        if s is None:
+            continue
+        got = med(f"{b}.{tree}.refill.r*.json", "bytes")
+        state = json.load(open(sorted(glob.glob(os.path.join(out, f"{b}.{tree}.refill.r*.json")))[0]))["state"]
+        if state == "none":
+            print(f"| {tree} | {label} | - | - | no refill | | |")
+            continue
+        raw_s = best * got / raw_bytes if raw_bytes else None
+        ratio = f"{s / raw_s:.2f}x" if raw_s else ""
+        print(f"| {tree} | {label} | {s:.2f} | {got / 2**20:.1f} | {state} | {raw_s:.2f} | {ratio} |")
+PY
+fi
 log "results: $OUTDIR"

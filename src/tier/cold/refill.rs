@@ -128,6 +128,7 @@ pub struct RefillStats {
     pub skipped_chunks: u64,
     /// Fetches that failed (the chunk stays in the store; a read fetches it then).
     pub failed_chunks: u64,
+    /// Since the refill started (until its last batch while it runs).
     pub elapsed_ms: u64,
     /// Why the refill stopped early (the cache or disk full, the session closing, an error).
     pub stopped: Option<String>,
@@ -283,7 +284,7 @@ impl ColdTier {
                             (&batch[..fit], bytes)
                         };
                         if !fit.is_empty() {
-                            self.refill_batch(fit, open);
+                            self.refill_batch(fit, open, started);
                         }
                         *reserved.lock() -= bytes;
                     }
@@ -340,7 +341,7 @@ impl ColdTier {
         room
     }
 
-    fn refill_batch(&self, batch: &[Planned], open: &(dyn Fn(Ino) -> Option<Arc<File>> + Sync)) {
+    fn refill_batch(&self, batch: &[Planned], open: &(dyn Fn(Ino) -> Option<Arc<File>> + Sync), started: Instant) {
         let mut files: HashMap<Ino, Option<Arc<File>>> = HashMap::new();
         let items: Vec<(Ino, u64, Arc<File>)> = batch
             .iter()
@@ -353,6 +354,7 @@ impl ColdTier {
             stats.fetched_bytes += got.bytes;
             stats.failed_chunks += got.failed;
             stats.skipped_chunks += gone + (items.len() as u64 - got.chunks - got.failed);
+            stats.elapsed_ms = started.elapsed().as_millis() as u64;
         }
     }
 
