@@ -26,6 +26,7 @@
 pub mod config;
 
 use bytes::{Buf, Bytes};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redundancy, RedundantStore, ScrubOutcome};
@@ -44,6 +45,8 @@ const WHOLE_PACK_SLACK: u64 = 64 << 10;
 /// [`Store::get_blocks`] reads two blocks of one pack with one request when at most this many
 /// bytes lie between them: reading them costs less than a second request's round trip.
 pub const MAX_RUN_GAP: u64 = 256 << 10;
+/// [`Store::get_blocks`] reads this many runs (packs) at once.
+pub const PARALLEL_RUNS: usize = 8;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -287,9 +290,10 @@ impl Store {
     /// Fetches several blocks, in order. Runs of blocks that lie in one pack in order, at most
     /// [`MAX_RUN_GAP`] apart, are read with one range GET (then each is decrypted in its part
     /// of the body and verified on its own; the gaps, blocks nobody asked for, are skipped); a
-    /// run whose read or check fails falls back to one verified read per block.
+    /// run whose read or check fails falls back to one verified read per block. Up to
+    /// [`PARALLEL_RUNS`] runs are read at once (blocks of many files lie in many packs).
     pub async fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>> {
-        let mut out: Vec<Option<Bytes>> = vec![None; blocks.len()];
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < blocks.len() {
             let mut j = i + 1;
@@ -299,42 +303,55 @@ impl Store {
             } {
                 j += 1;
             }
-            if j - i > 1 {
-                let run = &blocks[i..j];
-                let range = run_range(run);
-                let blocks_end = run[run.len() - 1].1.range().end;
-                // The run's envelopes lie in order: each is split off the front in turn,
-                // after the gap before it.
-                let open = |sealed: Bytes| {
-                    let mut rest = block::into_owned(sealed);
-                    let mut at = range.start;
-                    let mut opened = Vec::with_capacity(run.len());
-                    for (id, loc) in run {
-                        let (gap, len) = ((loc.offset - at) as usize, loc.sealed_len as usize);
-                        if gap + len > rest.len() {
-                            return None;
-                        }
-                        rest.advance(gap);
-                        opened.push(block::open_block_in(&self.keys, id, loc.plain_len, rest.split_to(len)).ok()?);
-                        at = loc.range().end;
-                    }
-                    (rest.len() as u64 == range.end - blocks_end).then_some(opened)
-                };
-                let key = block::pack_key(&run[0].1.pack);
-                if let Ok(opened) = self.backend.get_pack_range(&key, run[0].1.pack_len, range.clone(), &open).await {
-                    for (k, p) in opened.into_iter().enumerate() {
-                        out[i + k] = Some(p);
-                    }
-                }
-            }
-            for k in i..j {
-                if out[k].is_none() {
-                    out[k] = Some(self.get_block(&blocks[k].0, &blocks[k].1).await?);
-                }
-            }
+            runs.push(i..j);
             i = j;
         }
-        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+        let mut read = futures::stream::iter(runs)
+            .map(|r| async move { Ok::<_, StoreError>((r.start, self.get_run(&blocks[r]).await?)) })
+            .buffered(PARALLEL_RUNS);
+        let mut out: Vec<Bytes> = vec![Bytes::new(); blocks.len()];
+        while let Some(done) = read.next().await {
+            let (start, datas) = done?;
+            for (k, data) in datas.into_iter().enumerate() {
+                out[start + k] = data;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The blocks of one run of [`Store::get_blocks`] (one pack, in order), in one range GET
+    /// when there are several, else (or if that fails) one by one.
+    async fn get_run(&self, run: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>> {
+        if run.len() > 1 {
+            let range = run_range(run);
+            let blocks_end = run[run.len() - 1].1.range().end;
+            // The run's envelopes lie in order: each is split off the front in turn, after the
+            // gap before it.
+            let open = |sealed: Bytes| {
+                let mut rest = block::into_owned(sealed);
+                let mut at = range.start;
+                let mut opened = Vec::with_capacity(run.len());
+                for (id, loc) in run {
+                    let (gap, len) = ((loc.offset - at) as usize, loc.sealed_len as usize);
+                    if gap + len > rest.len() {
+                        return None;
+                    }
+                    rest.advance(gap);
+                    opened.push(block::open_block_in(&self.keys, id, loc.plain_len, rest.split_to(len)).ok()?);
+                    at = loc.range().end;
+                }
+                (rest.len() as u64 == range.end - blocks_end).then_some(opened)
+            };
+            let key = block::pack_key(&run[0].1.pack);
+            if let Ok(opened) = self.backend.get_pack_range(&key, run[0].1.pack_len, range.clone(), &open).await {
+                return Ok(opened);
+            }
+        }
+        let mut out = Vec::with_capacity(run.len());
+        for (id, loc) in run {
+            out.push(self.get_block(id, loc).await?);
+        }
+        Ok(out)
     }
 
     /// Every index entry of the store (all segments).

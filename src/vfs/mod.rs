@@ -579,8 +579,15 @@ impl Vfs {
     /// place (see [`ColdTier::refill`]), until done or `stop`. `None` without a store.
     pub fn refill(&self, set: &HotSet, stop: &std::sync::atomic::AtomicBool) -> Option<RefillStats> {
         let cold = self.cold.as_ref()?;
-        // An inode that is gone (or whose data file cannot be opened) is skipped.
-        let open = |ino: Ino| self.file_for(ino, true).ok();
+        // An inode that is gone (or whose data file cannot be opened) is skipped, and so is a
+        // file whose reads stream past the cache: caching it would push the rest out.
+        let open = |ino: Ino| {
+            let size = self.record(ino).ok()?.attr.size;
+            if cold.streams(ino, size) {
+                return None;
+            }
+            self.file_for(ino, true).ok()
+        };
         Some(cold.refill(set, &open, stop))
     }
 

@@ -95,6 +95,13 @@ impl StreamBuffer {
 }
 
 impl ColdTier {
+    /// Whether reads of `ino`, `size` bytes long, stream past the cache: the refill and
+    /// read-ahead of other files leave such a file to its reader.
+    pub fn streams(&self, ino: Ino, size: u64) -> bool {
+        self.config.stream_above.is_some_and(|limit| size > limit)
+            && !self.state.lock().files.get(&ino).is_some_and(|f| f.keep_cached)
+    }
+
     /// Reads `range` of a file of `size` bytes that is larger than
     /// [`ColdConfig::stream_above`] straight from the store's blocks, without caching them:
     /// missed chunks are fetched into the stream buffer, read-ahead goes there too.
