@@ -236,18 +236,7 @@ impl HotTier {
                 None => Err(HotTierError::DataFileMissing { ino, size, path }),
             };
         }
-        self.unsynced_dirs[(ino as usize) % FANOUT].store(true, Ordering::Relaxed);
-        let open = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);
-        let file = match open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if let Some(dir) = path.parent() {
-                    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
-                }
-                open(&path).map_err(io_err("open", &path))?
-            }
-            Err(e) => return Err(HotTierError::Io { op: "open", path, source: e }),
-        };
+        let file = self.open_or_create(ino)?;
         sized(file, &path, size)
     }
 
@@ -255,9 +244,6 @@ impl HotTier {
     /// tier's fetches ahead of a reader on a node that never had the file. It is not sized to
     /// the file: the vfs sizes it when it opens it, and a shorter data file reads as holes.
     pub fn open_or_create(&self, ino: Ino) -> Result<File> {
-        if let Some(f) = self.open_existing(ino)? {
-            return Ok(f);
-        }
         let path = self.path(ino);
         self.unsynced_dirs[(ino as usize) % FANOUT].store(true, Ordering::Relaxed);
         let open = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);

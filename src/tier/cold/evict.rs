@@ -22,6 +22,15 @@ use crate::types::Ino;
 /// evicted to keep the disk's free-space floor.
 const RECENT_TICKS: u64 = 256;
 
+/// The disk's free space as eviction sees it ([`ColdTier::free_space`]).
+pub(super) struct FreeSpace {
+    pub free: u64,
+    /// Eviction keeps this much free: `min_free_ratio` of the disk, at least `low`.
+    pub floor: u64,
+    /// Below this (twice the write reserve) writes are about to fail: even recent chunks go.
+    pub low: u64,
+}
+
 impl ColdTier {
     pub(super) fn evict_loop(self: Arc<Self>) {
         loop {
@@ -53,21 +62,26 @@ impl ColdTier {
             }
         }
         let (mut disk, mut critical) = (0, 0);
-        if let Ok(s) = self.hot.disk_stats() {
-            let total = s.f_blocks as f64 * s.f_frsize as f64;
-            let free = s.f_bavail as f64 * s.f_frsize as f64;
-            // Never less than twice the reserve writes leave alone, or a small disk would
-            // refuse writes (ENOSPC at the reserve) while evictable chunks fill it.
-            let low = 2.0 * self.hot.reserve() as f64;
-            let want = (total * self.config.min_free_ratio).max(low);
-            if free < want {
-                disk = (want - free) as u64 + CHUNK_SIZE;
+        if let Some(f) = self.free_space() {
+            if f.free < f.floor {
+                disk = f.floor - f.free + CHUNK_SIZE;
             }
-            if free < low {
-                critical = (low - free) as u64 + CHUNK_SIZE;
+            if f.free < f.low {
+                critical = f.low - f.free + CHUNK_SIZE;
             }
         }
         (cache, disk, critical)
+    }
+
+    /// The disk's free bytes and the floors eviction keeps them above (`None`: statvfs failed).
+    pub(super) fn free_space(&self) -> Option<FreeSpace> {
+        let s = self.hot.disk_stats().ok()?;
+        let (total, free) = (s.f_blocks.saturating_mul(s.f_frsize), s.f_bavail.saturating_mul(s.f_frsize));
+        // Never less than twice the reserve writes leave alone, or a small disk would refuse
+        // writes (ENOSPC at the reserve) while evictable chunks fill it.
+        let low = 2 * self.hot.reserve();
+        let floor = ((total as f64 * self.config.min_free_ratio) as u64).max(low);
+        Some(FreeSpace { free, floor, low })
     }
 
     fn evict_some(&self) -> Result<(), ColdError> {

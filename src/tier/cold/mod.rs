@@ -214,6 +214,11 @@ impl ColdConfig {
         self.prefetch_chunks = self.prefetch_chunks.min(stream as u64 / 2).max(1);
     }
 
+    /// Whether reads of a file of `size` bytes stream past the cache (see `stream_above`).
+    pub(super) fn streams_at(&self, size: u64) -> bool {
+        self.stream_above.is_some_and(|limit| size > limit)
+    }
+
     /// The most memory the buffers of work in flight take with this configuration.
     pub fn inflight_bound(&self, pack_size: u64) -> u64 {
         let group = fetch::FETCH_GROUP as u64 * CHUNK_SIZE;
@@ -620,7 +625,7 @@ impl ColdTier {
         }
         let State { files, dirty_bytes, resident_bytes, .. } = &mut *st;
         let Some(f) = files.get_mut(&ino) else { return };
-        if self.config.stream_above.is_none_or(|limit| new_size <= limit) {
+        if !self.config.streams_at(new_size) {
             f.streaming = false;
         }
         let gone: Vec<u64> = f.chunks.range(first_gone..).map(|(i, _)| *i).collect();

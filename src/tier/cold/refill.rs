@@ -330,12 +330,11 @@ impl ColdTier {
                 format!("the cache is full ({resident} of {limit} bytes used)"),
             );
         }
-        if let Ok(s) = self.hot.disk_stats() {
-            let (total, free) = (s.f_blocks.saturating_mul(s.f_frsize), s.f_bavail.saturating_mul(s.f_frsize));
-            let floor = ((total as f64 * self.config.min_free_ratio) as u64).max(2 * self.hot.reserve()) + CHUNK_SIZE;
-            let disk = free.saturating_sub(floor);
+        if let Some(f) = self.free_space() {
+            let floor = f.floor + CHUNK_SIZE;
+            let disk = f.free.saturating_sub(floor);
             if disk < room.0 {
-                room = (disk, format!("the disk is full ({free} bytes free, {floor} kept free)"));
+                room = (disk, format!("the disk is full ({} bytes free, {floor} kept free)", f.free));
             }
         }
         room

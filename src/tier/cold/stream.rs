@@ -98,8 +98,7 @@ impl ColdTier {
     /// Whether reads of `ino`, `size` bytes long, stream past the cache: the refill and
     /// read-ahead of other files leave such a file to its reader.
     pub fn streams(&self, ino: Ino, size: u64) -> bool {
-        self.config.stream_above.is_some_and(|limit| size > limit)
-            && !self.state.lock().files.get(&ino).is_some_and(|f| f.keep_cached)
+        self.config.streams_at(size) && !self.state.lock().files.get(&ino).is_some_and(|f| f.keep_cached)
     }
 
     /// Reads `range` of a file of `size` bytes that is larger than
@@ -110,7 +109,7 @@ impl ColdTier {
     ///
     /// [`ColdConfig::stream_above`]: super::ColdConfig::stream_above
     pub fn read_streamed(&self, ino: Ino, range: Range<u64>, size: u64) -> Result<Option<Bytes>, ColdError> {
-        if self.config.stream_above.is_none_or(|limit| size <= limit) {
+        if !self.config.streams_at(size) {
             return Ok(None);
         }
         let range = range.start..range.end.min(size);
