@@ -406,7 +406,7 @@ impl Session {
                 loop {
                     tokio::time::sleep(HOT_SET_INTERVAL).await;
                     let Some(hot) = hot.upgrade() else { return };
-                    hot.save_or_warn("").await;
+                    hot.save_or_warn("periodically").await;
                 }
             })
         });
