@@ -15,7 +15,7 @@ use crate::export::ExportError;
 use crate::history::HistoryError;
 use crate::meta::MetaError;
 use crate::remote::RemoteError;
-use crate::session::{FlushError, SessionError};
+use crate::session::{FlushError, FollowError, SessionError};
 use crate::store::StoreError;
 use crate::tier::{ColdError, HotTierError};
 use crate::vfs::VfsError;
@@ -78,6 +78,7 @@ from_module_errors!(
     VfsError,
     SessionError,
     FlushError,
+    FollowError,
     WatchError,
     ExportError,
     HistoryError,

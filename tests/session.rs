@@ -11,7 +11,7 @@ use tierfs::crypto::{KdfParams, Secret};
 use tierfs::remote::RemoteError;
 use tierfs::session::{Access, Session, SessionConfig, SessionError, StoreLocality};
 use tierfs::store::{Store, StoreConfig};
-use tierfs::vfs::{Caller, ROOT_INO, Vfs};
+use tierfs::vfs::{Caller, PageCache, ROOT_INO, Vfs};
 use tokio::runtime::Runtime;
 
 const SECRET: Secret<'static> = Secret::Passphrase(b"session test");
@@ -206,4 +206,136 @@ fn a_data_dir_of_one_workspace_is_refused_for_another_and_nothing_is_copied() {
     let again = fx.open("node", Access::ReadWrite).expect("reopen default");
     assert!(exists(again.vfs(), "only-in-default.txt"));
     fx.close(again);
+}
+
+/// A handle's whole content, read through it at once (not reopened).
+fn read_handle(vfs: &Vfs, ino: u64, fh: u64, len: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while (out.len() as u64) < len {
+        let chunk = vfs.read(ino, fh, out.len() as u64, 1 << 20).expect("read");
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    out
+}
+
+fn size_of(vfs: &Vfs, name: &str) -> u64 {
+    vfs.lookup(ROOT_INO, name.as_bytes()).expect("lookup").size
+}
+
+#[test]
+fn a_follower_switches_to_each_new_head_whole_and_open_files_keep_their_version() {
+    let fx = Fixture::new();
+    let mut wconfig = fx.config("writer", Access::ReadWrite);
+    // Data is stored only when the test says so (flush_to_store), so the follower can be
+    // shown a head whose data is not all in the store yet.
+    wconfig.dirty_age = Duration::from_secs(3600);
+    let writer = Session::open(wconfig, fx.rt.handle()).expect("open writer");
+    let w = writer.vfs();
+    let big_a: Vec<u8> = (0..6u32 << 20).map(|i| (i % 251) as u8).collect();
+    write_file(w, "model.bin", 0, &big_a);
+    write_file(w, "old.txt", 0, b"removed later");
+    writer.flush_to_store(Duration::from_secs(30)).expect("flush");
+
+    let mut fconfig = fx.config("follower", Access::ReadOnly);
+    fconfig.follow = Some(Duration::from_secs(3600)); // driven by follow_now below
+    let follower = Session::open(fconfig, fx.rt.handle()).expect("open follower");
+    let f = follower.vfs();
+    assert_eq!(read_file(f, "model.bin"), big_a);
+    assert!(follower.follow_now().expect("follow").is_none(), "nothing new yet");
+    // Handles opened on the first head.
+    let model = f.lookup(ROOT_INO, b"model.bin").expect("lookup");
+    let model_fh = f.open(&Caller::ROOT, model.ino, libc::O_RDONLY).expect("open");
+    assert_eq!(f.read(model.ino, model_fh, 0, 4096).expect("read"), &big_a[..4096]);
+    let old = f.lookup(ROOT_INO, b"old.txt").expect("lookup");
+    let old_fh = f.open(&Caller::ROOT, old.ino, libc::O_RDONLY).expect("open");
+
+    // The writer rewrites the second chunk of model.bin in place, adds a file, removes one.
+    let big_b: Vec<u8> = big_a.iter().enumerate().map(|(i, &b)| if i >= 4 << 20 { !b } else { b }).collect();
+    let wfh = w.open(&Caller::ROOT, model.ino, libc::O_RDWR).expect("open for writing");
+    w.write(model.ino, wfh, 4 << 20, &big_b[4 << 20..]).expect("rewrite");
+    w.release(model.ino, wfh).expect("release");
+    write_file(w, "new.txt", 0, b"a new file");
+    w.unlink(&Caller::ROOT, ROOT_INO, b"old.txt").expect("unlink");
+    writer.flush_to_store(Duration::from_secs(30)).expect("flush");
+    assert!(!exists(f, "new.txt"), "a follower shows its head until it switches");
+
+    let change = follower.follow_now().expect("follow").expect("a new head");
+    assert!(!change.whole, "the journal is there: {change:?}");
+    assert!(change.inodes.contains(&model.ino), "{change:?}");
+    assert_eq!(change.kept, vec![model.ino, old.ino], "pages read by the open handles stay");
+    assert!(change.entries.contains(&(ROOT_INO, b"new.txt".to_vec())), "{change:?}");
+    assert!(change.entries.contains(&(ROOT_INO, b"old.txt".to_vec())), "{change:?}");
+    assert_eq!(read_file(f, "new.txt"), b"a new file");
+    assert!(!exists(f, "old.txt"));
+    let fresh = f.open(&Caller::ROOT, model.ino, libc::O_RDONLY).expect("open");
+    assert_eq!(f.page_cache(fresh), PageCache::Bypass, "the old version's pages are in use");
+    assert!(read_handle(f, model.ino, fresh, big_b.len() as u64) == big_b, "a new open reads the new head");
+    f.release(model.ino, fresh).expect("release");
+    // The handles opened before keep their version: the old second chunk from the store,
+    // the unchanged first one from the cache, and the removed file.
+    assert!(read_handle(f, model.ino, model_fh, big_a.len() as u64) == big_a, "the open handle changed version");
+    assert_eq!(read_handle(f, old.ino, old_fh, 13), b"removed later");
+    f.release(model.ino, model_fh).expect("release");
+    f.release(old.ino, old_fh).expect("release");
+    let fresh = f.open(&Caller::ROOT, model.ino, libc::O_RDONLY).expect("open");
+    assert_eq!(f.page_cache(fresh), PageCache::Drop, "the old version's pages are no longer read");
+    f.release(model.ino, fresh).expect("release");
+    let fresh = f.open(&Caller::ROOT, model.ino, libc::O_RDONLY).expect("open");
+    assert_eq!(f.page_cache(fresh), PageCache::Keep);
+    f.release(model.ino, fresh).expect("release");
+
+    // Data the writer has not stored: its size is journaled (and its chunk marked unsealed),
+    // its bytes are not; the follower shows the file cut where its stored data ends.
+    // Kept open: a closed file is sealed at once.
+    let (partial, pfh) = w.create(&Caller::ROOT, ROOT_INO, b"partial.bin", 0o644, 0o022, libc::O_RDWR).expect("create");
+    w.write(partial.ino, pfh, 0, &[7u8; 100]).expect("write");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !exists(f, "partial.bin") {
+        assert!(std::time::Instant::now() < deadline, "the journal never brought partial.bin");
+        std::thread::sleep(Duration::from_millis(100));
+        follower.follow_now().expect("follow");
+    }
+    assert_eq!(size_of(f, "partial.bin"), 0, "bytes that are not in the store are shown");
+    writer.flush_to_store(Duration::from_secs(30)).expect("flush");
+    follower.follow_now().expect("follow").expect("the stored data is a new head");
+    assert_eq!(read_file(f, "partial.bin"), vec![7u8; 100]);
+    w.release(partial.ino, pfh).expect("release");
+
+    // Three snapshots, each after a segment, compact the journal past the follower's place:
+    // it switches through the newest checkpoint, whole.
+    let behind = follower.status().follow.expect("a follower's status");
+    for i in 0..3 {
+        write_file(w, &format!("snap{i}.txt"), 0, format!("snapshot {i}").as_bytes());
+        writer.flush_to_store(Duration::from_secs(30)).expect("flush"); // a segment each
+        writer.sync(Some(format!("s{i}")), Duration::from_secs(30)).expect("sync");
+    }
+    w.unlink(&Caller::ROOT, ROOT_INO, b"new.txt").expect("unlink");
+    writer.flush_to_store(Duration::from_secs(30)).expect("flush");
+    let ws = tierfs::remote::Workspace::new(fx.store(), "default");
+    let at = tierfs::remote::ChainPoint { next_segment: behind.next_segment, seq: behind.seq };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !fx.rt.block_on(ws.head_after(at)).expect("head").is_some_and(|h| h.whole) {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint ever took the follower past {at:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let change = follower.follow_now().expect("follow").expect("a new head");
+    assert!(change.whole, "{change:?}");
+    for i in 0..3 {
+        assert_eq!(read_file(f, &format!("snap{i}.txt")), format!("snapshot {i}").as_bytes());
+    }
+    assert!(!exists(f, "new.txt"), "a removal after the checkpoint");
+    assert_eq!(read_file(f, "model.bin"), big_b);
+    let status = follower.status().follow.expect("status");
+    assert_eq!((status.errors, status.seq), (0, writer.status().remote.expect("remote").last_seq));
+    drop(follower);
+    fx.close(writer);
+
+    // Only a read-only session follows.
+    let mut bad = fx.config("bad", Access::ReadWrite);
+    bad.follow = Some(Duration::from_secs(1));
+    let err = Session::open(bad, fx.rt.handle()).err().expect("a writer cannot follow");
+    assert!(matches!(err, SessionError::FollowNotReadOnly), "{err}");
 }

@@ -593,6 +593,80 @@ impl MetaStore {
         Ok(result?)
     }
 
+    /// The changes that turn this store's shared state into the state `ops` describe: a
+    /// checkpoint's entries (all puts) followed by the journal after it. A follower applies
+    /// them with [`MetaStore::import`] when the writer compacted the journal past its place:
+    /// only what differs is written, and chunk records that differ only in residency (this
+    /// node's cache) are left alone. Holds both states in memory.
+    pub fn diff_to_state(&self, ops: Vec<JournalOp>) -> Result<Vec<JournalOp>> {
+        let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for op in ops {
+            match op {
+                JournalOp::Put { key, value } => {
+                    want.insert(key, value);
+                }
+                JournalOp::Delete { key } => {
+                    want.remove(&key);
+                }
+                JournalOp::DeleteRange { from, to } => {
+                    let doomed: Vec<Vec<u8>> = want.range(from..to).map(|(k, _)| k.clone()).collect();
+                    for k in doomed {
+                        want.remove(&k);
+                    }
+                }
+            }
+        }
+        let same = |k: &[u8], have: &[u8], new: &[u8]| {
+            have == new || (codec::is_chunk_key(k) && codec::not_resident(have) == codec::not_resident(new))
+        };
+        let mut out = Vec::new();
+        for item in self.db.iterator(IteratorMode::Start) {
+            let (k, v) = item?;
+            if !codec::is_shared(&k) {
+                continue;
+            }
+            match want.remove(k.as_ref()) {
+                Some(new) if same(&k, &v, &new) => {}
+                Some(new) => out.push(JournalOp::Put { key: k.to_vec(), value: new }),
+                None => out.push(JournalOp::Delete { key: k.to_vec() }),
+            }
+        }
+        out.extend(want.into_iter().map(|(key, value)| JournalOp::Put { key, value }));
+        Ok(out)
+    }
+
+    /// `ops` with every range delete replaced by point deletes of the keys it covers here, so
+    /// a follower can tell which inodes and entries a change touched.
+    pub fn expand_ranges(&self, ops: Vec<JournalOp>) -> Result<Vec<JournalOp>> {
+        if !ops.iter().any(|op| matches!(op, JournalOp::DeleteRange { .. })) {
+            return Ok(ops);
+        }
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            let JournalOp::DeleteRange { from, to } = op else {
+                out.push(op);
+                continue;
+            };
+            // Keys put earlier in `ops`, then the keys this store has.
+            let earlier: Vec<Vec<u8>> = out
+                .iter()
+                .filter_map(|op| match op {
+                    JournalOp::Put { key, .. } if *key >= from && *key < to => Some(key.clone()),
+                    _ => None,
+                })
+                .collect();
+            out.extend(earlier.into_iter().map(|key| JournalOp::Delete { key }));
+            for item in self.db.iterator(IteratorMode::From(&from, Direction::Forward)) {
+                let (k, _) = item?;
+                if k.as_ref() >= to.as_slice() {
+                    break;
+                }
+                out.push(JournalOp::Delete { key: k.to_vec() });
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether the store holds no shared state at all (a node that never had this workspace).
     pub fn is_empty(&self) -> Result<bool> {
         let mut empty = true;

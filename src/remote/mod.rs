@@ -206,6 +206,31 @@ pub struct ChainState {
     pub compacted_below: u64,
 }
 
+/// A follower's place in the chain: the next segment it reads and the last batch it applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChainPoint {
+    pub next_segment: u64,
+    pub seq: u64,
+}
+
+impl From<ChainState> for ChainPoint {
+    fn from(s: ChainState) -> ChainPoint {
+        ChainPoint { next_segment: s.next_segment, seq: s.remote_seq }
+    }
+}
+
+/// A newer head of the workspace than a follower's ([`Workspace::head_after`]).
+#[derive(Debug)]
+pub struct NewHead {
+    /// Where the chain ends now.
+    pub point: ChainPoint,
+    /// With `whole == false`, the changes since the follower's place, in order; with
+    /// `whole == true`, a checkpoint's entries (all puts) and the changes after it: they
+    /// replace the follower's whole state.
+    pub ops: Vec<JournalOp>,
+    pub whole: bool,
+}
+
 /// A workspace of a store.
 pub struct Workspace {
     store: Arc<Store>,
@@ -598,9 +623,14 @@ impl Workspace {
         self.for_each_part(manifest, |ops| Ok(meta.import(&ops, manifest.seq)?)).await
     }
 
-    /// Replays segments from `from` on into `meta` (batches after `after` only), until the
-    /// first missing segment number. With `apply == false` only reads where the chain ends.
-    async fn replay(&self, meta: Option<&MetaStore>, from: u64, after: u64) -> Result<ChainState> {
+    /// Replays segments from `from` on (batches after `after` only), handing each batch to
+    /// `apply`, until the first missing segment number.
+    async fn replay(
+        &self,
+        from: u64,
+        after: u64,
+        mut apply: impl FnMut(JournalBatch) -> Result<()>,
+    ) -> Result<ChainState> {
         let listed: Vec<u64> = self.list_numbers_from("j/", from).await?;
         // Consecutive numbers from `from`: a gap ends the chain (an abandoned number).
         let chain: Vec<u64> =
@@ -620,10 +650,8 @@ impl Workspace {
                 if b.seq <= state.remote_seq {
                     continue;
                 }
-                if let Some(meta) = meta {
-                    meta.import(&b.ops, b.seq)?;
-                }
                 state.remote_seq = b.seq;
+                apply(b)?;
             }
             state.next_segment = n + 1;
             state.segments += 1;
@@ -654,17 +682,17 @@ impl Workspace {
     /// Restores the workspace's latest state into the empty `meta`. An empty workspace (never
     /// written) restores to nothing and starts the chain at segment 1.
     pub async fn restore(&self, meta: &MetaStore) -> Result<ChainState> {
-        self.follow(Some(meta)).await
+        self.read_latest(Some(meta)).await
     }
 
     /// Where the store's chain ends, without changing anything locally.
     pub async fn chain_state(&self) -> Result<ChainState> {
-        self.follow(None).await
+        self.read_latest(None).await
     }
 
     /// Reads the newest checkpoint and the journal after it, applying both to `meta` if given
     /// (each import records its batch number there).
-    async fn follow(&self, meta: Option<&MetaStore>) -> Result<ChainState> {
+    async fn read_latest(&self, meta: Option<&MetaStore>) -> Result<ChainState> {
         let (after, from, compacted, entries) = match self.latest_checkpoint().await? {
             Some(m) => {
                 let entries = match meta {
@@ -675,10 +703,72 @@ impl Workspace {
             }
             None => (0, 1, 0, 0),
         };
-        let mut state = self.replay(meta, from, after).await?;
+        let mut state = self
+            .replay(from, after, |b| match meta {
+                Some(meta) => Ok(meta.import(&b.ops, b.seq)?),
+                None => Ok(()),
+            })
+            .await?;
         state.entries = entries;
         state.compacted_below = compacted;
         Ok(state)
+    }
+
+    /// What the store holds past `at` (a follower's place in the chain): the batches of the
+    /// segments from `at.next_segment` on, or, when the writer compacted the journal past
+    /// that segment or a checkpoint covered batches no segment holds, the newest checkpoint's
+    /// whole state and the segments after it. `None`: nothing new (yet). Costs one listing of the journal while nothing changed, plus one of the
+    /// checkpoints when the follower's next segment is not there.
+    pub async fn head_after(&self, at: ChainPoint) -> Result<Option<NewHead>> {
+        let listed = self.list_numbers_from("j/", at.next_segment).await?;
+        if listed.first() == Some(&at.next_segment) {
+            if let Some((point, ops)) = self.replay_dense(at).await? {
+                return Ok((point != at).then_some(NewHead { point, ops, whole: false }));
+            }
+            // A gap: a checkpoint covered batches that never went into a segment.
+        } else {
+            // Nobody wrote since, or the journal was compacted past this follower's place.
+            let newest = self.list_numbers("cp/").await?.last().copied().unwrap_or(0);
+            if newest <= at.seq {
+                return Ok(None);
+            }
+        }
+        let Some(m) = self.latest_checkpoint().await? else { return Ok(None) };
+        if m.seq <= at.seq {
+            // The checkpoint that covers the gap is still being written: the next look.
+            return Ok(None);
+        }
+        let mut ops = Vec::new();
+        self.for_each_part(&m, |part| {
+            ops.extend(part);
+            Ok(())
+        })
+        .await?;
+        let Some((point, after)) = self.replay_dense(ChainPoint { next_segment: m.next_segment, seq: m.seq }).await?
+        else {
+            return Ok(None);
+        };
+        ops.extend(after);
+        Ok(Some(NewHead { point, ops, whole: true }))
+    }
+
+    /// The ops of the batches after `at`, read from its next segment on, and where they end;
+    /// `None` if their numbers do not follow `at.seq` without a gap. Batch numbers are dense,
+    /// but a checkpoint may cover batches that never went into a segment, and only that
+    /// checkpoint holds them.
+    async fn replay_dense(&self, at: ChainPoint) -> Result<Option<(ChainPoint, Vec<JournalOp>)>> {
+        let (mut ops, mut expected, mut gap) = (Vec::new(), at.seq + 1, false);
+        let state = self
+            .replay(at.next_segment, at.seq, |b| {
+                gap |= b.seq != expected;
+                if !gap {
+                    expected += 1;
+                    ops.extend(b.ops);
+                }
+                Ok(())
+            })
+            .await?;
+        Ok((!gap).then_some((ChainPoint { next_segment: state.next_segment, seq: state.remote_seq }, ops)))
     }
 
     /// Restores snapshot `id` into the empty `meta`.
@@ -791,6 +881,39 @@ mod tests {
         let again = MetaStore::open(&t.path().join("meta2")).expect("meta");
         ws.restore(&again).await.expect("restore");
         assert_eq!(again.xattr(1, b"user.i").expect("read"), Some(vec![2]));
+    }
+
+    #[tokio::test]
+    async fn a_follower_reads_the_checkpoint_when_the_journal_skips_batches() {
+        use crate::crypto::{KdfParams, Secret};
+        use crate::meta::MetaBatch;
+        use crate::store::StoreConfig;
+        let t = tempfile::tempdir().expect("tempdir");
+        let cfg = StoreConfig::new(vec![format!("file://{}", t.path().join("b").display())]);
+        let store = Store::init(&cfg, &Secret::Passphrase(b"p"), KdfParams::for_tests()).await.expect("init");
+        let ws = Workspace::new(Arc::new(store), "w");
+        let meta = MetaStore::open(&t.path().join("meta")).expect("meta");
+        meta.enable_journal(1).expect("journal");
+        let batch = |seq| JournalBatch { seq, ops: Vec::new() };
+        assert!(ws.append_segment(1, "s", "h", &[batch(1), batch(2), batch(3)]).await.expect("append"));
+        let at = ChainPoint { next_segment: 2, seq: 3 };
+        assert!(ws.head_after(at).await.expect("head").is_none(), "nothing new");
+        // Batches 4..=6 are only in a checkpoint; batch 7 is in the next segment.
+        for i in 0..6u8 {
+            let mut b = MetaBatch::new();
+            b.put_xattr(1, b"user.i", &[i]);
+            meta.commit(b).expect("commit");
+        }
+        assert_eq!(ws.checkpoint(&meta, None, 0).await.expect("checkpoint").0.seq, 6);
+        assert!(ws.append_segment(2, "s", "h", &[batch(7)]).await.expect("append"));
+        let head = ws.head_after(at).await.expect("head").expect("a new head");
+        assert!(head.whole, "batches 4..=6 are in no segment");
+        assert_eq!(head.point, ChainPoint { next_segment: 3, seq: 7 });
+        assert!(!head.ops.is_empty(), "the checkpoint's entries");
+        // Without a gap, the journal alone.
+        let head = ws.head_after(ChainPoint { next_segment: 2, seq: 6 }).await.expect("head").expect("a new head");
+        assert!(!head.whole);
+        assert_eq!(head.point, ChainPoint { next_segment: 3, seq: 7 });
     }
 
     #[test]

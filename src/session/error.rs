@@ -45,6 +45,8 @@ pub enum SessionError {
     OtherWorkspace { data_dir: PathBuf, store: String, workspace: String, wanted: String },
     #[error("this session is read-only: it takes no snapshots")]
     ReadOnly,
+    #[error("only a read-only session can follow a workspace another node writes")]
+    FollowNotReadOnly,
     #[error("{dirty} bytes could not be uploaded within {} s; nothing was committed", timeout.as_secs())]
     NotUploaded { dirty: u64, timeout: std::time::Duration },
 }
@@ -58,9 +60,10 @@ impl SessionError {
             SessionError::Remote(e) => e.kind(),
             SessionError::Io { source, .. } => io_error_kind(source),
             SessionError::NotSnapshotCache(_) | SessionError::OtherWorkspace { .. } => ErrorKind::Conflict,
-            SessionError::NoConditionalWrites(_) | SessionError::NoStore | SessionError::ReadOnly => {
-                ErrorKind::InvalidInput
-            }
+            SessionError::NoConditionalWrites(_)
+            | SessionError::NoStore
+            | SessionError::ReadOnly
+            | SessionError::FollowNotReadOnly => ErrorKind::InvalidInput,
             SessionError::NotUploaded { .. } => ErrorKind::Unavailable,
         }
     }

@@ -21,6 +21,7 @@
 
 mod blocks;
 mod error;
+mod follow;
 mod hot;
 mod repairs;
 
@@ -38,13 +39,15 @@ use tracing::{info, warn};
 
 use crate::backend::BackendHealth;
 use crate::history::{History, HistoryError, Recorded};
-use crate::remote::{CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
+use crate::remote::{ChainPoint, CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
 use crate::store::{Fencing, Store};
 use crate::tier::{ColdConfig, DEFAULT_INFLIGHT_BUDGET, DEFAULT_RESERVE};
-use crate::vfs::{AttachedStore, Prepared, Vfs, VfsConfig, VfsStats};
+use crate::vfs::{AttachedStore, HeadChange, Prepared, Vfs, VfsConfig, VfsStats};
 
 pub use blocks::StoreBlocks;
 pub use error::{FlushError, SessionError};
+use follow::Follower;
+pub use follow::{FOLLOW_INTERVAL, FollowError, FollowStatus};
 pub use hot::HOT_SET_INTERVAL;
 use hot::HotSets;
 pub use repairs::{RepairLog, SAVED_REPAIRS};
@@ -165,6 +168,9 @@ pub struct SessionConfig {
     pub hot_set: bool,
     /// On an empty data dir, refill the cache from the workspace's hot set in the background.
     pub refill: bool,
+    /// A read-only session that follows the workspace as another node writes it: looks for a
+    /// newer head this often and switches to it (`None`: shows the head it opened with).
+    pub follow: Option<Duration>,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -203,6 +209,7 @@ impl SessionConfig {
             history: true,
             hot_set: true,
             refill: true,
+            follow: None,
         }
     }
 
@@ -250,6 +257,8 @@ pub struct SessionStatus {
     pub remote: Option<RemoteStats>,
     pub backends: Vec<BackendHealth>,
     pub pending_repairs: u64,
+    /// A follower's place (`None` unless the session follows).
+    pub follow: Option<FollowStatus>,
 }
 
 /// The background work of an open session, stopped by [`Session::close`].
@@ -259,6 +268,8 @@ struct Background {
     repairer: Option<JoinHandle<()>>,
     /// Saves the hot set every [`HOT_SET_INTERVAL`].
     hot_saver: Option<JoinHandle<()>>,
+    /// A follower's loop.
+    follower: Option<JoinHandle<()>>,
 }
 
 /// An open workspace (see the module documentation).
@@ -278,6 +289,8 @@ pub struct Session {
     history: Mutex<Option<History>>,
     /// The hot set: saved by a writing session, refilled from on a fresh node.
     hot: Option<Arc<HotSets>>,
+    /// A follower's state.
+    follower: Option<Arc<Follower>>,
 }
 
 impl Session {
@@ -287,9 +300,18 @@ impl Session {
         if matches!(config.access, Access::Snapshot(_)) && store.is_none() {
             return Err(SessionError::NoStore);
         }
+        if config.follow.is_some() {
+            if config.access != Access::ReadOnly {
+                return Err(SessionError::FollowNotReadOnly);
+            }
+            if store.is_none() {
+                return Err(SessionError::NoStore);
+            }
+        }
         // Before anything may clear the data dir.
         let repairs = store.as_ref().map(|s| Arc::new(RepairLog::load(&config.data_dir, s)));
-        if matches!(config.access, Access::Snapshot(_)) {
+        if matches!(config.access, Access::Snapshot(_)) || config.follow.is_some() {
+            // A view's cache: restored anew at every open (a follower's head moved on anyway).
             reset_snapshot_dir(&config.data_dir, &config.keep_files)?;
         }
         let mut prepared = Vfs::prepare(&config.data_dir)?;
@@ -299,9 +321,10 @@ impl Session {
         if let (Some(owner), Access::ReadWrite) = (&owner, &config.access) {
             check_owner(&config.data_dir, owner, &config.workspace)?;
         }
-        if let Some(store) = &store {
-            restore_view(&config, store, &prepared, handle)?;
-        }
+        let follow_from = match &store {
+            Some(store) => restore_view(&config, store, &prepared, handle)?,
+            None => None,
+        };
         let committer = match &store {
             Some(store) if config.access == Access::ReadWrite => {
                 match open_remote(&config, store, &prepared, handle) {
@@ -338,6 +361,7 @@ impl Session {
                 store: attached,
                 fsync_remote,
                 reserve: config.reserve,
+                follow: config.follow.is_some(),
             },
             prepared,
         );
@@ -360,7 +384,9 @@ impl Session {
             .as_ref()
             .filter(|_| config.hot_set && !matches!(config.access, Access::Snapshot(_)))
             .map(|ws| HotSets::new(vfs.clone(), ws.clone()));
+        let follower = config.follow.zip(follow_from).map(|(every, from)| Follower::new(every, from));
         let session = Session {
+            follower,
             vfs,
             store,
             committer,
@@ -410,8 +436,13 @@ impl Session {
                 }
             })
         });
+        let follower = self
+            .follower
+            .as_ref()
+            .zip(self.workspace.clone())
+            .map(|(f, ws)| f.spawn(&self.handle, ws, Arc::downgrade(&self.vfs)));
         *self.background.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Background { stop_remote, remote_task, repairer, hot_saver });
+            Some(Background { stop_remote, remote_task, repairer, hot_saver, follower });
         if writable {
             spawn_sweep(self.vfs.clone());
         }
@@ -439,7 +470,23 @@ impl Session {
             remote: self.committer.as_ref().map(|c| c.stats()),
             backends: self.store.as_ref().map(|s| s.backend().health()).unwrap_or_default(),
             pending_repairs: self.store.as_ref().map_or(0, |s| s.backend().pending_repairs() as u64),
+            follow: self.follower.as_ref().map(|f| f.status()),
         }
+    }
+
+    /// Calls `f` with what each new head changed, once the follower switched to it (a front
+    /// end drops those entries from its caches). Only a following session has heads.
+    pub fn on_new_head(&self, f: impl Fn(&HeadChange) + Send + Sync + 'static) {
+        if let Some(follower) = &self.follower {
+            follower.set_listener(Box::new(f));
+        }
+    }
+
+    /// A follower looks for a newer head now, and switches to it (what its loop does every
+    /// interval): `None` when there was none, or the session does not follow. Blocking.
+    pub fn follow_now(&self) -> Result<Option<HeadChange>, FollowError> {
+        let (Some(follower), Some(ws)) = (&self.follower, &self.workspace) else { return Ok(None) };
+        self.handle.block_on(follower.step(ws, self.vfs.clone()))
     }
 
     /// Uploads everything written so far (waiting up to `timeout`), then commits a snapshot
@@ -536,6 +583,10 @@ impl Session {
             if let Some(repairer) = bg.repairer {
                 repairer.abort();
             }
+            if let Some(follower) = bg.follower {
+                follower.abort();
+                let _ = follower.await;
+            }
             if let Some(saver) = bg.hot_saver {
                 // Waited for: a save in flight holds the Vfs until it is dropped.
                 saver.abort();
@@ -616,7 +667,7 @@ impl Drop for Session {
         // lease to expire and its journal to the next session).
         if let Some(bg) = self.background.lock().unwrap_or_else(PoisonError::into_inner).take() {
             let _ = bg.stop_remote.send(true);
-            for task in [bg.remote_task, bg.repairer, bg.hot_saver].into_iter().flatten() {
+            for task in [bg.remote_task, bg.repairer, bg.hot_saver, bg.follower].into_iter().flatten() {
                 task.abort();
             }
         }
@@ -628,19 +679,26 @@ impl Drop for Session {
 
 /// A read-only session with nothing local shows the latest state; a snapshot session, the
 /// snapshot. Either is shown as a node after a reset would show it: data that was never
-/// stored is cut off.
+/// stored is cut off. A follower's restore keeps the marks of data not stored yet (the
+/// follower cuts in memory, and uncuts when the data arrives) and returns where the chain
+/// ended.
 fn restore_view(
     config: &SessionConfig,
     store: &Arc<Store>,
     prepared: &Prepared,
     handle: &Handle,
-) -> Result<(), SessionError> {
+) -> Result<Option<ChainPoint>, SessionError> {
     let ws = Workspace::new(store.clone(), &config.workspace);
     match &config.access {
-        Access::ReadWrite => return Ok(()),
+        Access::ReadWrite => return Ok(None),
+        Access::ReadOnly if config.follow.is_some() => {
+            let state = handle.block_on(ws.restore(prepared.meta()))?;
+            info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored to follow");
+            return Ok(Some(state.into()));
+        }
         Access::ReadOnly => {
             if !prepared.meta().is_empty()? {
-                return Ok(());
+                return Ok(None);
             }
             let state = handle.block_on(ws.restore(prepared.meta()))?;
             info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored read-only");
@@ -651,7 +709,7 @@ fn restore_view(
         }
     }
     prepared.meta().cut_to_stored_data()?;
-    Ok(())
+    Ok(None)
 }
 
 /// The file in a data dir that names the store and workspace it is a copy of.
@@ -725,7 +783,7 @@ fn reset_snapshot_dir(dir: &Path, keep: &[OsString]) -> Result<(), SessionError>
     }
     clear_data_dir(dir, keep)?;
     let marker = dir.join(SNAPSHOT_MARKER);
-    fs::write(&marker, b"tierfs: a read-only snapshot's cache, rebuilt at every mount\n")
+    fs::write(&marker, b"tierfs: the cache of a read-only view (a snapshot, or a follower's), rebuilt at every mount\n")
         .map_err(io_error("marking", &marker))
 }
 

@@ -111,6 +111,8 @@ impl Vfs {
     }
 
     pub fn open(&self, caller: &Caller, ino: Ino, flags: i32) -> VfsResult<u64> {
+        // A follower's head switches before or after the open, never during it.
+        let _switch = self.follow_guard();
         let rec = self.record(ino)?;
         match rec.attr.kind {
             FileKind::File => {}
@@ -118,6 +120,7 @@ impl Vfs {
             _ => return Err(VfsError::NotSupported("open of a special file through tierfs")),
         }
         let fh = self.acquire_handle(&rec)?;
+        self.pin_version(ino, fh, rec.attr.size);
         if let Some(cold) = &self.cold {
             // A walk reaching a cold file: the next files of its directory are fetched ahead.
             if flags & libc::O_TRUNC == 0 && cold.first_chunk_evicted(ino) {
@@ -170,6 +173,10 @@ impl Vfs {
     /// runs such calls off its request thread); it may be stale as soon as it is given.
     pub fn may_wait(&self, ino: Ino, offset: u64, len: u64, write: bool) -> bool {
         let Some(cold) = &self.cold else { return false };
+        if self.follow.is_some() {
+            // The version a handle reads may be the store's only (see `follow`).
+            return true;
+        }
         let range = offset..offset.saturating_add(len);
         cold.may_wait(ino, range, write) || (write && self.hot.may_be_full(len))
     }
@@ -180,8 +187,11 @@ impl Vfs {
 
     /// [`Vfs::read`] without a copy where the bytes are in memory already (a streamed read
     /// inside one block is a view of that block).
-    pub fn read_bytes(&self, ino: Ino, _fh: u64, offset: u64, size: u32) -> VfsResult<Bytes> {
+    pub fn read_bytes(&self, ino: Ino, fh: u64, offset: u64, size: u32) -> VfsResult<Bytes> {
         let range = offset..offset.saturating_add(u64::from(size));
+        if let Some(follow) = &self.follow {
+            return self.read_followed(follow, ino, fh, range);
+        }
         if let Some(cold) = &self.cold {
             // A file too large to stay cached is read from the store's blocks in memory.
             let file_size = self.record(ino)?.attr.size;
@@ -249,7 +259,8 @@ impl Vfs {
         Ok(())
     }
 
-    pub fn release(&self, ino: Ino, _fh: u64) -> VfsResult<()> {
+    pub fn release(&self, ino: Ino, fh: u64) -> VfsResult<()> {
+        self.unpin_version(fh);
         let reclaim = {
             let mut open = self.open.write();
             let Some(oi) = open.get(&ino) else { return Err(VfsError::BadHandle) };

@@ -21,6 +21,7 @@ mod adopt;
 mod contents;
 mod dirs;
 pub mod error;
+mod follow;
 mod namespace;
 pub mod types;
 mod walk;
@@ -41,6 +42,7 @@ use crate::tier::{
 };
 pub use adopt::Content;
 pub use error::{VfsError, VfsResult};
+pub use follow::{HeadChange, PageCache};
 pub use types::*;
 
 /// Number of striped inode locks. A power of two well above the FUSE worker count, so two
@@ -86,6 +88,8 @@ pub struct VfsConfig {
     /// Free disk space that writes leave for the metadata store (`--reserve`); writes that
     /// would take it fail with ENOSPC while unlink, rename and truncate keep working.
     pub reserve: u64,
+    /// A read-only follower of another node's writes ([`Vfs::apply_head`]).
+    pub follow: bool,
 }
 
 /// A store for the cold tier, with its tuning.
@@ -110,6 +114,7 @@ impl VfsConfig {
             store: None,
             fsync_remote: None,
             reserve: crate::tier::DEFAULT_RESERVE,
+            follow: false,
         }
     }
 }
@@ -198,6 +203,8 @@ pub struct Vfs {
     /// The directories listed last, for directory-order read-ahead (with a store only).
     walks: Mutex<walk::Walks>,
     next_fh: AtomicU64,
+    /// A follower's state (`None` unless [`VfsConfig::follow`]).
+    follow: Option<follow::Follow>,
     // Declared last so it is released only after the store is closed.
     _lock: DataDirLock,
 }
@@ -244,6 +251,7 @@ impl Vfs {
             dir_handles: Mutex::new(HashMap::new()),
             walks: Mutex::new(walk::Walks::default()),
             next_fh: AtomicU64::new(1),
+            follow: config.follow.then(follow::Follow::default),
             cold: None,
             config,
             meta,
@@ -285,6 +293,9 @@ impl Vfs {
             vfs.reclaim(ino)?;
         }
         vfs.inode_count.store(vfs.meta.count_inodes()?, Ordering::Relaxed);
+        // Before the cold tier starts: it would take the writer's unsealed marks for dirty
+        // data of its own.
+        vfs.start_following()?;
         if let Some(att) = vfs.config.store.clone() {
             vfs.cold = Some(ColdTier::start(att.store, vfs.meta.clone(), vfs.hot.clone(), att.config)?);
         }
@@ -304,7 +315,15 @@ impl Vfs {
     }
 
     fn record(&self, ino: Ino) -> VfsResult<InodeRecord> {
-        self.meta.inode(ino)?.ok_or(VfsError::NotFound)
+        let mut rec = self.meta.inode(ino)?.ok_or(VfsError::NotFound)?;
+        if let Some(follow) = &self.follow {
+            let shown = follow.shown_size(ino, rec.attr.size);
+            if shown < rec.attr.size {
+                rec.attr.size = shown;
+                rec.attr.blocks = shown.div_ceil(512);
+            }
+        }
+        Ok(rec)
     }
 
     fn dir_record(&self, ino: Ino) -> VfsResult<InodeRecord> {

@@ -782,6 +782,22 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_refill: bool,
 
+    /// Follow the workspace as another node writes it (read-only, no lease; implies
+    /// --read-only): every --follow-interval the mount looks for a newer state in the store
+    /// and switches to it whole, so datasets and checkpoints written on one node appear on
+    /// every follower within seconds. A file that is open keeps the version it had when it
+    /// was opened until it is closed; data the writer has not stored yet is not shown (a
+    /// file is shown as far as its data is in the store). Its local state lives in
+    /// --data-dir [default: a directory per workspace next to the default data dir], rebuilt
+    /// from the store at every such mount.
+    #[arg(long, conflicts_with_all = ["snapshot", "no_store", "takeover"])]
+    pub follow: bool,
+
+    /// With --follow: seconds between looks for a newer state (one listing of the store
+    /// while nothing changed) [default: 3].
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, requires = "follow")]
+    pub follow_interval: Option<Duration>,
+
     /// At unmount or SIGTERM, how long to wait for everything to be flushed before giving
     /// up; the outcome is logged and reported to `tierfs umount`.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
@@ -843,6 +859,7 @@ impl MountArgs {
             (Some(file), _, _, _) => MountStore::Given(file.clone()),
             (None, true, _, _) => MountStore::None,
             (None, false, Some(_), _) => MountStore::Embedded { create: false },
+            (None, false, None, _) if self.follow => MountStore::Embedded { create: false },
             (None, false, None, Some(_)) => MountStore::None,
             (None, false, None, None) => MountStore::Embedded { create: true },
         }
@@ -853,6 +870,10 @@ impl MountArgs {
     pub fn resolve(&self, runtime_dir: Option<&std::path::Path>) -> Result<MountConfig> {
         let data_dir = match (&self.data_dir, &self.snapshot) {
             (Some(dir), _) => paths::absolute(dir)?,
+            (None, None) if self.follow => {
+                let default = paths::default_data_dir()?;
+                default.with_file_name(format!("follow-{}", self.workspace))
+            }
             (None, None) => paths::default_data_dir()?,
             (None, Some(id)) => {
                 let default = paths::default_data_dir()?;
@@ -878,7 +899,7 @@ impl MountArgs {
             writeback_cache: self.writeback_cache,
             attr_ttl: self.attr_ttl,
             entry_ttl: self.entry_ttl,
-            read_only: self.read_only || self.snapshot.is_some(),
+            read_only: self.read_only || self.snapshot.is_some() || self.follow,
             nonempty: self.nonempty,
             flush_timeout: self.flush_timeout,
             snapshot: self.snapshot.clone(),
@@ -891,6 +912,7 @@ impl MountArgs {
             watch: self.watch,
             no_history: self.no_history,
             no_refill: self.no_refill,
+            follow: self.follow.then(|| self.follow_interval.unwrap_or(tierfs::session::FOLLOW_INTERVAL)),
             owner: None,
             metered: false,
         })
@@ -963,6 +985,9 @@ impl MountConfig {
         }
         if let Some(id) = &self.snapshot {
             args.extend(["--snapshot".into(), id.clone().into()]);
+        }
+        if let Some(every) = self.follow {
+            args.extend(["--follow".into(), "--follow-interval".into(), format_secs(every).into()]);
         }
         if self.watch {
             args.push("--watch".into());

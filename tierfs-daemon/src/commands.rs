@@ -710,6 +710,24 @@ pub fn format_status(report: &StatusReport) -> String {
             ));
         }
     }
+    if let Some(f) = &report.follow {
+        let unix_now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let checked =
+            f.checked_unix.map_or_else(|| "not yet".to_owned(), |t| format!("{} s ago", unix_now().saturating_sub(t)));
+        rows.push((
+            "following",
+            format!(
+                "batch {}, switched {} s ago ({} new heads); store read {checked}, every {} s",
+                f.seq,
+                unix_now().saturating_sub(f.switched_unix),
+                f.heads,
+                f.interval_secs
+            ),
+        ));
+        if let Some(e) = &f.last_error {
+            rows.push(("follow error", format!("{e} ({} failures in all)", f.errors)));
+        }
+    }
     if let Some(w) = &report.watch {
         rows[0] = ("watching", w.dir.display().to_string());
         let mode = match &w.fallback_reason {
@@ -1048,6 +1066,7 @@ mod tests {
             writeback_cache: true,
             watch: None,
             fuse_ops: Vec::new(),
+            follow: None,
         }
     }
 

@@ -66,6 +66,9 @@ pub struct MountConfig {
     pub no_history: bool,
     /// No refill of an empty cache from the workspace's hot set (`--no-refill`).
     pub no_refill: bool,
+    /// Follow the workspace as another node writes it, looking for a new head this often
+    /// (`--follow`, `--follow-interval`); implies `read_only`.
+    pub follow: Option<Duration>,
     /// A user who may control the mount besides the serving user and root (`owner` of a
     /// mount of the node daemon; never set from the command line).
     pub owner: Option<u32>,
@@ -101,6 +104,7 @@ impl MountConfig {
         // A watched directory holds its files itself: the hot tier has nothing to refill.
         config.refill = !self.no_refill && !self.watch;
         config.hot_set = !self.watch;
+        config.follow = self.follow;
         config
     }
 

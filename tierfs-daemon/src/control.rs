@@ -245,6 +245,42 @@ pub struct StatusReport {
     /// The FUSE requests served, per operation (metered mounts only: the node daemon's).
     #[serde(default)]
     pub fuse_ops: Vec<tierfs::telemetry::OpSnapshot>,
+    /// A follower's place (`tierfs mount --follow`).
+    #[serde(default)]
+    pub follow: Option<FollowReport>,
+}
+
+/// What `tierfs status` shows of a follower.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FollowReport {
+    /// Seconds between looks for a newer head.
+    pub interval_secs: f64,
+    /// The last batch of the head served.
+    pub seq: u64,
+    /// Heads switched to since the mount.
+    pub heads: u64,
+    /// When the head served was switched to (Unix seconds).
+    pub switched_unix: u64,
+    /// When the store was last read successfully (Unix seconds).
+    pub checked_unix: Option<u64>,
+    /// Failed looks or switches since the mount.
+    pub errors: u64,
+    /// The last failure, until a look succeeds.
+    pub last_error: Option<String>,
+}
+
+impl From<tierfs::session::FollowStatus> for FollowReport {
+    fn from(s: tierfs::session::FollowStatus) -> FollowReport {
+        FollowReport {
+            interval_secs: s.interval.as_secs_f64(),
+            seq: s.seq,
+            heads: s.heads,
+            switched_unix: s.switched_unix,
+            checked_unix: s.checked_unix,
+            errors: s.errors,
+            last_error: s.last_error,
+        }
+    }
 }
 
 /// What `tierfs status` shows of a watched directory.
@@ -580,6 +616,7 @@ mod tests {
                 writeback_cache: true,
                 watch: None,
                 fuse_ops: Vec::new(),
+                follow: None,
             }
         }
     }

@@ -355,6 +355,17 @@ fn mount_series(f: &mut Families, l: &Labels, s: &StatusReport, now: u64) {
             );
         }
     }
+    if let Some(fw) = &s.follow {
+        f.gauge("tierfs_follow_head_seq", "The last batch of the head a follower serves.", l, n(fw.seq));
+        f.counter("tierfs_follow_heads_total", "Newer heads a follower switched to.", l, n(fw.heads));
+        f.gauge(
+            "tierfs_follow_switch_timestamp_seconds",
+            "When a follower switched to the head it serves (Unix time).",
+            l,
+            n(fw.switched_unix),
+        );
+        f.counter("tierfs_follow_errors_total", "Failed looks for, or switches to, a newer head.", l, n(fw.errors));
+    }
     if s.store.is_some() {
         f.gauge(
             "tierfs_repair_queue_length",

@@ -103,6 +103,10 @@ fn serve(
         None => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
     };
     let mut fuse = fuse.map_err(|err| explain_mount_error(err, config, mountpoint))?;
+    // A follower's new heads reach the kernel's caches, which otherwise keep names,
+    // attributes and pages for their TTLs (file pages for as long as the kernel likes).
+    let notifier = fuse.notifier();
+    session.on_new_head(move |change| tierfs_mount::invalidate(&notifier, change));
     let fuser_mount: FuserMount = Arc::new(Mutex::new(fuse.unmount_callable()));
     let (session_tx, session_done) = oneshot::channel();
     let session_thread = std::thread::Builder::new().name("tierfs-session".into()).spawn(move || {
@@ -562,6 +566,7 @@ impl ControlHandler for Served {
             writeback_cache: self.config.writeback_cache,
             watch: None,
             fuse_ops: self.fuse_stats.as_ref().map(|s| s.snapshot()).unwrap_or_default(),
+            follow: status.follow.map(Into::into),
         }
     }
 }

@@ -22,7 +22,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
-use tierfs::vfs::{Attr, Caller, DataFileRemoval, SetAttr, Vfs, VfsError};
+use tierfs::vfs::{Attr, Caller, DataFileRemoval, PageCache, SetAttr, Vfs, VfsError};
 
 use crate::MountOptions;
 use crate::convert::{
@@ -212,6 +212,17 @@ fn file_open_flags() -> FopenFlags {
     FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
 }
 
+/// The flags of an open, by what it does with the file's cached pages: a follower's open
+/// of a file whose pages hold an older version drops them (no `FOPEN_KEEP_CACHE`, so the
+/// kernel invalidates them) or, while a handle still reads them, reads around them.
+fn open_flags(page_cache: PageCache) -> FopenFlags {
+    match page_cache {
+        PageCache::Keep => file_open_flags(),
+        PageCache::Drop => FopenFlags::FOPEN_NOFLUSH,
+        PageCache::Bypass => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH,
+    }
+}
+
 impl Filesystem for TierFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // Each setter refuses an out-of-range value and names the nearest valid one.
@@ -388,7 +399,7 @@ impl Filesystem for TierFuse {
         let t = self.time(FuseOp::Open);
         let caller = caller(req);
         let op = move |vfs: &Vfs| match vfs.open(&caller, ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), file_open_flags()),
+            Ok(fh) => reply.opened(FileHandle(fh), open_flags(vfs.page_cache(fh))),
             Err(err) => reply.error(t.fail(&err)),
         };
         // O_TRUNC truncates, which may fetch from the store (see `setattr`).

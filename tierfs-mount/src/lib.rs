@@ -166,6 +166,28 @@ pub fn mount_blocking(vfs: Arc<Vfs>, mountpoint: &Path, opts: &MountOptions) -> 
     session(vfs, mountpoint, opts)?.run()
 }
 
+/// Drops what a follower's new head changed from the kernel's caches: the attributes and
+/// cached pages of each changed inode (only the attributes of those whose pages an open
+/// handle of an older version reads), and each added, removed or replaced name. An inode or
+/// name the kernel does not hold answers ENOENT, which is not an error here.
+pub fn invalidate(notifier: &Notifier, change: &tierfs::vfs::HeadChange) {
+    use std::os::unix::ffi::OsStrExt;
+    let report = |what: &str, result: io::Result<()>| match result {
+        Err(err) if err.raw_os_error() != Some(libc::ENOENT) => {
+            tracing::warn!(what, error = %err, "the kernel kept a stale cache entry after a new head");
+        }
+        _ => {}
+    };
+    for &ino in &change.inodes {
+        // A negative offset drops the attributes only: the pages an open handle reads stay.
+        let offset = if change.kept.contains(&ino) { -1 } else { 0 };
+        report("inode", notifier.inval_inode(fuser::INodeNo(ino), offset, 0));
+    }
+    for (parent, name) in &change.entries {
+        report("name", notifier.inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::from_bytes(name)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,7 @@ use crate::types::Ino;
 mod adopt;
 mod evict;
 mod fetch;
+mod follow;
 mod refill;
 mod stream;
 mod upload;

@@ -261,11 +261,11 @@ impl ColdTier {
 }
 
 /// A chunk of a streamed read: its index, record and block (`None`: the zero block).
-type StreamPart = (u64, ChunkRecord, Option<Bytes>);
+pub(super) type StreamPart = (u64, ChunkRecord, Option<Bytes>);
 
 /// The bytes of `range` (inside the file) from the blocks of its chunks; bytes past a block's
 /// end are zeros. A range inside one block's bytes is a view of the block, not a copy.
-fn assemble(range: &Range<u64>, parts: &[StreamPart]) -> Bytes {
+pub(super) fn assemble(range: &Range<u64>, parts: &[StreamPart]) -> Bytes {
     if let [(idx, rec, Some(d))] = parts {
         let chunk_start = idx * CHUNK_SIZE;
         let (from, to) = (range.start - chunk_start, range.end - chunk_start);
