@@ -534,6 +534,12 @@ pub struct MountCommand {
     #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_secs)]
     pub timeout: Duration,
 
+    /// Serve the mount in a background process of its own even when a node daemon
+    /// (`tierfs-daemon node`) runs; without it, the node daemon serves it (when this user
+    /// may hand mounts to it: root, or the user it runs as).
+    #[arg(long, conflicts_with = "foreground")]
+    pub standalone: bool,
+
     #[command(flatten)]
     pub mount: MountArgs,
 }

@@ -28,6 +28,7 @@ use crate::cli::{
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::frontend;
+use crate::handoff;
 use crate::history;
 use crate::launch::{self, Readiness, ReadyInfo};
 use crate::logging::Reported;
@@ -329,7 +330,7 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
     config.watch |= watch;
 
     // Re-running the mount command of a live mount (a re-executed notebook cell) is fine.
-    if let Some(pong) = serving(&config.runtime_dir, &config.mountpoint) {
+    if let Some((socket, pong)) = serving(&config.runtime_dir, &config.mountpoint) {
         if pong.watch != config.watch {
             let (is, stop) = if pong.watch { ("watched", "tierfs unwatch") } else { ("mounted", "tierfs umount") };
             return Err(anyhow::Error::new(Reported {
@@ -351,13 +352,7 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
                 pong.pid
             );
         }
-        let info = ReadyInfo {
-            pid: pong.pid,
-            mountpoint: pong.mountpoint,
-            data_dir: pong.data_dir,
-            socket: paths::socket_path(&config.runtime_dir, &config.mountpoint)?,
-            log: None,
-        };
+        let info = ReadyInfo { pid: pong.pid, mountpoint: pong.mountpoint, data_dir: pong.data_dir, socket, log: None };
         if cli.json {
             print_json(&MountOutput { ok: true, already_mounted: true, info: &info })?;
         } else {
@@ -379,6 +374,23 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
         return result;
     }
 
+    let node_socket = if cmd.standalone { None } else { handoff::node_socket(&paths::node_runtime_dir()) };
+    if let Some(socket) = node_socket {
+        if let Some(info) = handoff::hand_off(&socket, &config, cmd.timeout)? {
+            if cli.json {
+                print_json(&MountOutput { ok: true, already_mounted: false, info: &info })?;
+            } else {
+                println!(
+                    "tierfs: {} {} (data dir {}), served by the node daemon (pid {}; its log has the details)",
+                    if config.watch { "watching" } else { "mounted" },
+                    info.mountpoint.display(),
+                    info.data_dir.display(),
+                    info.pid,
+                );
+            }
+            return Ok(());
+        }
+    }
     let info = launch::spawn_daemon(&config, cmd.timeout)?;
     if cli.json {
         print_json(&MountOutput { ok: true, already_mounted: false, info: &info })?;
@@ -395,12 +407,12 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
     Ok(())
 }
 
-/// The process serving `mountpoint`, if one answers: a mount of this user's, or of the
-/// node daemon's.
-fn serving(runtime_dir: &Path, mountpoint: &Path) -> Option<control::Pong> {
+/// The process serving `mountpoint` and its socket, if one answers: a mount of this user's,
+/// or of the node daemon's.
+fn serving(runtime_dir: &Path, mountpoint: &Path) -> Option<(PathBuf, control::Pong)> {
     paths::with_node_dir(runtime_dir.to_path_buf()).into_iter().find_map(|dir| {
         let socket = paths::socket_path(&dir, mountpoint).ok()?;
-        control::ping(&socket, PING_TIMEOUT).ok().flatten()
+        control::ping(&socket, PING_TIMEOUT).ok().flatten().map(|pong| (socket, pong))
     })
 }
 
@@ -451,7 +463,9 @@ fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
         bail!("{}", response.error.unwrap_or_else(|| "the serving process refused to unmount".into()));
     }
     let report = response.unmount.ok_or_else(|| anyhow!("the serving process answered without an unmount report"))?;
-    wait_until_gone(Some(pong.pid), &mountpoint, !cmd.lazy, deadline)?;
+    // The node daemon goes on serving its other mounts: only the mount itself goes.
+    let serving_pid = (!pong.node).then_some(pong.pid);
+    wait_until_gone(serving_pid, &mountpoint, !cmd.lazy, deadline)?;
 
     if cli.json {
         print_json(&UmountOutput {

@@ -198,6 +198,9 @@ pub struct Pong {
     /// A watched directory (`tierfs watch`), not a FUSE mount. Absent from older daemons.
     #[serde(default)]
     pub watch: bool,
+    /// Served by the node daemon (`pid` is the node's, which goes on after an unmount).
+    #[serde(default)]
+    pub node: bool,
 }
 
 /// The state of one mount: the answer to `status`.
@@ -589,7 +592,14 @@ mod tests {
 
     impl ControlHandler for Fixed {
         fn pong(&self) -> Pong {
-            Pong { pid: 7, version: "v".into(), mountpoint: "/m".into(), data_dir: "/d".into(), watch: false }
+            Pong {
+                pid: 7,
+                version: "v".into(),
+                mountpoint: "/m".into(),
+                data_dir: "/d".into(),
+                watch: false,
+                node: false,
+            }
         }
         fn status(&self) -> StatusReport {
             StatusReport {

@@ -23,7 +23,7 @@
 //! - [`stop`]: what ends a front end (its own signals, or the node daemon's stop);
 //! - [`node`]: `tierfs-daemon node`, one process serving every mount of a node's
 //!   configuration file, with [`metrics`] (Prometheus `/metrics`, `/healthz`) and
-//!   [`notify`] (systemd readiness).
+//!   [`notify`] (systemd readiness), and the mounts [`handoff`] brings it from `tierfs mount`.
 //!
 //! Every mount is served by exactly one process (its own, or the node daemon), which holds the data directory's lock (taken
 //! by `Vfs::new`) and the mountpoint's control socket for as long as it serves.
@@ -33,6 +33,7 @@ pub mod commands;
 pub mod config;
 pub mod control;
 pub mod frontend;
+pub mod handoff;
 pub mod history;
 pub mod launch;
 pub mod logging;

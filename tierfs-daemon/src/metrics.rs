@@ -55,6 +55,8 @@ pub enum Phase {
     Failed(String),
     /// Served and stopped; `Some` when its last flush was incomplete.
     Stopped(Option<String>),
+    /// Handed off, then unmounted: no longer shown.
+    Retired,
 }
 
 impl MountState {
@@ -88,6 +90,7 @@ impl MountState {
             Phase::Live(_) => "live",
             Phase::Failed(_) => "failed",
             Phase::Stopped(_) => "stopped",
+            Phase::Retired => "retired",
         }
     }
 }
@@ -100,6 +103,19 @@ pub struct Registry {
 impl Registry {
     pub fn new(mounts: Vec<MountState>) -> Registry {
         Registry { mounts: Mutex::new(mounts) }
+    }
+
+    /// Adds a mount (one handed to the node while it runs) and returns its index.
+    pub fn add(&self, mount: MountState) -> usize {
+        let mut mounts = self.mounts.lock().unwrap_or_else(PoisonError::into_inner);
+        mounts.push(mount);
+        mounts.len() - 1
+    }
+
+    /// Drops mount `i` from the metrics and `/healthz` (a handed-off mount that ended: the
+    /// node's configuration does not name it). Indices of the others stay.
+    pub fn retire(&self, i: usize) {
+        self.set(i, |m| m.phase = Phase::Retired);
     }
 
     /// Changes mount `i`.
@@ -116,6 +132,7 @@ impl Registry {
             let mounts = self.mounts.lock().unwrap_or_else(PoisonError::into_inner);
             mounts
                 .iter()
+                .filter(|m| !matches!(m.phase, Phase::Retired))
                 .map(|m| {
                     let labels = Labels::mount(&m.workspace, &m.mountpoint);
                     let handler = match &m.phase {
@@ -183,7 +200,7 @@ async fn answer(mut stream: TcpStream, registry: Arc<Registry>) -> std::io::Resu
             let body = {
                 let mounts = registry.mounts.lock().unwrap_or_else(PoisonError::into_inner);
                 let mut body = String::from("ok\n");
-                for m in mounts.iter() {
+                for m in mounts.iter().filter(|m| !matches!(m.phase, Phase::Retired)) {
                     let _ = writeln!(body, "{} {} {}", m.phase_name(), m.workspace, m.mountpoint.display());
                 }
                 body

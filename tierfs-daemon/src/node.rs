@@ -19,23 +19,34 @@
 //!   to start or to flush, and the log names each.
 //! - The metrics listener is bound before any mount starts: a taken port is an error while
 //!   nothing is mounted.
+//! - While it runs, `tierfs mount` and `tierfs watch` hand their mounts to it over
+//!   `node.sock` in its runtime directory ([`crate::handoff`]). The socket is bound before any
+//!   mount starts and served once every declared mount has come up or failed; a handed-off
+//!   mount is served like a declared one (its own thread, session and control socket), owned
+//!   by its caller, and leaves the metrics once it is unmounted. A second node daemon on the
+//!   same runtime directory is refused.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
+use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
+use tokio::io::BufReader as AsyncBufReader;
+use tokio::net::UnixListener;
 use tokio::runtime::Runtime;
 use tokio::sync::{oneshot, watch};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::cli::MountArgs;
 use crate::config::MountConfig;
-use crate::launch::{NodeReady, Readiness};
+use crate::handoff;
+use crate::launch::{NodeReady, Readiness, ReadyMessage};
 use crate::metrics::{self, MountState, Registry};
 use crate::notify::Notifier;
 use crate::stop::Stop;
@@ -177,6 +188,7 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
     let _rt_context = rt.enter();
     let mut stop = Stop::signals()?;
     crate::paths::ensure_runtime_dir(&node.runtime_dir, true)?;
+    let (handoffs, _socket_guard) = bind_node_socket(&node.runtime_dir)?;
     let registry = Arc::new(Registry::new(node.mounts.iter().map(MountState::starting).collect()));
     let metrics_server = match node.metrics_addr {
         Some(addr) => {
@@ -191,6 +203,8 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
     let total = node.mounts.len();
     let (stop_tx, stop_rx) = watch::channel(None);
     let failed = std::thread::scope(|scope| {
+        // Threads of handed-off mounts, by mountpoint, joined at the end like the declared ones.
+        let handed: Mutex<Vec<(PathBuf, MountThread<'_>)>> = Mutex::new(Vec::new());
         let mut threads = Vec::new();
         let mut pending = Vec::new();
         for (i, (config, args)) in node.mounts.iter().zip(&node.args).enumerate() {
@@ -198,7 +212,7 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
             let (stop, theirs) = (Stop::Node(stop_rx.clone()), registry.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("tierfs-node-{i}"))
-                .spawn_scoped(scope, move || serve_mount(rt, i, config, args, tx, stop, &theirs));
+                .spawn_scoped(scope, move || serve_mount(rt, i, config, args, tx, stop, &theirs).outcome);
             match thread {
                 Ok(thread) => threads.push((i, thread)),
                 Err(e) => registry.set(i, |m| m.failed(format!("starting its thread: {e}"))),
@@ -228,16 +242,53 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
         });
         let reason = match early {
             Some(reason) => reason,
-            None => rt.block_on(stop.wait()),
+            None => rt.block_on(async {
+                let accept = serve_handoffs(
+                    &handoffs,
+                    &node.runtime_dir,
+                    |asked| {
+                        let i = registry.add(MountState::starting(&asked.config));
+                        let (tx, rx) = oneshot::channel();
+                        let (stop, theirs) = (Stop::Node(stop_rx.clone()), registry.clone());
+                        let mountpoint = asked.config.mountpoint.clone();
+                        let thread = std::thread::Builder::new().name(format!("tierfs-node-{i}")).spawn_scoped(
+                            scope,
+                            move || {
+                                let served = serve_mount(rt, i, &asked.config, &asked.args, tx, stop, &theirs);
+                                theirs.retire(i);
+                                // A hand-off that failed to start told its caller: not the node's failure.
+                                if served.started { served.outcome } else { Ok(()) }
+                            },
+                        );
+                        match thread {
+                            Ok(thread) => {
+                                handed.lock().unwrap_or_else(PoisonError::into_inner).push((mountpoint, thread))
+                            }
+                            Err(e) => {
+                                registry.retire(i);
+                                warn!("starting the thread of a handed-off mount: {e}");
+                            }
+                        }
+                        (i, rx)
+                    },
+                    &registry,
+                );
+                tokio::select! {
+                    reason = stop.wait() => reason,
+                    never = accept => match never {},
+                }
+            }),
         };
         info!("{reason} received: stopping {total} mounts");
         notifier.send(&format!("STOPPING=1\nSTATUS=flushing {total} mounts ({reason})"));
         let _ = stop_tx.send(Some(reason));
         let mut failed = Vec::new();
-        for (i, thread) in threads {
+        let handed = std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));
+        let all = threads.into_iter().map(|(i, t)| (node.mounts[i].mountpoint.clone(), t)).chain(handed);
+        for (mountpoint, thread) in all {
             let outcome = thread.join().unwrap_or_else(|_| Err("its thread panicked".into()));
             if let Err(message) = outcome {
-                failed.push(format!("{}: {message}", node.mounts[i].mountpoint.display()));
+                failed.push(format!("{}: {message}", mountpoint.display()));
             }
         }
         failed
@@ -249,7 +300,88 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
         info!("tierfs node: every mount stopped and flushed");
         Ok(())
     } else {
-        Err(anyhow!("{} of {total} mounts failed: {}", failed.len(), failed.join("; ")))
+        Err(anyhow!("{} mounts failed: {}", failed.len(), failed.join("; ")))
+    }
+}
+
+/// Binds the node's hand-off socket in `runtime_dir`, reachable by every user (the server
+/// checks each caller), and refuses to when another node daemon answers there.
+fn bind_node_socket(runtime_dir: &Path) -> Result<(UnixListener, SocketGuard)> {
+    let path = runtime_dir.join(handoff::NODE_SOCKET);
+    if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+        bail!(
+            "another node daemon serves {} (its socket {} answers); stop it first",
+            runtime_dir.display(),
+            path.display()
+        );
+    }
+    match fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing the stale node socket {}", path.display())),
+    }
+    let listener = UnixListener::bind(&path).with_context(|| format!("binding the node socket {}", path.display()))?;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("opening the node socket {} to every user", path.display()))?;
+    Ok((listener, SocketGuard(path)))
+}
+
+/// Removes the node socket when the node ends.
+struct SocketGuard(PathBuf);
+
+impl Drop for SocketGuard {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// Answers hand-offs on `listener` forever: `start` starts the mount asked for (returning its
+/// index in `registry` and where its readiness arrives), and the caller hears once it is live
+/// or failed. Connections are served concurrently; a mount that takes long to start holds up
+/// no other.
+async fn serve_handoffs(
+    listener: &UnixListener,
+    runtime_dir: &Path,
+    start: impl Fn(handoff::Asked) -> (usize, oneshot::Receiver<Result<NodeReady, String>>),
+    registry: &Registry,
+) -> std::convert::Infallible {
+    let start = &start;
+    let mut connections = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => connections.push(async move {
+                    let mut stream = AsyncBufReader::new(stream);
+                    let message = match handoff::read_request(&mut stream, runtime_dir).await {
+                        Err(refusal) => {
+                            warn!("refused a hand-off: {refusal:?}");
+                            refusal
+                        }
+                        Ok(asked) => {
+                            info!(uid = asked.uid, mountpoint = %asked.config.mountpoint.display(), "mount handed off");
+                            let (i, ready) = start(asked);
+                            match ready.await {
+                                Ok(Ok(ready)) => {
+                                    let info = ready.info.clone();
+                                    registry.set(i, |m| m.live(ready));
+                                    ReadyMessage::Ready(info)
+                                }
+                                Ok(Err(error)) => ReadyMessage::Failed { error, kind: None },
+                                Err(_) => ReadyMessage::Failed { error: "the mount ended before it was ready".into(), kind: None },
+                            }
+                        }
+                    };
+                    if let Err(e) = handoff::answer(&mut stream, &message).await {
+                        warn!("answering a hand-off: {e}");
+                    }
+                }),
+                Err(e) => {
+                    warn!("node socket accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            Some(()) = connections.next(), if !connections.is_empty() => {}
+        }
     }
 }
 
@@ -263,10 +395,11 @@ fn serve_mount(
     ready: oneshot::Sender<Result<NodeReady, String>>,
     stop: Stop,
     registry: &Registry,
-) -> Result<(), String> {
+) -> Served {
     let mut readiness = Readiness::Node(Some(ready));
     let result = crate::store_link::prepare_mount_store(args)
         .and_then(|()| crate::frontend::run_until(rt, config, &mut readiness, stop));
+    let started = matches!(readiness, Readiness::Node(None));
     let outcome = result.map_err(|err| {
         let message = crate::logging::error_message(&err);
         error!("{}: {message}", config.mountpoint.display());
@@ -274,5 +407,16 @@ fn serve_mount(
         message
     });
     registry.set(i, |m| m.stopped(outcome.clone().err()));
-    outcome
+    Served { started, outcome }
+}
+
+/// The thread serving one mount: its outcome is why it failed, if it did.
+type MountThread<'scope> = std::thread::ScopedJoinHandle<'scope, Result<(), String>>;
+
+/// How a mount's service ended.
+struct Served {
+    /// It came up (its readiness was reported).
+    started: bool,
+    /// Why it failed to start or to flush at its end.
+    outcome: Result<(), String>,
 }

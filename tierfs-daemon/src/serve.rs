@@ -536,6 +536,8 @@ impl ControlHandler for Served {
             mountpoint: self.mountpoint.clone(),
             data_dir: self.config.data_dir.clone(),
             watch: self.config.watch,
+            // Metered: exactly the node daemon's mounts.
+            node: self.config.metered,
         }
     }
 

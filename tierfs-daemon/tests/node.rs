@@ -9,6 +9,8 @@
 //!   once the server is back;
 //! - a uid that is not a mount's owner is refused on its control socket with a message, and
 //!   the owner is served;
+//! - `tierfs mount` hands a mount to the running node daemon, which serves it beside the
+//!   others until `tierfs umount`, and reports a failure to start it; `--standalone` opts out;
 //! - SIGTERM flushes and unmounts both, sends STOPPING=1 and exits 0;
 //! - `--check` refuses a bad configuration with a message that names what is wrong.
 
@@ -428,6 +430,56 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     assert_eq!(listed(OTHER_UID, &[]), vec![mb.clone()], "the other user lists only their own node mount");
     assert_eq!(listed(0, &[ma.to_str().expect("utf-8")]), vec![ma.clone()], "a node mount's status by its path");
 
+    // Hand-off: while the node daemon runs, `tierfs mount` asks it to serve the mount.
+    let handed = root.join("handed");
+    fs::create_dir_all(&handed).expect("mkdir");
+    let handed_data = root.join("handed-data");
+    let (hp, hd) = (handed.to_str().expect("utf-8"), handed_data.to_str().expect("utf-8"));
+    let args = ["--json", "mount", "--no-store", "--workspace", "handed", "--data-dir", hd, hp];
+    let out = tierfs_beside(0, &own_run, Some(&runtime_dir), &args, Duration::from_secs(120));
+    out.assert_success("a mount handed to the node daemon");
+    daemon.mountpoints.push(handed.clone());
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("mount JSON");
+    assert_eq!(json["pid"], daemon.child.id(), "served by the node daemon: {json}");
+    assert!(common::is_mounted(&handed), "{json}");
+    fs::write(handed.join("f"), b"handed off").expect("writing on the handed-off mount");
+    assert_eq!(fs::read(handed.join("f")).expect("reading"), b"handed off");
+    let s = scrape(port);
+    assert_eq!(value(&s, "tierfs_mount_up", "handed"), Some(1.0), "{s:#?}");
+    assert_eq!(value(&s, "tierfs_mount_up", "a"), Some(1.0), "{s:#?}");
+    let again = tierfs_beside(0, &own_run, Some(&runtime_dir), &args, Duration::from_secs(60));
+    again.assert_success("re-running the mount command");
+    let json: serde_json::Value = serde_json::from_str(again.stdout.trim()).expect("mount JSON");
+    assert_eq!(json["already_mounted"], true, "{json}");
+    assert_eq!(json["socket"].as_str().map(Path::new).and_then(Path::parent), Some(runtime_dir.as_path()), "{json}");
+    // A second mount on the same data dir fails with the node's message, and nothing falls
+    // back to a process of its own.
+    let other = root.join("handed-2");
+    fs::create_dir_all(&other).expect("mkdir");
+    let clash = ["mount", "--no-store", "--data-dir", hd, other.to_str().expect("utf-8")];
+    let out = tierfs_beside(0, &own_run, Some(&runtime_dir), &clash, Duration::from_secs(60));
+    assert!(!out.success(), "two mounts on one data dir: {}", out.stdout);
+    assert!(out.stderr.contains("the node daemon could not serve the mount"), "{}", out.stderr);
+    assert!(!common::is_mounted(&other));
+    // Unmounted: flushed, gone from the metrics, and the node goes on.
+    let out = tierfs_beside(0, &own_run, Some(&runtime_dir), &["umount", hp], Duration::from_secs(60));
+    out.assert_success("tierfs umount of a handed-off mount");
+    assert!(!common::is_mounted(&handed));
+    assert!(daemon.child.try_wait().expect("wait").is_none(), "the node daemon exited; log:\n{}", daemon.log_text());
+    let s = scrape(port);
+    assert_eq!(value(&s, "tierfs_mount_up", "handed"), None, "an unmounted hand-off stays in the metrics: {s:#?}");
+    assert_eq!(value(&s, "tierfs_mount_up", "a"), Some(1.0), "{s:#?}");
+    // --standalone serves it in a process of its own; the data came back.
+    let mut standalone = args.to_vec();
+    standalone.insert(2, "--standalone");
+    let out = tierfs_beside(0, &own_run, Some(&runtime_dir), &standalone, Duration::from_secs(120));
+    out.assert_success("tierfs mount --standalone");
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("mount JSON");
+    assert_ne!(json["pid"], daemon.child.id(), "--standalone was handed off: {json}");
+    assert_eq!(fs::read(handed.join("f")).expect("reading"), b"handed off");
+    tierfs_beside(0, &own_run, Some(&runtime_dir), &["umount", hp], Duration::from_secs(60))
+        .assert_success("tierfs umount of the standalone mount");
+
     // SIGTERM: STOPPING=1, both flushed and unmounted, exit 0.
     // SAFETY: kill(2) of our own child.
     assert_eq!(unsafe { libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
@@ -444,7 +496,8 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     };
     let text = daemon.log_text();
     assert!(status.success(), "exit {status}; log:\n{text}");
-    assert_eq!(text.matches("flushed everything for").count(), 2, "{text}");
+    // a and b at SIGTERM, and the handed-off mount at its unmount.
+    assert_eq!(text.matches("flushed everything for").count(), 3, "{text}");
     for m in &daemon.mountpoints {
         assert!(!common::is_mounted(m), "{} still mounted after the node stopped", m.display());
     }
