@@ -45,6 +45,8 @@ pub struct MountState {
     pub workspace: String,
     pub watch: bool,
     pub phase: Phase,
+    /// Times the node started it again after it failed.
+    pub restarts: u64,
 }
 
 /// Where a mount is in its life.
@@ -66,6 +68,7 @@ impl MountState {
             workspace: config.workspace.clone(),
             watch: config.watch,
             phase: Phase::Starting,
+            restarts: 0,
         }
     }
 
@@ -127,7 +130,7 @@ impl Registry {
 
     /// Each mount's labels and phase, with the status of those that are live. Blocks while the
     /// live mounts answer (they read their metadata).
-    fn snapshot(&self) -> Vec<(Labels, &'static str, String, Option<StatusReport>)> {
+    fn snapshot(&self) -> Vec<MountView> {
         let mounts: Vec<_> = {
             let mounts = self.mounts.lock().unwrap_or_else(PoisonError::into_inner);
             mounts
@@ -144,13 +147,22 @@ impl Registry {
                         _ if m.watch => "watch".into(),
                         _ => "fuse".into(),
                     };
-                    (labels, m.phase_name(), detail, handler)
+                    (labels, m.phase_name(), detail, m.restarts, handler)
                 })
                 .collect()
         };
         // Outside the lock: a status may take a while, and the mounts' threads may set their
         // phase meanwhile.
-        mounts.into_iter().map(|(labels, phase, detail, h)| (labels, phase, detail, h.map(|h| h.status()))).collect()
+        mounts
+            .into_iter()
+            .map(|(labels, phase, detail, restarts, h)| MountView {
+                labels,
+                phase,
+                detail,
+                restarts,
+                status: h.map(|h| h.status()),
+            })
+            .collect()
     }
 }
 
@@ -246,8 +258,19 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// One mount as a scrape sees it.
+pub struct MountView {
+    pub labels: Labels,
+    pub phase: &'static str,
+    /// Why it failed, or its kind (`fuse`, `watch`).
+    pub detail: String,
+    pub restarts: u64,
+    /// While it is live.
+    pub status: Option<StatusReport>,
+}
+
 /// The exposition of the node's state (see the module documentation for the rules).
-pub fn render(mounts: &[(Labels, &'static str, String, Option<StatusReport>)], now_unix: u64) -> String {
+pub fn render(mounts: &[MountView], now_unix: u64) -> String {
     let mut f = Families::default();
     f.gauge(
         "tierfs_build_info",
@@ -255,7 +278,7 @@ pub fn render(mounts: &[(Labels, &'static str, String, Option<StatusReport>)], n
         &Labels(vec![("version", crate::serve::VERSION.into())]),
         1.0,
     );
-    for (labels, phase, detail, status) in mounts {
+    for MountView { labels, phase, detail, restarts, status } in mounts {
         let state = labels.with("state", phase).with("detail", detail);
         f.gauge(
             "tierfs_mount_state",
@@ -265,6 +288,12 @@ pub fn render(mounts: &[(Labels, &'static str, String, Option<StatusReport>)], n
         );
         let up = if status.is_some() { 1.0 } else { 0.0 };
         f.gauge("tierfs_mount_up", "1 while the mount (or watched directory) is served.", labels, up);
+        f.counter(
+            "tierfs_mount_restarts_total",
+            "Times the node started the mount again after it failed to start or failed while served.",
+            labels,
+            *restarts as f64,
+        );
         if let Some(s) = status {
             mount_series(&mut f, labels, s, now_unix);
         }
@@ -684,7 +713,9 @@ mod tests {
     #[test]
     fn a_failed_mount_is_down_and_says_why() {
         let labels = Labels::mount("w", std::path::Path::new("/m"));
-        let text = render(&[(labels, "failed", "store unreachable".into(), None)], 0);
+        let view = MountView { labels, phase: "failed", detail: "store unreachable".into(), restarts: 2, status: None };
+        let text = render(&[view], 0);
+        assert!(text.contains("tierfs_mount_restarts_total{workspace=\"w\",mountpoint=\"/m\"} 2\n"), "{text}");
         assert!(text.contains("tierfs_mount_up{workspace=\"w\",mountpoint=\"/m\"} 0\n"), "{text}");
         assert!(text.contains("state=\"failed\",detail=\"store unreachable\"} 1\n"), "{text}");
         assert!(text.contains("tierfs_build_info{version="), "{text}");

@@ -13,7 +13,9 @@
 //!   socket: one mount failing to start (its store unreachable, its disk full) or failing
 //!   later is logged and reported in `/metrics`, and the others go on.
 //! - READY=1 goes to systemd only once every mount has either come up or failed to; STATUS=
-//!   says how many are live. STOPPING=1 goes out on SIGTERM or SIGINT, which stops every
+//!   says how many are live. A declared mount that failed to start, or failed while served
+//!   (not an unmount), is started again after 1 s, doubling up to 60 s while it keeps
+//!   failing (`tierfs_mount_restarts_total`). STOPPING=1 goes out on SIGTERM or SIGINT, which stops every
 //!   mount at once; each flushes within its own `--flush-timeout`, so the unit's
 //!   `TimeoutStopSec` must exceed the longest. The exit status is 1 when any mount failed
 //!   to start or to flush, and the log names each.
@@ -209,10 +211,10 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
         let mut pending = Vec::new();
         for (i, (config, args)) in node.mounts.iter().zip(&node.args).enumerate() {
             let (tx, rx) = oneshot::channel();
-            let (stop, theirs) = (Stop::Node(stop_rx.clone()), registry.clone());
+            let (stop, theirs) = (stop_rx.clone(), registry.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("tierfs-node-{i}"))
-                .spawn_scoped(scope, move || serve_mount(rt, i, config, args, tx, stop, &theirs).outcome);
+                .spawn_scoped(scope, move || keep_serving(rt, i, config, args, tx, stop, &theirs));
             match thread {
                 Ok(thread) => threads.push((i, thread)),
                 Err(e) => registry.set(i, |m| m.failed(format!("starting its thread: {e}"))),
@@ -412,6 +414,67 @@ fn serve_mount(
 
 /// The thread serving one mount: its outcome is why it failed, if it did.
 type MountThread<'scope> = std::thread::ScopedJoinHandle<'scope, Result<(), String>>;
+
+/// Serves declared mount `i` until the node stops, starting it again, after a growing
+/// delay, whenever it fails to start or fails while served. Its first readiness goes to
+/// `ready` (the node's READY=1 waits for it); a later start sets it live in `registry`. An
+/// unmount (`tierfs umount`, or `umount` by hand) is no failure: the mount stays down.
+fn keep_serving(
+    rt: &Runtime,
+    i: usize,
+    config: &MountConfig,
+    args: &MountArgs,
+    ready: oneshot::Sender<Result<NodeReady, String>>,
+    stop: watch::Receiver<Option<&'static str>>,
+    registry: &Arc<Registry>,
+) -> Result<(), String> {
+    let mut first = Some(ready);
+    let mut delay = RESTART_DELAY;
+    loop {
+        let ready = first.take().unwrap_or_else(|| {
+            let (tx, rx) = oneshot::channel::<Result<NodeReady, String>>();
+            let registry = registry.clone();
+            rt.spawn(async move {
+                if let Ok(Ok(ready)) = rx.await {
+                    info!("{}: restarted", ready.info.mountpoint.display());
+                    registry.set(i, |m| m.live(ready));
+                }
+            });
+            tx
+        });
+        let served = serve_mount(rt, i, config, args, ready, Stop::Node(stop.clone()), registry);
+        let Err(message) = &served.outcome else { return served.outcome };
+        if stop.borrow().is_some() {
+            return served.outcome;
+        }
+        if served.started {
+            // It ran: the next failure starts the backoff over.
+            delay = RESTART_DELAY;
+        }
+        registry.set(i, |m| m.failed(message.clone()));
+        warn!("{}: starting it again in {} s", config.mountpoint.display(), delay.as_secs());
+        let mut stop_wait = Stop::Node(stop.clone());
+        let stopped = rt.block_on(async {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => false,
+                _ = stop_wait.wait() => true,
+            }
+        });
+        if stopped {
+            return served.outcome;
+        }
+        delay = (delay * 2).min(MAX_RESTART_DELAY);
+        registry.set(i, |m| {
+            m.restarts += 1;
+            m.phase = crate::metrics::Phase::Starting;
+        });
+    }
+}
+
+/// The first delay before a failed mount is started again; it doubles up to
+/// [`MAX_RESTART_DELAY`] while the mount keeps failing to start.
+const RESTART_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_RESTART_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How a mount's service ended.
 struct Served {

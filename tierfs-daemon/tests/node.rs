@@ -12,6 +12,7 @@
 //! - `tierfs mount` hands a mount to the running node daemon, which serves it beside the
 //!   others until `tierfs umount`, and reports a failure to start it; `--standalone` opts out;
 //! - SIGTERM flushes and unmounts both, sends STOPPING=1 and exits 0;
+//! - a mount whose store is away when the node starts is started again once it answers;
 //! - `--check` refuses a bad configuration with a message that names what is wrong.
 
 mod common;
@@ -501,6 +502,74 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     for m in &daemon.mountpoints {
         assert!(!common::is_mounted(m), "{} still mounted after the node stopped", m.display());
     }
+}
+
+#[test]
+fn a_mount_that_cannot_start_is_started_again_once_its_store_answers() {
+    let server = MotoServer::start();
+    server.create_bucket(BUCKET);
+    let proxy = Proxy::to(server.port());
+    let url = server.url(BUCKET, "r").replace(&format!(":{}", server.port()), &format!(":{}", proxy.port));
+    let r = Node::init_backends(&[url], &[]);
+    let root = r.fx.tmp.path().to_path_buf();
+    let port = free_port();
+    let config = root.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "[node]\nruntime_dir = {run:?}\nmetrics_addr = \"127.0.0.1:{port}\"\n\n\
+             [[mount]]\nmountpoint = {m:?}\nstore = {s:?}\nworkspace = \"r\"\ndata_dir = {d:?}\n",
+            run = root.join("node-run"),
+            m = r.fx.mountpoint,
+            s = r.store_file,
+            d = r.fx.data_dir,
+        ),
+    )
+    .expect("writing the node config");
+    let notify_path = root.join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).expect("binding the notify socket");
+    notify.set_read_timeout(Some(Duration::from_secs(120))).expect("notify timeout");
+    let log = root.join("node.log");
+    let log_file = fs::File::create(&log).expect("creating the node log");
+    // The store is away when the node starts.
+    proxy.cut();
+    let mut cmd = store_node::env(Command::new(DAEMON));
+    cmd.args(["node", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("log"))
+        .stderr(log_file);
+    let mut daemon = NodeDaemon {
+        child: cmd.spawn().expect("starting tierfs-daemon node"),
+        log,
+        mountpoints: vec![r.fx.mountpoint.clone()],
+    };
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).unwrap_or_else(|e| panic!("no READY=1: {e}; log:\n{}", daemon.log_text()));
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.contains("STATUS=0 of 1 mounts live"), "{ready:?}; log:\n{}", daemon.log_text());
+    assert_eq!(value(&scrape(port), "tierfs_mount_up", "r"), Some(0.0));
+    // Back: the node starts it again (1 s, then 2 s, 4 s, ... between tries).
+    proxy.restore();
+    wait_for(port, Duration::from_secs(90), "the mount started again", |s| {
+        value(s, "tierfs_mount_up", "r") == Some(1.0) && value(s, "tierfs_mount_restarts_total", "r") >= Some(1.0)
+    });
+    assert!(common::is_mounted(&r.fx.mountpoint));
+    fs::write(r.fx.mountpoint.join("f"), b"after the restart").expect("writing on the restarted mount");
+    // SAFETY: kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = daemon.child.try_wait().expect("waiting for the daemon") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the node daemon did not exit; log:\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = daemon.log_text();
+    assert!(status.success(), "exit {status}: a mount that came up again and flushed is no failure; log:\n{text}");
+    assert!(text.contains("starting it again in 1 s") && text.contains("restarted"), "{text}");
 }
 
 fn check(config: &str) -> common::Output {
