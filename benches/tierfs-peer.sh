@@ -11,6 +11,9 @@
 #   TIERFS_RUN         runtime dir (control sockets): our own, so other tierfs mounts on the
 #                      machine are never touched; also holds bench.pid
 #   TIERFS_MOUNT_OPTS  extra `tierfs mount` options (word-split)
+#   TIERFS_EMBEDDED=1  mount on the embedded default store, as `tierfs mount ~/tierfs` does
+#                      for a user: no --data-dir, with XDG_DATA_HOME under TIERFS_DATA, so
+#                      the data dir and the store's objects are fresh and removed with it
 #   OUTDIR             status JSON, umount log and a copy of the daemon log land here
 #   KEEP_TIERFS_DATA=1 keep the data dir after unmounting (default: removed)
 # Only the daemon started here is ever signalled, by its PID, and only if it is still running
@@ -49,8 +52,14 @@ pid_by_data_dir() {
 case ${1:-} in
   mount)
     mkdir -p "$TIERFS_DATA" "$TIERFS_MNT" "$TIERFS_RUN" "$OUTDIR"
-    # shellcheck disable=SC2086
-    t mount --data-dir "$TIERFS_DATA" ${TIERFS_MOUNT_OPTS:-} "$TIERFS_MNT" >&2 || exit 1
+    # --standalone: the daemon is ours to watch and stop, even beside a node daemon.
+    if [[ ${TIERFS_EMBEDDED:-0} == 1 ]]; then
+      # shellcheck disable=SC2086
+      XDG_DATA_HOME=$TIERFS_DATA/xdg t mount --standalone ${TIERFS_MOUNT_OPTS:-} "$TIERFS_MNT" >&2 || exit 1
+    else
+      # shellcheck disable=SC2086
+      t mount --standalone --data-dir "$TIERFS_DATA" ${TIERFS_MOUNT_OPTS:-} "$TIERFS_MNT" >&2 || exit 1
+    fi
     mountpoint -q "$TIERFS_MNT" || { echo "tierfs mount returned but $TIERFS_MNT is not a mountpoint" >&2; exit 1; }
     t --json status "$TIERFS_MNT" >"$OUTDIR/tierfs-status-mount.json" 2>&1
     pid=$(json_pid <"$OUTDIR/tierfs-status-mount.json")
@@ -82,7 +91,9 @@ case ${1:-} in
       fi
       rm -f "$TIERFS_RUN/bench.pid"
     fi
-    [[ -f $TIERFS_DATA/daemon.log ]] && cp "$TIERFS_DATA/daemon.log" "$OUTDIR/tierfs-daemon.log"
+    for log_file in "$TIERFS_DATA/daemon.log" "$TIERFS_DATA/xdg/tierfs/default/daemon.log"; do
+      [[ -f $log_file ]] && cp "$log_file" "$OUTDIR/tierfs-daemon.log"
+    done
     rmdir "$TIERFS_MNT" 2>/dev/null
     if [[ -d $TIERFS_DATA && ${KEEP_TIERFS_DATA:-0} != 1 ]]; then
       du -sk "$TIERFS_DATA" 2>/dev/null | awk '{print "tierfs data dir at unmount: " $1 " KiB"}' >>"$log"

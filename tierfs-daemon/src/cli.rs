@@ -622,8 +622,12 @@ pub struct DaemonCli {
                       read_only = true). tierfs-daemon/deploy/config.toml is an example.\n\n\
                       Under systemd (Type=notify) READY=1 is sent once every mount is up or \
                       has failed, STOPPING=1 at the stop. http://METRICS_ADDR/metrics serves \
-                      Prometheus metrics, /healthz a liveness answer. Exits 1 when a mount \
-                      failed to start or to flush.",
+                      Prometheus metrics, /healthz a liveness answer. A mount that fails to \
+                      start, or fails while served, is started again (after 1 s, doubling up \
+                      to 60 s). While the node runs, `tierfs mount` and `tierfs watch` by root \
+                      or the node's user hand their mounts to it (RUNTIME_DIR/node.sock) \
+                      unless given --standalone. Exits 1 when a mount was down at the stop \
+                      (failed, waiting to start again) or failed to flush.",
     after_help = EXIT_STATUS_HELP
 )]
 pub struct NodeCli {
