@@ -1,5 +1,6 @@
 //! The node daemon on real mounts and real S3 servers (moto on loopback): one `tierfs-daemon
-//! node` serves two workspaces, each on its own server, from one configuration file.
+//! node` serves two workspaces, each on its own server, and a watched directory of a third,
+//! from one configuration file.
 //! - READY=1 reaches a test `NOTIFY_SOCKET` only once both are mounted;
 //! - `/metrics` is well-formed, and its counters move with a workload: FUSE requests and
 //!   their errors and latency per operation, store requests and bytes per backend and method,
@@ -258,12 +259,17 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     let runtime_dir = root.join("node-run");
     let port = free_port();
     let config = root.join("config.toml");
+    // A third workspace, c, on a's store: a watched directory, not a FUSE mount.
+    let watched = root.join("watched");
+    fs::create_dir_all(&watched).expect("mkdir");
+    fs::write(watched.join("before.txt"), b"there before the node").expect("writing in the watched dir");
     fs::write(
         &config,
         format!(
             "[node]\nruntime_dir = {run:?}\nmetrics_addr = \"127.0.0.1:{port}\"\n\n\
              [[mount]]\nmountpoint = {ma:?}\nstore = {sa:?}\nworkspace = \"a\"\ndata_dir = {da:?}\ncache_size = \"1G\"\n\n\
-             [[mount]]\nmountpoint = {mb:?}\nowner = {OTHER_UID}\nstore = {sb:?}\nworkspace = \"b\"\ndata_dir = {db:?}\n",
+             [[mount]]\nmountpoint = {mb:?}\nowner = {OTHER_UID}\nstore = {sb:?}\nworkspace = \"b\"\ndata_dir = {db:?}\n\n\
+             [[mount]]\nmountpoint = {wc:?}\nwatch = true\nstore = {sa:?}\nworkspace = \"c\"\ndata_dir = {dc:?}\n",
             run = runtime_dir,
             ma = a.fx.mountpoint,
             sa = a.store_file,
@@ -271,6 +277,8 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
             mb = b.fx.mountpoint,
             sb = b.store_file,
             db = b.fx.data_dir,
+            wc = watched,
+            dc = root.join("c-data"),
         ),
     )
     .expect("writing the node config");
@@ -298,26 +306,36 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     let n = notify.recv(&mut buf).unwrap_or_else(|e| panic!("no READY=1: {e}; log:\n{}", daemon.log_text()));
     let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
-    assert!(ready.contains("STATUS=2 of 2 mounts live"), "{ready:?}; log:\n{}", daemon.log_text());
+    assert!(ready.contains("STATUS=3 of 3 mounts live"), "{ready:?}; log:\n{}", daemon.log_text());
     for m in &daemon.mountpoints {
         assert!(common::is_mounted(m), "READY=1 arrived before {} was mounted", m.display());
     }
 
     let (code, health) = http_get(port, "/healthz");
     assert_eq!(code, 200, "{health}");
-    assert!(health.starts_with("ok\n") && health.matches("live ").count() == 2, "{health}");
+    assert!(health.starts_with("ok\n") && health.matches("live ").count() == 3, "{health}");
     assert_eq!(http_get(port, "/nope").0, 404);
 
     // A workload on both; a snapshot of a.
     let before = scrape(port);
     assert_eq!(value(&before, "tierfs_mount_up", "a"), Some(1.0), "{before:#?}");
     assert_eq!(value(&before, "tierfs_mount_up", "b"), Some(1.0), "{before:#?}");
+    assert_eq!(value(&before, "tierfs_mount_up", "c"), Some(1.0), "the watch: {before:#?}");
     assert!(before.keys().any(|k| k.starts_with("tierfs_build_info{version=")), "{before:#?}");
     let data = vec![7u8; 3 << 20];
     fs::write(a.fx.mountpoint.join("weights.bin"), &data).expect("writing on a");
     fs::write(b.fx.mountpoint.join("notes.txt"), b"b's data").expect("writing on b");
     let synced = tierfs_as(0, &runtime_dir, &["sync", "-m", "first", a.fx.mountpoint.to_str().expect("utf-8")]);
     synced.assert_success("tierfs sync of a node mount");
+    // The watch syncs its directory too, into its own workspace.
+    fs::write(watched.join("during.txt"), vec![5u8; 200_000]).expect("writing in the watched dir");
+    tierfs_as(0, &runtime_dir, &["sync", "-m", "watched", watched.to_str().expect("utf-8")])
+        .assert_success("tierfs sync of the node's watch");
+    let w = scrape(port);
+    assert!(
+        value(&w, "tierfs_store_uploaded_bytes_total", "c").unwrap_or(0.0) >= 200_000.0,
+        "the watch's upload did not count: {w:#?}"
+    );
     let after = scrape(port);
     let uploaded = |s: &BTreeMap<String, f64>| value(s, "tierfs_store_uploaded_bytes_total", "a").unwrap_or(0.0);
     assert!(uploaded(&after) - uploaded(&before) >= data.len() as f64, "uploads did not count: {after:#?}");
@@ -419,15 +437,12 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
         list.iter().map(|r| PathBuf::from(r["mountpoint"].as_str().expect("mountpoint"))).collect::<Vec<_>>()
     };
     let (ma, mb) = (fs::canonicalize(&a.fx.mountpoint).expect("a"), fs::canonicalize(&b.fx.mountpoint).expect("b"));
-    assert_eq!(
-        listed(0, &[]),
-        {
-            let mut v = vec![ma.clone(), mb.clone()];
-            v.sort();
-            v
-        },
-        "root lists both node mounts"
-    );
+    let mc = fs::canonicalize(&watched).expect("c");
+    let mut all = listed(0, &[]);
+    all.sort();
+    let mut want = vec![ma.clone(), mb.clone(), mc];
+    want.sort();
+    assert_eq!(all, want, "root lists every node mount and the watch");
     assert_eq!(listed(OTHER_UID, &[]), vec![mb.clone()], "the other user lists only their own node mount");
     assert_eq!(listed(0, &[ma.to_str().expect("utf-8")]), vec![ma.clone()], "a node mount's status by its path");
 
@@ -497,8 +512,9 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     };
     let text = daemon.log_text();
     assert!(status.success(), "exit {status}; log:\n{text}");
-    // a and b at SIGTERM, and the handed-off mount at its unmount.
+    // a and b at SIGTERM, and the handed-off mount at its unmount; c stopped watching.
     assert_eq!(text.matches("flushed everything for").count(), 3, "{text}");
+    assert!(text.contains(&format!("stopped watching {}", fs::canonicalize(&watched).expect("c").display())), "{text}");
     for m in &daemon.mountpoints {
         assert!(!common::is_mounted(m), "{} still mounted after the node stopped", m.display());
     }
