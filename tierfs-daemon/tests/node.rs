@@ -485,6 +485,23 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     let s = scrape(port);
     assert_eq!(value(&s, "tierfs_mount_up", "handed"), None, "an unmounted hand-off stays in the metrics: {s:#?}");
     assert_eq!(value(&s, "tierfs_mount_up", "a"), Some(1.0), "{s:#?}");
+    // A watch is handed off the same way, and unwatched.
+    let hw = root.join("handed-watch");
+    fs::create_dir_all(&hw).expect("mkdir");
+    fs::write(hw.join("w.txt"), b"watched by the node").expect("writing in the dir to watch");
+    let (hwp, hwd) = (hw.to_str().expect("utf-8"), root.join("handed-watch-data"));
+    let store = a.store_file.to_str().expect("utf-8");
+    let wargs =
+        ["--json", "watch", "--store", store, "--workspace", "hw", "--data-dir", hwd.to_str().expect("utf-8"), hwp];
+    let out = tierfs_beside(0, &own_run, Some(&runtime_dir), &wargs, Duration::from_secs(120));
+    out.assert_success("a watch handed to the node daemon");
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("watch JSON");
+    assert_eq!(json["pid"], daemon.child.id(), "served by the node daemon: {json}");
+    assert_eq!(value(&scrape(port), "tierfs_mount_up", "hw"), Some(1.0));
+    tierfs_beside(0, &own_run, Some(&runtime_dir), &["unwatch", hwp], Duration::from_secs(60))
+        .assert_success("tierfs unwatch of a handed-off watch");
+    assert_eq!(value(&scrape(port), "tierfs_mount_up", "hw"), None);
+    assert!(daemon.child.try_wait().expect("wait").is_none(), "the node daemon exited");
     // --standalone serves it in a process of its own; the data came back.
     let mut standalone = args.to_vec();
     standalone.insert(2, "--standalone");
