@@ -11,7 +11,7 @@ use tierfs::crypto::{KdfParams, Secret};
 use tierfs::remote::RemoteError;
 use tierfs::session::{Access, Session, SessionConfig, SessionError, StoreLocality};
 use tierfs::store::{Store, StoreConfig};
-use tierfs::vfs::{Caller, PageCache, ROOT_INO, Vfs};
+use tierfs::vfs::{Caller, PageCache, ROOT_INO, SetAttr, Vfs};
 use tokio::runtime::Runtime;
 
 const SECRET: Secret<'static> = Secret::Passphrase(b"session test");
@@ -285,6 +285,15 @@ fn a_follower_switches_to_each_new_head_whole_and_open_files_keep_their_version(
     f.release(model.ino, fresh).expect("release");
     let fresh = f.open(&Caller::ROOT, model.ino, libc::O_RDONLY).expect("open");
     assert_eq!(f.page_cache(fresh), PageCache::Keep);
+    // A change of attributes alone leaves the pages an open handle reads valid.
+    let chmod = SetAttr { mode: Some(0o600), ..SetAttr::default() };
+    w.setattr(&Caller::ROOT, model.ino, &chmod, None).expect("chmod");
+    writer.flush_to_store(Duration::from_secs(30)).expect("flush");
+    let change = follower.follow_now().expect("follow").expect("a new head");
+    assert!(change.inodes.contains(&model.ino) && change.kept.is_empty(), "{change:?}");
+    let other = f.open(&Caller::ROOT, model.ino, libc::O_RDONLY).expect("open");
+    assert_eq!(f.page_cache(other), PageCache::Keep, "only attributes changed");
+    f.release(model.ino, other).expect("release");
     f.release(model.ino, fresh).expect("release");
 
     // Data the writer has not stored: its size is journaled (and its chunk marked unsealed),

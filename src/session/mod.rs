@@ -270,6 +270,9 @@ struct Background {
     hot_saver: Option<JoinHandle<()>>,
     /// A follower's loop.
     follower: Option<JoinHandle<()>>,
+    /// The sweep of leftover data files, and what stops it: it holds the Vfs (and with it
+    /// the data dir's lock) while it runs, so closing stops it and waits.
+    sweep: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
 /// An open workspace (see the module documentation).
@@ -441,11 +444,9 @@ impl Session {
             .as_ref()
             .zip(self.workspace.clone())
             .map(|(f, ws)| f.spawn(&self.handle, ws, Arc::downgrade(&self.vfs)));
+        let sweep = if writable { spawn_sweep(self.vfs.clone()) } else { None };
         *self.background.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Background { stop_remote, remote_task, repairer, hot_saver, follower });
-        if writable {
-            spawn_sweep(self.vfs.clone());
-        }
+            Some(Background { stop_remote, remote_task, repairer, hot_saver, follower, sweep });
     }
 
     /// The filesystem the front end serves.
@@ -591,6 +592,10 @@ impl Session {
                 // Waited for: a save in flight holds the Vfs until it is dropped.
                 saver.abort();
                 let _ = saver.await;
+            }
+            if let Some((stop, sweep)) = bg.sweep {
+                stop.store(true, Ordering::Relaxed);
+                let _ = tokio::task::spawn_blocking(move || sweep.join()).await;
             }
         }
         if let Some(store) = &self.store {
@@ -804,10 +809,12 @@ fn clear_data_dir(dir: &Path, keep: &[OsString]) -> Result<(), SessionError> {
 
 /// Removes, in the background, data files that a crash left behind after their inode was
 /// deleted (`Vfs::sweep_leftover_data_files`); one walk of the data dir per session.
-fn spawn_sweep(vfs: Arc<Vfs>) {
+fn spawn_sweep(vfs: Arc<Vfs>) -> Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let theirs = stop.clone();
     let spawned = std::thread::Builder::new().name("tierfs-sweep".into()).spawn(move || {
         let started = Instant::now();
-        match vfs.sweep_leftover_data_files() {
+        match vfs.sweep_leftover_data_files(&theirs) {
             Ok(0) => tracing::debug!(millis = started.elapsed().as_millis(), "no leftover data files"),
             Ok(n) => info!(
                 millis = started.elapsed().as_millis(),
@@ -816,7 +823,11 @@ fn spawn_sweep(vfs: Arc<Vfs>) {
             Err(e) => warn!("sweeping leftover data files: {e}"),
         }
     });
-    if let Err(e) = spawned {
-        warn!("cannot start the sweep of leftover data files: {e}");
+    match spawned {
+        Ok(thread) => Some((stop, thread)),
+        Err(e) => {
+            warn!("cannot start the sweep of leftover data files: {e}");
+            None
+        }
     }
 }

@@ -96,11 +96,15 @@ pub(super) struct Follow {
 impl Follow {
     /// A new head changed `touched`: the handles open on them now read older versions.
     /// Returns the files whose cached pages such handles read (to be kept).
-    fn outdate(&self, touched: &BTreeSet<Ino>) -> Vec<Ino> {
+    /// `bytes_changed` tells whether the file a handle pinned reads differently in the new
+    /// head; a change of its attributes alone leaves its pages valid.
+    fn outdate(&self, touched: &BTreeSet<Ino>, bytes_changed: impl Fn(&Pin) -> bool) -> Vec<Ino> {
         let pins = self.pins.lock();
         let mut held = self.held_old.lock();
         for pin in pins.values() {
-            if pin.cached() && touched.contains(&pin.ino) && !pin.outdated.swap(true, Ordering::Relaxed) {
+            if pin.cached() && touched.contains(&pin.ino) && !pin.outdated.load(Ordering::Relaxed) && bytes_changed(pin)
+            {
+                pin.outdated.store(true, Ordering::Relaxed);
                 *held.entry(pin.ino).or_default() += 1;
                 self.stale_pages.lock().insert(pin.ino);
             }
@@ -232,7 +236,17 @@ impl Vfs {
         }
         let inos: Vec<Ino> = touched.iter().copied().collect();
         self.recut(follow, &unsealed, &inos)?;
-        let kept = follow.outdate(&touched);
+        // A handle's bytes differ when the file's chunk records changed, it is gone, or the
+        // size it is shown with changed (an error reading it counts as a change).
+        let kept = follow.outdate(&touched, |pin| {
+            files.contains_key(&pin.ino)
+                || self
+                    .meta
+                    .inode(pin.ino)
+                    .ok()
+                    .flatten()
+                    .is_none_or(|r| follow.shown_size(pin.ino, r.attr.size) != pin.size)
+        });
         existed.sort_unstable();
         existed.dedup_by_key(|(ino, _)| *ino);
         for (ino, before) in existed {

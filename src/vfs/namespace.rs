@@ -198,11 +198,14 @@ impl Vfs {
     /// unlink's commit and the removal of its data file left behind (see [`DataFileRemoval`]).
     /// Looks only at inode numbers handed out before the call: those are never reused, so one
     /// without a record is gone for good. Returns how many files it removed. The daemon runs
-    /// it on a background thread after each mount.
-    pub fn sweep_leftover_data_files(&self) -> VfsResult<u64> {
+    /// it on a background thread after each mount; `stop` set ends it after the file at hand.
+    pub fn sweep_leftover_data_files(&self, stop: &std::sync::atomic::AtomicBool) -> VfsResult<u64> {
         let below = self.next_ino.load(Ordering::Relaxed);
         let mut removed = 0;
         for ino in self.hot.data_file_inos()? {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
             if ino < below && !self.meta.inode_exists(ino)? {
                 self.hot.remove(ino)?;
                 removed += 1;

@@ -405,13 +405,13 @@ pub(crate) fn leftover_data_files_are_swept_and_live_ones_kept() {
     fs.unlink(ME, ROOT_INO, b"open").expect("unlink while open");
     assert!(data(gone).exists() && data(kept).exists() && data(open).exists());
 
-    assert_eq!(fs.sweep_leftover_data_files().expect("sweep"), 1);
+    assert_eq!(fs.sweep_leftover_data_files(&Default::default()).expect("sweep"), 1);
     assert!(!data(gone).exists(), "the leftover stayed");
     assert!(data(kept).exists(), "a live file lost its data file");
     assert!(data(open).exists(), "a file unlinked while open lost its data file");
     assert_eq!(fs.read(open, open_fh, 0, 5).expect("read the open file"), b"bytes");
     fs.release(open, open_fh).expect("release");
-    assert_eq!(fs.sweep_leftover_data_files().expect("sweep"), 0, "nothing left to sweep");
+    assert_eq!(fs.sweep_leftover_data_files(&Default::default()).expect("sweep"), 0, "nothing left to sweep");
 }
 
 /// Removing an inode removes every record it had, whichever way it goes (unlink, rename over
