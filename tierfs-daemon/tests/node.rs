@@ -353,8 +353,11 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     fs::write(a.fx.mountpoint.join("full/x"), b"x").expect("writing on a");
     let err = fs::remove_dir(a.fx.mountpoint.join("full")).expect_err("rmdir of a full directory");
     assert_eq!(err.kind(), std::io::ErrorKind::DirectoryNotEmpty, "{err}");
+    // A request is counted once its reply is sent: the scrape may come first.
+    wait_for(port, Duration::from_secs(30), "the failed rmdir counted", |s| {
+        labelled(s, "tierfs_fuse_request_errors_total", "a", "op=\"rmdir\"") == Some(1.0)
+    });
     let s = scrape(port);
-    assert_eq!(labelled(&s, "tierfs_fuse_request_errors_total", "a", "op=\"rmdir\""), Some(1.0), "{s:#?}");
     assert_eq!(labelled(&s, "tierfs_fuse_requests_total", "b", "op=\"rmdir\""), None, "b had no rmdir: {s:#?}");
     // The kernel asks for security.capability at writes: a missing attribute is no error.
     let xattr_errors = labelled(&s, "tierfs_fuse_request_errors_total", "a", "op=\"getxattr\"");
