@@ -274,14 +274,20 @@ impl<'a> Pass<'a> {
     fn add(&mut self, rel: &Path, parent: Ino, name: &[u8], kind: FileKind, md: &std::fs::Metadata) -> Result<()> {
         let path = self.m.root.join(rel);
         let id = id_of(md);
-        if let Some(k) = self.m.known.get(&id).cloned() {
+        // The workspace entry of an ignored path is left as it is: never the source of a
+        // rename or a link (a new file may get the number of an ignored file deleted here).
+        let old_rel = |k: &Known| self.dir_paths.get(&k.parent).map(|p| p.join(std::ffi::OsStr::from_bytes(&k.name)));
+        let known = self
+            .m
+            .known
+            .get(&id)
+            .cloned()
+            .filter(|k| old_rel(k).is_none_or(|old| !self.m.ignore.ignores(&old, kind == FileKind::Dir)));
+        if let Some(k) = known {
             let meta = self.m.vfs.meta();
             let in_place = meta.dentry(k.parent, &k.name).map_err(|e| self.meta_err(rel, e))? == Some((k.ino, kind));
             if in_place {
-                let old = self
-                    .dir_paths
-                    .get(&k.parent)
-                    .map(|p| self.m.root.join(p).join(std::ffi::OsStr::from_bytes(&k.name)));
+                let old = old_rel(&k).map(|p| self.m.root.join(p));
                 let still_there = old.and_then(|p| std::fs::symlink_metadata(p).ok()).is_some_and(|m| id_of(&m) == id);
                 if still_there && kind != FileKind::Dir {
                     self.m.vfs.link(ROOT, k.ino, parent, name).map_err(WatchError::vfs(&path))?;
