@@ -850,10 +850,9 @@ pub fn chrono_like(secs: u64) -> String {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn compaction_keeps_what_a_restore_reads() {
+    /// Workspace `w` on a fresh `file://` store, and journaling metadata to commit into it.
+    async fn workspace_on_a_file_store() -> (tempfile::TempDir, Workspace, MetaStore) {
         use crate::crypto::{KdfParams, Secret};
-        use crate::meta::MetaBatch;
         use crate::store::StoreConfig;
         let t = tempfile::tempdir().expect("tempdir");
         let cfg = StoreConfig::new(vec![format!("file://{}", t.path().join("b").display())]);
@@ -861,6 +860,13 @@ mod tests {
         let ws = Workspace::new(Arc::new(store), "w");
         let meta = MetaStore::open(&t.path().join("meta")).expect("meta");
         meta.enable_journal(1).expect("journal");
+        (t, ws, meta)
+    }
+
+    #[tokio::test]
+    async fn compaction_keeps_what_a_restore_reads() {
+        use crate::meta::MetaBatch;
+        let (t, ws, meta) = workspace_on_a_file_store().await;
         for n in 1..=10 {
             assert!(ws.append_segment(n, "s", "h", &[]).await.expect("append"));
         }
@@ -885,15 +891,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_follower_reads_the_checkpoint_when_the_journal_skips_batches() {
-        use crate::crypto::{KdfParams, Secret};
         use crate::meta::MetaBatch;
-        use crate::store::StoreConfig;
-        let t = tempfile::tempdir().expect("tempdir");
-        let cfg = StoreConfig::new(vec![format!("file://{}", t.path().join("b").display())]);
-        let store = Store::init(&cfg, &Secret::Passphrase(b"p"), KdfParams::for_tests()).await.expect("init");
-        let ws = Workspace::new(Arc::new(store), "w");
-        let meta = MetaStore::open(&t.path().join("meta")).expect("meta");
-        meta.enable_journal(1).expect("journal");
+        let (_dir, ws, meta) = workspace_on_a_file_store().await;
         let batch = |seq| JournalBatch { seq, ops: Vec::new() };
         assert!(ws.append_segment(1, "s", "h", &[batch(1), batch(2), batch(3)]).await.expect("append"));
         let at = ChainPoint { next_segment: 2, seq: 3 };
