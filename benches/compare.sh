@@ -11,7 +11,8 @@
 # Env:
 #   PEERS       "local bindfs floor tierfs" (default). Optional: tierfs_store (tierfs on the
 #               embedded default store, as `tierfs mount ~/tierfs` gives a user: every change
-#               also goes to a local encrypted store); S3 peers rclone, s3fs (need an S3
+#               also goes to a local encrypted store), tierfs_enc (the same with the cache
+#               encrypted at rest, --encrypt-cache); S3 peers rclone, s3fs (need an S3
 #               server, see S3_BACKEND).
 #   S3_BACKEND  none (default unless PEERS has rclone or s3fs, then garage1) | garage1 | garage3
 #               | moto | s3sfs -- S3 server for rclone/s3fs, started by harness/servers/start_*.sh
@@ -61,7 +62,7 @@ done
 [[ $(id -u) == 0 ]] || echo "compare.sh: WARNING: not root, page cache drops will silently fail" >&2
 
 # --- tierfs: build + mount/unmount commands -----------------------------------------------
-if [[ " $PEERS " == *" tierfs "* || " $PEERS " == *" tierfs_store "* ]]; then
+if [[ " $PEERS " == *" tierfs "* || " $PEERS " == *" tierfs_store "* || " $PEERS " == *" tierfs_enc "* ]]; then
   if [[ -z ${TIERFS_BIN:-} ]]; then
     if [[ ${SKIP_BUILD:-0} != 1 ]]; then
       echo "=== building tierfs (release)" >&2
@@ -89,6 +90,12 @@ if [[ " $PEERS " == *" tierfs "* || " $PEERS " == *" tierfs_store "* ]]; then
   PEER_MOUNT_tierfs_store=${PEER_MOUNT_tierfs_store:-"$store_env '$HERE/tierfs-peer.sh' mount"}
   PEER_UMOUNT_tierfs_store=${PEER_UMOUNT_tierfs_store:-"$store_env '$HERE/tierfs-peer.sh' umount"}
   export PEER_MOUNT_tierfs_store PEER_UMOUNT_tierfs_store
+  # The same with the cache encrypted at rest.
+  enc_env="TIERFS_EMBEDDED=1 TIERFS_MNT=$BENCH_ROOT/mnt/tierfs-enc-cmp TIERFS_DATA=\$TIERFS_DATA-enc"
+  enc_env+=" TIERFS_MOUNT_OPTS='$TIERFS_MOUNT_OPTS --encrypt-cache'"
+  PEER_MOUNT_tierfs_enc=${PEER_MOUNT_tierfs_enc:-"$enc_env '$HERE/tierfs-peer.sh' mount"}
+  PEER_UMOUNT_tierfs_enc=${PEER_UMOUNT_tierfs_enc:-"$enc_env '$HERE/tierfs-peer.sh' umount"}
+  export PEER_MOUNT_tierfs_enc PEER_UMOUNT_tierfs_enc
   # Mounted without a store: "cold" read = page cache dropped only, i.e. the same as fio_seqread.
   TIERFS_COLD_CMD=${TIERFS_COLD_CMD-'sync; echo 3 >/proc/sys/vm/drop_caches'}
   TIERFS_COLD_NOTE=${TIERFS_COLD_NOTE-"mounted without a store: COLD_CMD only drops the page cache, data still comes from the local hot tier (cold.sh measures cold reads from a store)"}
@@ -157,7 +164,7 @@ tierfs_data_base=${TIERFS_DATA:-}
 for round in $(seq 1 "$ROUNDS"); do
 for p in $PEERS; do
   # each round on a fresh tierfs data dir (the unmount removes it)
-  [[ ($p == tierfs || $p == tierfs_store) && -n $tierfs_data_base && $ROUNDS -gt 1 ]] && export TIERFS_DATA=$tierfs_data_base-r$round
+  [[ ($p == tierfs || $p == tierfs_store || $p == tierfs_enc) && -n $tierfs_data_base && $ROUNDS -gt 1 ]] && export TIERFS_DATA=$tierfs_data_base-r$round
   v="PEER_MOUNT_$p"
   if [[ -n ${!v:-} ]]; then mnt=$(bash -c "${!v}") || { echo "mount $p failed" >&2; continue; }
   else mnt=$(mount_peer "$p" cmp) || { echo "mount $p failed" >&2; continue; }; fi
@@ -168,7 +175,7 @@ for p in $PEERS; do
       cold="source '$H/peers.sh'; bash -c $(printf '%q' "$drain"); umount_peer rclone cmp && mount_peer rclone cmp" ;;
     s3fs)
       cold="source '$H/peers.sh'; umount_peer s3fs cmp && mount_peer s3fs cmp" ;;
-    tierfs | tierfs_store)
+    tierfs | tierfs_store | tierfs_enc)
       cold=$TIERFS_COLD_CMD note=$TIERFS_COLD_NOTE ;;
   esac
   echo "=== $p on $mnt (S3: ${S3_SERVER:-none}), round $round of $ROUNDS" >&2

@@ -159,6 +159,12 @@ step fsx-writeback 1200 env POSIX_MOUNT_ARGS=--writeback-cache scripts/fsx.sh ||
 step pjdfstest-store 1200 env POSIX_STORE=1 scripts/pjdfstest.sh || true
 step fsx-store 1200 env POSIX_STORE=1 POSIX_MOUNT_ARGS="--cache-size 4M --dirty-age 1" FSX_OPS_PERCENT=25 \
     scripts/fsx.sh || true
+# fsx again on a store mount whose cache is encrypted at rest (--encrypt-cache): every write
+# that covers part of a 16-byte cipher block, every truncate, punch, collapse and insert goes
+# through the cipher's merges, and evicted data is fetched back into enciphered data files.
+step fsx-encrypted 1200 env POSIX_STORE=1 POSIX_MOUNT_ARGS="--cache-size 4M --dirty-age 1 --encrypt-cache" \
+    FSX_OPS_PERCENT=25 scripts/fsx.sh || true
+step pjdfstest-encrypted 1200 env POSIX_STORE=1 POSIX_MOUNT_ARGS=--encrypt-cache scripts/pjdfstest.sh || true
 # tierfs on a 3-node Garage cluster (the distributed S3 engine users run; it ignores
 # conditional writes, so only lease fencing may mount): scripts/garage.sh's checks, small sizes.
 step garage 1200 env TIERFS_BIN_DIR="$CARGO_TARGET_DIR/debug" SIZE_MIB=64 CACHE_MIB=32 \

@@ -29,7 +29,7 @@ use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use super::data_key::fast_random;
-use super::{CryptoError, DataKey, Hash, KEY_LEN, ObjectKind};
+use super::{CacheCipher, CryptoError, DataKey, Hash, KEY_LEN, ObjectKind};
 
 const MAGIC: &[u8; 4] = b"TFE1";
 /// The envelope version this code writes and the newest it reads.
@@ -55,6 +55,7 @@ pub const MAX_PLAINTEXT_LEN: u64 = (1 << 36) - 32;
 const BLOCK_ID_CONTEXT: &str = "tierfs 2026-11 block id";
 const OBJECT_NAME_CONTEXT: &str = "tierfs 2026-11 object name";
 const OBJECT_ENCRYPTION_CONTEXT: &str = "tierfs 2026-11 object encryption";
+const CACHE_CONTEXT: &str = "tierfs 2026-12 hot-tier cache";
 
 /// Length of the envelope that seals `plaintext_len` bytes.
 pub const fn sealed_len(plaintext_len: usize) -> usize {
@@ -79,6 +80,8 @@ impl Subkey {
 pub struct Keys {
     block_id: Subkey,
     object_name: Subkey,
+    /// The key of the hot tier's encryption at rest ([`CacheCipher`]).
+    cache: Subkey,
     /// AES-256-GCM with the object-encryption subkey.
     aead: Arc<LessSafeKey>,
 }
@@ -89,6 +92,7 @@ impl Keys {
         Keys {
             block_id: Subkey::derive(BLOCK_ID_CONTEXT, data_key),
             object_name: Subkey::derive(OBJECT_NAME_CONTEXT, data_key),
+            cache: Subkey::derive(CACHE_CONTEXT, data_key),
             aead: Arc::new(LessSafeKey::new(
                 UnboundKey::new(&AES_256_GCM, &encryption.0).expect("a 32-byte key is an AES-256 key"),
             )),
@@ -98,6 +102,11 @@ impl Keys {
     /// Keyed blake3 of a block's plaintext: the block's id (dedup key).
     pub fn block_id(&self, plaintext: &[u8]) -> Hash {
         *blake3::keyed_hash(&self.block_id.0, plaintext).as_bytes()
+    }
+
+    /// The cipher of this store's hot tiers at rest (`--encrypt-cache`).
+    pub fn cache_cipher(&self) -> CacheCipher {
+        CacheCipher::new(&self.cache.0)
     }
 
     /// Keyed blake3 of `input`, domain-separated by `domain` (e.g. "workspace"): used for object

@@ -13,12 +13,14 @@
 //! is detected on open. Everything here is a pure function over bytes: no I/O, no clock except
 //! the creation time recorded in a [`WrappedKey`], randomness only from the OS-seeded CSPRNG.
 
+pub mod cache;
 mod data_key;
 pub mod error;
 mod keys;
 mod object_kind;
 pub mod wrap;
 
+pub use cache::{CIPHER_BLOCK, CacheCipher};
 pub use data_key::DataKey;
 pub use error::CryptoError;
 pub use keys::{ENVELOPE_OVERHEAD, ENVELOPE_VERSION, Keys, MAX_PLAINTEXT_LEN, STAGE_GAP, sealed_len};

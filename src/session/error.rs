@@ -47,6 +47,9 @@ pub enum SessionError {
     ReadOnly,
     #[error("only a read-only session can follow a workspace another node writes")]
     FollowNotReadOnly,
+    /// The cache's key derives from the store's data key.
+    #[error("encrypting the cache needs a store: its key derives from the store's key")]
+    EncryptCacheNoStore,
     #[error("{dirty} bytes could not be uploaded within {} s; nothing was committed", timeout.as_secs())]
     NotUploaded { dirty: u64, timeout: std::time::Duration },
 }
@@ -63,7 +66,8 @@ impl SessionError {
             SessionError::NoConditionalWrites(_)
             | SessionError::NoStore
             | SessionError::ReadOnly
-            | SessionError::FollowNotReadOnly => ErrorKind::InvalidInput,
+            | SessionError::FollowNotReadOnly
+            | SessionError::EncryptCacheNoStore => ErrorKind::InvalidInput,
             SessionError::NotUploaded { .. } => ErrorKind::Unavailable,
         }
     }

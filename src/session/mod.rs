@@ -171,6 +171,8 @@ pub struct SessionConfig {
     /// A read-only session that follows the workspace as another node writes it: looks for a
     /// newer head this often and switches to it (`None`: shows the head it opened with).
     pub follow: Option<Duration>,
+    /// Encrypt the hot tier at rest under a key derived from the store's (`--encrypt-cache`).
+    pub encrypt_cache: bool,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -210,6 +212,7 @@ impl SessionConfig {
             hot_set: true,
             refill: true,
             follow: None,
+            encrypt_cache: false,
         }
     }
 
@@ -303,6 +306,9 @@ impl Session {
         if matches!(config.access, Access::Snapshot(_)) && store.is_none() {
             return Err(SessionError::NoStore);
         }
+        if config.encrypt_cache && store.is_none() {
+            return Err(SessionError::EncryptCacheNoStore);
+        }
         if config.follow.is_some() {
             if config.access != Access::ReadOnly {
                 return Err(SessionError::FollowNotReadOnly);
@@ -365,6 +371,7 @@ impl Session {
                 fsync_remote,
                 reserve: config.reserve,
                 follow: config.follow.is_some(),
+                cache_cipher: store.as_ref().filter(|_| config.encrypt_cache).map(|s| s.keys().cache_cipher()),
             },
             prepared,
         );

@@ -30,14 +30,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
+use crate::crypto::CacheCipher;
 use crate::types::ErrorKind;
 use crate::types::Ino;
 
 pub mod cold;
+mod encrypted;
 pub use cold::{
     BlockStore, ColdConfig, ColdError, ColdStats, ColdTier, DEFAULT_INFLIGHT_BUDGET, HotSet, HotSetError,
     MAX_HOT_CHUNKS, RefillState, RefillStats,
 };
+pub use encrypted::CacheEncryption;
 
 /// Why a hot-tier operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +54,22 @@ pub enum HotTierError {
          for metadata (delete files, or lower the data dir's reserve)"
     )]
     NoSpace { dir: PathBuf, free: u64, reserve: u64 },
+    #[error(
+        "the cache in {dir} is encrypted at rest: mount it with --encrypt-cache (and the store \
+         it was encrypted for)"
+    )]
+    CacheEncrypted { dir: PathBuf },
+    #[error(
+        "the cache in {dir} holds data that is not encrypted, and --encrypt-cache applies only to \
+         an empty cache: mount without --encrypt-cache, or give the workspace a new --data-dir \
+         (after `tierfs sync`, everything this one holds is in the store)"
+    )]
+    CacheNotEncrypted { dir: PathBuf },
+    #[error(
+        "the cache in {dir} was encrypted under another key (of another store?): use the data \
+         dir with the store it belongs to, or give this workspace a new --data-dir"
+    )]
+    CacheKeyMismatch { dir: PathBuf },
     #[error(
         "the data file of inode {ino} ({size} bytes) is missing from the data directory ({path}): \
          its contents are lost (removed behind tierfs's back, or not on disk yet at a power loss); \
@@ -67,6 +86,9 @@ impl HotTierError {
             HotTierError::InUse { .. } => ErrorKind::Conflict,
             HotTierError::NoSpace { .. } => ErrorKind::NoSpace,
             HotTierError::DataFileMissing { .. } => ErrorKind::Corrupt,
+            HotTierError::CacheEncrypted { .. }
+            | HotTierError::CacheNotEncrypted { .. }
+            | HotTierError::CacheKeyMismatch { .. } => ErrorKind::InvalidInput,
         }
     }
 }
@@ -80,6 +102,9 @@ impl HotTierError {
             HotTierError::InUse { .. } => libc::EBUSY,
             HotTierError::NoSpace { .. } => libc::ENOSPC,
             HotTierError::DataFileMissing { .. } => libc::EIO,
+            HotTierError::CacheEncrypted { .. }
+            | HotTierError::CacheNotEncrypted { .. }
+            | HotTierError::CacheKeyMismatch { .. } => libc::EINVAL,
         }
     }
 }
@@ -172,18 +197,38 @@ pub struct HotTier {
     /// whole-tier sync fsyncs only those instead of all 256.
     unsynced_dirs: Vec<AtomicBool>,
     space: SpaceReserve,
+    /// Encryption at rest (`--encrypt-cache`).
+    encryption: Option<CacheEncryption>,
 }
+
+/// The file in `data/` that marks an encrypted hot tier, with its cipher and key check.
+const ENCRYPTED_MARK: &str = "ENCRYPTED";
 
 impl HotTier {
     /// Uses (creating if needed) `<data_dir>/data`; writes leave `reserve` bytes of the disk
     /// free (see the module invariants).
-    pub fn open(data_dir: &Path, reserve: u64) -> Result<HotTier> {
+    /// With `cipher`, the data files are encrypted at rest; a data dir is either encrypted
+    /// from its first data file on, under one key, or never ([`HotTierError::CacheEncrypted`]
+    /// and its siblings refuse a mismatch before anything is read).
+    pub fn open(data_dir: &Path, reserve: u64, cipher: Option<CacheCipher>) -> Result<HotTier> {
         let root = data_dir.join("data");
         fs::create_dir_all(&root).map_err(io_err("create", &root))?;
         spread_subdirectories(&root);
+        let encryption = cipher.map(CacheEncryption::new);
+        check_encryption(&root, data_dir, encryption.as_ref())?;
         // Until the first sync, any directory may hold files from a crashed predecessor.
         let unsynced_dirs = (0..FANOUT).map(|_| AtomicBool::new(true)).collect();
-        Ok(HotTier { root, unsynced_dirs, space: SpaceReserve::new(reserve) })
+        Ok(HotTier { root, unsynced_dirs, space: SpaceReserve::new(reserve), encryption })
+    }
+
+    /// The data file `file` of `ino`, read and written through this tier's encryption.
+    pub fn data<'a>(&'a self, file: &'a File, ino: Ino) -> DataFile<'a> {
+        DataFile { file, ino, encryption: self.encryption.as_ref() }
+    }
+
+    /// Whether the data files are encrypted at rest.
+    pub fn encrypted(&self) -> bool {
+        self.encryption.is_some()
     }
 
     /// The free space kept for metadata.
@@ -232,12 +277,12 @@ impl HotTier {
         let path = self.path(ino);
         if !create_missing {
             return match self.open_existing(ino)? {
-                Some(file) => sized(file, &path, size),
+                Some(file) => sized(self, file, ino, size),
                 None => Err(HotTierError::DataFileMissing { ino, size, path }),
             };
         }
         let file = self.open_or_create(ino)?;
-        sized(file, &path, size)
+        sized(self, file, ino, size)
     }
 
     /// Opens the data file of `ino` as it is, creating it (empty) if missing: for the cold
@@ -365,11 +410,58 @@ impl HotTier {
     }
 }
 
-/// `file` (the data file at `path`) trimmed or extended to `size`.
-fn sized(file: File, path: &Path, size: u64) -> Result<File> {
-    let len = file.metadata().map_err(io_err("stat", path))?.len();
-    if len != size {
-        file.set_len(size).map_err(io_err("truncate", path))?;
+/// Refuses a data dir whose encryption at rest differs from `encryption`, and marks a new
+/// encrypted one (before its first data file, so a crash cannot leave one unmarked).
+fn check_encryption(root: &Path, data_dir: &Path, encryption: Option<&CacheEncryption>) -> Result<()> {
+    let mark = root.join(ENCRYPTED_MARK);
+    let recorded = match fs::read_to_string(&mark) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(HotTierError::Io { op: "read", path: mark, source: e }),
+    };
+    let dir = data_dir.to_path_buf();
+    match (encryption, recorded) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(HotTierError::CacheEncrypted { dir }),
+        (Some(e), Some(text)) => {
+            let check = text.lines().find_map(|l| l.strip_prefix("key check: ")).unwrap_or("");
+            if check == e.key_check() { Ok(()) } else { Err(HotTierError::CacheKeyMismatch { dir }) }
+        }
+        (Some(e), None) => {
+            if holds_data_files(root)? {
+                return Err(HotTierError::CacheNotEncrypted { dir });
+            }
+            let text = format!("cipher: XEX-AES-256, 16-byte blocks (docs/FORMAT.md)\nkey check: {}\n", e.key_check());
+            let tmp = root.join(format!("{ENCRYPTED_MARK}.tmp"));
+            let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
+            f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(io_err("write", &tmp))?;
+            fs::rename(&tmp, &mark).map_err(io_err("rename", &mark))?;
+            sync_dir(root)
+        }
+    }
+}
+
+/// Whether any fan-out directory under `root` holds a data file.
+fn holds_data_files(root: &Path) -> Result<bool> {
+    for d in fs::read_dir(root).map_err(io_err("list", root))?.flatten() {
+        if d.file_type().is_ok_and(|t| t.is_dir()) {
+            let path = d.path();
+            if fs::read_dir(&path).map_err(io_err("list", &path))?.next().is_some() {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// `file` (the data file of `ino`) trimmed or extended to `size`.
+fn sized(hot: &HotTier, file: File, ino: Ino, size: u64) -> Result<File> {
+    let data = hot.data(&file, ino);
+    if data.encryption.is_some() {
+        // Also zeroes what an interrupted write left past the end in the last block.
+        data.set_len(size)?;
+    } else if data.raw_len()? != size {
+        data.raw_set_len(size)?;
     }
     Ok(file)
 }
@@ -422,12 +514,21 @@ fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Positional I/O and space management on an open data file, with errors that name the file.
+/// On a hot tier encrypted at rest, every operation goes through [`CacheEncryption`] and the
+/// caller sees plaintext at the file's own offsets.
 pub struct DataFile<'a> {
     pub file: &'a File,
     pub ino: Ino,
+    /// The hot tier's encryption (`--encrypt-cache`); `None`: bytes are stored as they are.
+    pub encryption: Option<&'a CacheEncryption>,
 }
 
-impl DataFile<'_> {
+impl<'a> DataFile<'a> {
+    /// A file whose bytes are stored as they are: a plain hot tier's, or one outside it.
+    pub fn plain(file: &'a File, ino: Ino) -> DataFile<'a> {
+        DataFile { file, ino, encryption: None }
+    }
+
     fn err(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> HotTierError {
         let path = PathBuf::from(format!("data file of inode {}", self.ino));
         move |source| HotTierError::Io { op, path, source }
@@ -444,6 +545,13 @@ impl DataFile<'_> {
     /// Fills `buf` from `offset` and returns how many bytes it read: fewer only at the end of
     /// the file (the rest of `buf` is left as it was).
     pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        match self.encryption {
+            Some(e) => e.read_into(self, offset, buf),
+            None => self.raw_read_into(offset, buf),
+        }
+    }
+
+    fn raw_read_into(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let mut done = 0;
         while done < buf.len() {
             match self.file.read_at(&mut buf[done..], offset + done as u64) {
@@ -457,11 +565,30 @@ impl DataFile<'_> {
     }
 
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        match self.encryption {
+            Some(e) => e.write_at(self, offset, data),
+            None => self.raw_write_at(offset, data),
+        }
+    }
+
+    fn raw_write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.file.write_all_at(data, offset).map_err(self.err("write"))
     }
 
+    /// Trims or extends the file to `size` (encrypted: see [`CacheEncryption::set_len`]).
     pub fn set_len(&self, size: u64) -> Result<()> {
+        match self.encryption {
+            Some(e) => e.set_len(self, size),
+            None => self.raw_set_len(size),
+        }
+    }
+
+    fn raw_set_len(&self, size: u64) -> Result<()> {
         self.file.set_len(size).map_err(self.err("truncate"))
+    }
+
+    fn raw_len(&self) -> Result<u64> {
+        Ok(self.file.metadata().map_err(self.err("stat"))?.len())
     }
 
     pub fn sync_data(&self) -> Result<()> {
@@ -470,6 +597,13 @@ impl DataFile<'_> {
 
     /// `fallocate(2)` with the caller's mode bits.
     pub fn fallocate(&self, mode: i32, offset: u64, len: u64) -> Result<()> {
+        match self.encryption {
+            Some(e) => e.fallocate(self, mode, offset, len),
+            None => self.raw_fallocate(mode, offset, len),
+        }
+    }
+
+    fn raw_fallocate(&self, mode: i32, offset: u64, len: u64) -> Result<()> {
         // SAFETY: plain syscall on an owned descriptor.
         let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
         if rc != 0 {
@@ -519,8 +653,12 @@ impl DataFile<'_> {
     }
 
     /// Copies `len` bytes from `self` at `off_in` to `out` at `off_out` inside the kernel
-    /// (reflinks where the disk's filesystem can); returns bytes copied.
+    /// (reflinks where the disk's filesystem can); returns bytes copied. Both files are of
+    /// the same hot tier.
     pub fn copy_to(&self, off_in: u64, out: &DataFile<'_>, off_out: u64, len: u64) -> Result<u64> {
+        if let Some(e) = self.encryption {
+            return e.copy_to(self, off_in, out, off_out, len);
+        }
         let mut copied = 0u64;
         while copied < len {
             let mut i = (off_in + copied) as i64;
@@ -568,7 +706,7 @@ mod tests {
             eprintln!("skipped: {} is not on ext2/3/4 (f_type {:#x})", dir.path().display(), st.f_type);
             return;
         }
-        let _hot = HotTier::open(dir.path(), 0).expect("open");
+        let _hot = HotTier::open(dir.path(), 0, None).expect("open");
         let d = File::open(dir.path().join("data")).expect("open data/");
         let flags = inode_flags(&d).expect("FS_IOC_GETFLAGS on ext4");
         assert_ne!(flags & FS_TOPDIR_FL, 0, "data/ is not marked as a top of directory hierarchies");
@@ -578,13 +716,13 @@ mod tests {
     fn claim_space_refuses_what_would_take_the_reserve_and_counts_down_between_measurements() {
         let dir = tempfile::tempdir().expect("tempdir");
         let free = {
-            let hot = HotTier::open(dir.path(), 0).expect("open");
+            let hot = HotTier::open(dir.path(), 0, None).expect("open");
             hot.free_bytes().expect("statvfs")
         };
         assert!(free > 1 << 30, "the test needs 1 GiB of free disk space, {free} bytes here");
 
         // A reserve larger than the free space: every write that allocates is refused.
-        let full = HotTier::open(dir.path(), free + (1 << 30)).expect("open");
+        let full = HotTier::open(dir.path(), free + (1 << 30), None).expect("open");
         let err = full.claim_space(1).expect_err("nothing may be written into the reserve");
         assert_eq!(err.errno(), libc::ENOSPC, "{err}");
         assert!(err.to_string().contains("lower the data dir's reserve"), "the message says what to change: {err}");
@@ -592,7 +730,7 @@ mod tests {
         // Room for a little: small claims pass, and a claim beyond the counted budget is
         // measured again and refused, even inside the 200 ms a measurement is trusted.
         // (Margins of hundreds of MiB: other tests write to the same disk meanwhile.)
-        let hot = HotTier::open(dir.path(), free - (512 << 20)).expect("open");
+        let hot = HotTier::open(dir.path(), free - (512 << 20), None).expect("open");
         hot.claim_space(1 << 20).expect("1 MiB of about 512 MiB");
         let err = hot.claim_space(8 << 30).expect_err("8 GiB does not fit in about 512 MiB");
         assert_eq!(err.errno(), libc::ENOSPC);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::{Vfs, VfsError, VfsResult};
 use crate::block::{BlockId, BlockLoc};
 use crate::meta::{ChunkRecord, MetaBatch};
-use crate::tier::{BlockStore, DataFile};
+use crate::tier::BlockStore;
 use crate::types::{Attr, FileKind, Ino, Timestamp};
 
 /// A file's new version for [`Vfs::adopt_content`].
@@ -68,7 +68,7 @@ impl Vfs {
             return Err(VfsError::TooBig);
         }
         if let Some(file) = self.hot.open_existing(ino)? {
-            let data = DataFile { file: &file, ino };
+            let data = self.hot.data(&file, ino);
             data.set_len(0)?;
             data.set_len(content.size)?;
         }

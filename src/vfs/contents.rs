@@ -192,11 +192,18 @@ impl Vfs {
         if let Some(follow) = &self.follow {
             return self.read_followed(follow, ino, fh, range);
         }
-        if let Some(cold) = &self.cold {
-            // A file too large to stay cached is read from the store's blocks in memory.
+        let mut size = size as usize;
+        if self.cold.is_some() || self.hot.encrypted() {
             let file_size = self.record(ino)?.attr.size;
-            if let Some(data) = cold.read_streamed(ino, range.clone(), file_size)? {
+            // A file too large to stay cached is read from the store's blocks in memory.
+            if let Some(data) =
+                self.cold.as_ref().map(|c| c.read_streamed(ino, range.clone(), file_size)).transpose()?.flatten()
+            {
                 return Ok(data);
+            }
+            if self.hot.encrypted() {
+                // An encrypted data file ends on a cipher block: never show its padding.
+                size = size.min(file_size.saturating_sub(offset) as usize);
             }
         }
         let file = self.open_file(ino)?;
@@ -204,7 +211,7 @@ impl Vfs {
             Some(cold) => Some(cold.begin_read(ino, &file, range)?),
             None => None,
         };
-        Ok(Bytes::from(DataFile { file: &file, ino }.read_at(offset, size as usize)?))
+        Ok(Bytes::from(self.hot.data(&file, ino).read_at(offset, size)?))
     }
 
     pub fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> VfsResult<u32> {
@@ -226,7 +233,7 @@ impl Vfs {
             Some(cold) => Some(cold.begin_write(ino, &file, offset..end, u64::MAX, true)?),
             None => None,
         };
-        DataFile { file: &file, ino }.write_at(offset, data)?;
+        self.hot.data(&file, ino).write_at(offset, data)?;
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
         let mut changed = false;
@@ -296,7 +303,7 @@ impl Vfs {
                 self.meta.sync()?;
                 return self.wait_remote(Some(ino));
             };
-            DataFile { file: &file, ino }.sync_data()?;
+            self.hot.data(&file, ino).sync_data()?;
             if !oi.dir_synced.swap(true, Ordering::Relaxed) {
                 self.hot.sync_dir_of(ino)?;
             }
@@ -319,7 +326,7 @@ impl Vfs {
             self.claim_space(length)?; // allocates (or zeroes, which may allocate)
         }
         let file = self.open_file(ino)?;
-        let data = DataFile { file: &file, ino };
+        let data = self.hot.data(&file, ino);
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
         // Every mode may leave a hole or allocate past the end: st_blocks comes from the data file.
@@ -397,7 +404,7 @@ impl Vfs {
                     Some(cold) => Some(cold.begin_read_all(ino, &file)?),
                     None => None,
                 };
-                Ok(DataFile { file: &file, ino }.seek(offset, whence)?.min(size))
+                Ok(self.hot.data(&file, ino).seek(offset, whence)?.min(size))
             }
             libc::SEEK_SET => Ok(offset),
             libc::SEEK_END => Ok(size + offset),
@@ -432,12 +439,7 @@ impl Vfs {
             }
             None => None,
         };
-        let copied = DataFile { file: &src, ino: ino_in }.copy_to(
-            off_in,
-            &DataFile { file: &dst, ino: ino_out },
-            off_out,
-            len,
-        )?;
+        let copied = self.hot.data(&src, ino_in).copy_to(off_in, &self.hot.data(&dst, ino_out), off_out, len)?;
         let _g = self.lock_inodes(&[ino_out]);
         let mut rec = self.record(ino_out)?;
         let now = Timestamp::now();

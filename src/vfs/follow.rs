@@ -31,7 +31,6 @@ use parking_lot::{Mutex, RwLock};
 use super::{Vfs, VfsError, VfsResult};
 use crate::block::CHUNK_SIZE;
 use crate::meta::{ChunkRecord, JournalOp, codec};
-use crate::tier::DataFile;
 use crate::types::{FileKind, Ino};
 
 /// What a new head changed, for the front end to drop from its caches (the kernel's).
@@ -361,7 +360,7 @@ impl Vfs {
         let _pinned = cold.begin_read(ino, &file, range.clone())?;
         // Past the data file's end (a file that grew since it was opened): zeros.
         let mut buf = vec![0u8; (range.end - range.start) as usize];
-        DataFile { file: &file, ino }.read_into(range.start, &mut buf)?;
+        self.hot.data(&file, ino).read_into(range.start, &mut buf)?;
         Ok(Bytes::from(buf))
     }
 }

@@ -36,9 +36,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
+use crate::crypto::CacheCipher;
 use crate::meta::{InodeRecord, MetaBatch, MetaStore};
 use crate::tier::{
-    BlockStore, ColdConfig, ColdStats, ColdTier, DataDirLock, DataFile, HotSet, HotTier, HotTierError, RefillStats,
+    BlockStore, ColdConfig, ColdStats, ColdTier, DataDirLock, HotSet, HotTier, HotTierError, RefillStats,
 };
 pub use adopt::Content;
 pub use error::{VfsError, VfsResult};
@@ -90,6 +91,8 @@ pub struct VfsConfig {
     pub reserve: u64,
     /// A read-only follower of another node's writes ([`Vfs::apply_head`]).
     pub follow: bool,
+    /// Encrypt the hot tier at rest with this cipher (`--encrypt-cache`).
+    pub cache_cipher: Option<CacheCipher>,
 }
 
 /// A store for the cold tier, with its tuning.
@@ -115,6 +118,7 @@ impl VfsConfig {
             fsync_remote: None,
             reserve: crate::tier::DEFAULT_RESERVE,
             follow: false,
+            cache_cipher: None,
         }
     }
 }
@@ -240,7 +244,7 @@ impl Vfs {
     pub fn from_prepared(config: VfsConfig, prepared: Prepared) -> VfsResult<Vfs> {
         let Prepared { lock, meta } = prepared;
         let dir = &config.data_dir;
-        let hot = Arc::new(HotTier::open(dir, config.reserve)?);
+        let hot = Arc::new(HotTier::open(dir, config.reserve, config.cache_cipher.clone())?);
         let vfs = Vfs {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             next_ino: AtomicU64::new(meta.next_ino()?.unwrap_or(ROOT_INO + 1)),
@@ -448,7 +452,7 @@ impl Vfs {
             }
             if size >= a.size {
                 // Growing: zero-extend the data first, then commit (see tier invariants).
-                DataFile { file: &file, ino }.set_len(size)?;
+                self.hot.data(&file, ino).set_len(size)?;
             } else {
                 shrink_to = Some(size);
             }
@@ -479,7 +483,7 @@ impl Vfs {
         if let (Some(size), Some(file)) = (shrink_to, &data_file) {
             // Shrinking: commit first, then cut the data, so a crash in between leaves the
             // truncate done (the data file is trimmed to the recorded size when next opened).
-            DataFile { file, ino }.set_len(size)?;
+            self.hot.data(file, ino).set_len(size)?;
         }
         Ok(self.attr_of(rec))
     }
@@ -568,7 +572,7 @@ impl Vfs {
         for (ino, oi) in open {
             let file = oi.file.lock().clone();
             if let Some(file) = file {
-                DataFile { file: &file, ino }.sync_data()?;
+                self.hot.data(&file, ino).sync_data()?;
             }
         }
         self.hot.sync_all_dirs()?;

@@ -72,7 +72,7 @@ impl Packer {
     ) -> Result<Read> {
         let size = before.len();
         let old: HashMap<u64, ChunkRecord> = vfs.chunk_records(ino).into_iter().collect();
-        let data_file = DataFile { file, ino };
+        let data_file = DataFile::plain(file, ino);
         let runs = data_file.data_extents(0..size).map_err(hot_error("seek", path))?;
         let mut idxs = BTreeSet::new();
         for r in &runs {

@@ -792,6 +792,13 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_refill: bool,
 
+    /// Encrypt the local cache at rest (XEX-AES-256 under a key derived from the store's
+    /// key), for nodes whose disks other users can read or that are reused after the job.
+    /// Applies to a new, empty data dir; once encrypted, a data dir is only mounted with it.
+    /// Costs CPU on every local read and write (benches/README.md).
+    #[arg(long, conflicts_with = "no_store")]
+    pub encrypt_cache: bool,
+
     /// Follow the workspace as another node writes it (read-only, no lease; implies
     /// --read-only): every --follow-interval the mount looks for a newer state in the store
     /// and switches to it whole, so datasets and checkpoints written on one node appear on
@@ -922,6 +929,7 @@ impl MountArgs {
             watch: self.watch,
             no_history: self.no_history,
             no_refill: self.no_refill,
+            encrypt_cache: self.encrypt_cache,
             follow: self.follow.then(|| self.follow_interval.unwrap_or(tierfs::session::FOLLOW_INTERVAL)),
             owner: None,
             metered: false,
@@ -992,6 +1000,9 @@ impl MountConfig {
         }
         if self.no_refill {
             args.push("--no-refill".into());
+        }
+        if self.encrypt_cache {
+            args.push("--encrypt-cache".into());
         }
         if let Some(id) = &self.snapshot {
             args.extend(["--snapshot".into(), id.clone().into()]);

@@ -66,6 +66,8 @@ pub struct MountConfig {
     pub no_history: bool,
     /// No refill of an empty cache from the workspace's hot set (`--no-refill`).
     pub no_refill: bool,
+    /// Encrypt the hot tier at rest (`--encrypt-cache`).
+    pub encrypt_cache: bool,
     /// Follow the workspace as another node writes it, looking for a new head this often
     /// (`--follow`, `--follow-interval`); implies `read_only`.
     pub follow: Option<Duration>,
@@ -105,6 +107,7 @@ impl MountConfig {
         config.refill = !self.no_refill && !self.watch;
         config.hot_set = !self.watch;
         config.follow = self.follow;
+        config.encrypt_cache = self.encrypt_cache;
         config
     }
 

@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Chunk, ColdError, ColdTier, DataFile, OpenFiles, State};
+use super::{Chunk, ColdError, ColdTier, OpenFiles, State};
 use crate::block::CHUNK_SIZE;
 use crate::meta::MetaBatch;
+use crate::tier::HotTier;
 use crate::types::Ino;
 
 /// Chunks used within this many of the engine's ticks (one per read, write or fetch) are not
@@ -123,7 +124,7 @@ impl ColdTier {
             let Some(c) = fstate.get_mut(&ino).and_then(|f| f.chunks.get_mut(&idx)) else { continue };
             freed += c.local_len;
             // Punched under the state lock: no writer can be mid-write in this chunk.
-            punch_out(ino, idx, c, files.get(&self.hot, ino)?, resident_bytes, &mut batch)?;
+            punch_out(&self.hot, ino, idx, c, files.get(&self.hot, ino)?, resident_bytes, &mut batch)?;
             self.counters.evictions.fetch_add(1, Ordering::Relaxed);
         }
         self.meta.commit(batch)?;
@@ -134,6 +135,7 @@ impl ColdTier {
 /// Drops a sealed chunk's local bytes: punches them out of the data file and records the
 /// chunk as evicted in `batch`. The caller holds the state lock and commits `batch`.
 pub(super) fn punch_out(
+    hot: &HotTier,
     ino: Ino,
     idx: u64,
     c: &mut Chunk,
@@ -143,10 +145,12 @@ pub(super) fn punch_out(
 ) -> Result<(), ColdError> {
     let Some(mut r) = c.rec else { return Ok(()) };
     if let Some(file) = file {
-        DataFile { file, ino }.fallocate(
+        // To a whole cipher block: a file's last chunk ends inside one, and an encrypted data
+        // file's padding after it is zeros (past a plain data file's end, punching does nothing).
+        hot.data(file, ino).fallocate(
             libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
             idx * CHUNK_SIZE,
-            u64::from(r.len),
+            u64::from(r.len).next_multiple_of(crate::crypto::CIPHER_BLOCK),
         )?;
     }
     r.resident = false;

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use parking_lot::MutexGuard;
 
 use super::refill::{Foreground, WALK_BATCH};
-use super::{ColdError, ColdTier, DataFile, ReadGuard, State, chunks_of};
+use super::{ColdError, ColdTier, ReadGuard, State, chunks_of};
 use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
 use crate::types::Ino;
@@ -232,7 +232,7 @@ impl ColdTier {
         // Only the data: the block's pages of zeros stay holes of the data file.
         let at = idx * CHUNK_SIZE;
         for run in block::data_runs(data) {
-            DataFile { file, ino }.write_at(at + run.start as u64, &data[run])?;
+            self.hot.data(file, ino).write_at(at + run.start as u64, &data[run])?;
         }
         if fetched {
             self.counters.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);

@@ -22,7 +22,6 @@ use super::stream::{StreamPart, assemble};
 use super::{Chunk, ColdError, ColdTier, OpenFiles, State, chunks_of};
 use crate::block::{CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::ChunkRecord;
-use crate::tier::DataFile;
 use crate::types::Ino;
 
 impl ColdTier {
@@ -97,7 +96,7 @@ impl ColdTier {
                 continue;
             }
             if let Some(file) = data_files.get(&self.hot, ino)? {
-                DataFile { file, ino }.fallocate(
+                self.hot.data(file, ino).fallocate(
                     libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                     idx * CHUNK_SIZE,
                     CHUNK_SIZE,

@@ -60,7 +60,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use self::refill::{HotSet, HotSetError, MAX_HOT_CHUNKS, RefillState, RefillStats};
 use self::stream::StreamBuffer;
-use super::{DataFile, HotTier, HotTierError};
+use super::{HotTier, HotTierError};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
 use crate::crypto::Keys;
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
@@ -513,7 +513,7 @@ impl ColdTier {
                 if dense {
                     dirty.extend((0..n).filter(|i| !f.chunks.contains_key(i)));
                 } else if let Some(file) = hot.open_existing(ino)? {
-                    for run in (DataFile { file: &file, ino }).data_extents(0..size)? {
+                    for run in hot.data(&file, ino).data_extents(0..size)? {
                         dirty.extend(chunks_of(&run).filter(|i| !f.chunks.contains_key(i)));
                     }
                 }
@@ -771,8 +771,8 @@ impl OpenFiles {
 }
 
 /// Fills `buf` from `offset` of a data file; past its end the bytes stay zeros (as `buf` holds).
-fn read_full(file: &File, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<(), ColdError> {
-    DataFile { file, ino }.read_into(offset, buf)?;
+fn read_full(hot: &HotTier, file: &File, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<(), ColdError> {
+    hot.data(file, ino).read_into(offset, buf)?;
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
-use super::{ColdError, ColdTier, DataFile, OpenFiles, State, chunk_len, read_full};
+use super::{ColdError, ColdTier, OpenFiles, State, chunk_len, read_full};
 use crate::block::{self, BlockId, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
 use crate::types::Ino;
@@ -211,7 +211,7 @@ impl ColdTier {
             // Only the chunk's data is read (the staged buffer starts as zeros); a chunk that
             // is all hole (punched, zeroed) is the zero block: not read, not hashed.
             let runs = match file {
-                Some(file) => DataFile { file, ino: cl.ino }.data_extents(start..start + len)?,
+                Some(file) => self.hot.data(file, cl.ino).data_extents(start..start + len)?,
                 None => Vec::new(),
             };
             if runs.is_empty() {
@@ -222,7 +222,7 @@ impl ColdTier {
             if let Some(file) = file {
                 for run in runs {
                     let (from, to) = ((run.start - start) as usize, (run.end - start) as usize);
-                    read_full(file, cl.ino, run.start, &mut data[from..to])?;
+                    read_full(&self.hot, file, cl.ino, run.start, &mut data[from..to])?;
                 }
             }
             // The pages of zeros around the data (holes, or zeros written) are not stored; a

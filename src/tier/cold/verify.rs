@@ -32,7 +32,7 @@ impl ColdTier {
             }
         };
         let mut data = vec![0u8; rec.len as usize];
-        read_full(file, ino, idx * CHUNK_SIZE, &mut data)?;
+        read_full(&self.hot, file, ino, idx * CHUNK_SIZE, &mut data)?;
         let id = self.content_id(&data);
         let mut st = self.state.lock();
         let State { files, resident_bytes, .. } = &mut *st;
@@ -50,7 +50,7 @@ impl ColdTier {
         );
         self.counters.verify_failures.fetch_add(1, Ordering::Relaxed);
         let mut b = MetaBatch::new();
-        punch_out(ino, idx, c, Some(file), resident_bytes, &mut b)?;
+        punch_out(&self.hot, ino, idx, c, Some(file), resident_bytes, &mut b)?;
         self.meta.commit(b)?;
         Ok(())
     }
