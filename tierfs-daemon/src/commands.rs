@@ -375,33 +375,30 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
     }
 
     let node_socket = if cmd.standalone { None } else { handoff::node_socket(&paths::node_runtime_dir()) };
-    if let Some(socket) = node_socket {
-        if let Some(info) = handoff::hand_off(&socket, &config, cmd.timeout)? {
-            if cli.json {
-                print_json(&MountOutput { ok: true, already_mounted: false, info: &info })?;
-            } else {
-                println!(
-                    "tierfs: {} {} (data dir {}), served by the node daemon (pid {}; its log has the details)",
-                    if config.watch { "watching" } else { "mounted" },
-                    info.mountpoint.display(),
-                    info.data_dir.display(),
-                    info.pid,
-                );
-            }
-            return Ok(());
+    let handed = match node_socket {
+        Some(socket) => handoff::hand_off(&socket, &config, cmd.timeout)?,
+        None => None,
+    };
+    let (info, served_by) = match handed {
+        Some(info) => {
+            let by = format!("served by the node daemon (pid {}; its log has the details)", info.pid);
+            (info, by)
         }
-    }
-    let info = launch::spawn_daemon(&config, cmd.timeout)?;
+        None => {
+            let info = launch::spawn_daemon(&config, cmd.timeout)?;
+            let log = info.log.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+            let by = format!("daemon pid {}, log {log}", info.pid);
+            (info, by)
+        }
+    };
     if cli.json {
         print_json(&MountOutput { ok: true, already_mounted: false, info: &info })?;
     } else {
         println!(
-            "tierfs: {} {} (data dir {}, daemon pid {}, log {})",
+            "tierfs: {} {} (data dir {}, {served_by})",
             if config.watch { "watching" } else { "mounted" },
             info.mountpoint.display(),
             info.data_dir.display(),
-            info.pid,
-            info.log.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
         );
     }
     Ok(())

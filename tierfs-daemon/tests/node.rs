@@ -50,6 +50,40 @@ struct NodeDaemon {
 }
 
 impl NodeDaemon {
+    /// `tierfs-daemon node --config CONFIG` with its log in `root/node.log` and a test
+    /// `NOTIFY_SOCKET` at `root/notify.sock` (returned, waiting up to 120 s per message);
+    /// `mountpoints` are detached if still mounted when the daemon is dropped.
+    fn start(config: &Path, root: &Path, mountpoints: Vec<PathBuf>) -> (NodeDaemon, UnixDatagram) {
+        let notify_path = root.join("notify.sock");
+        let notify = UnixDatagram::bind(&notify_path).expect("binding the notify socket");
+        notify.set_read_timeout(Some(Duration::from_secs(120))).expect("notify timeout");
+        let log = root.join("node.log");
+        let log_file = fs::File::create(&log).expect("creating the node log");
+        let mut cmd = store_node::env(Command::new(DAEMON));
+        cmd.args(["node", "--config"])
+            .arg(config)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file);
+        let daemon = NodeDaemon { child: cmd.spawn().expect("starting tierfs-daemon node"), log, mountpoints };
+        (daemon, notify)
+    }
+
+    /// SIGTERM, then its exit status (within 120 s).
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for the daemon") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the node daemon did not exit after SIGTERM; log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -282,24 +316,8 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
         ),
     )
     .expect("writing the node config");
-    let notify_path = root.join("notify.sock");
-    let notify = UnixDatagram::bind(&notify_path).expect("binding the notify socket");
-    notify.set_read_timeout(Some(Duration::from_secs(120))).expect("notify timeout");
-
-    let log = root.join("node.log");
-    let log_file = fs::File::create(&log).expect("creating the node log");
-    let mut cmd = store_node::env(Command::new(DAEMON));
-    cmd.args(["node", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().expect("log"))
-        .stderr(log_file);
-    let mut daemon = NodeDaemon {
-        child: cmd.spawn().expect("starting tierfs-daemon node"),
-        log,
-        mountpoints: vec![a.fx.mountpoint.clone(), b.fx.mountpoint.clone()],
-    };
+    let (mut daemon, notify) =
+        NodeDaemon::start(&config, &root, vec![a.fx.mountpoint.clone(), b.fx.mountpoint.clone()]);
 
     // READY=1 comes once, after both mounts are up.
     let mut buf = [0u8; 512];
@@ -517,19 +535,10 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
         .assert_success("tierfs umount of the standalone mount");
 
     // SIGTERM: STOPPING=1, both flushed and unmounted, exit 0.
-    // SAFETY: kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let status = daemon.terminate();
     let n = notify.recv(&mut buf).expect("STOPPING=1");
     let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(stopping.starts_with("STOPPING=1\n"), "{stopping:?}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = daemon.child.try_wait().expect("waiting for the daemon") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the node daemon did not exit after SIGTERM; log:\n{}", daemon.log_text());
-        std::thread::sleep(Duration::from_millis(50));
-    };
     let text = daemon.log_text();
     assert!(status.success(), "exit {status}; log:\n{text}");
     // a and b at SIGTERM, and the handed-off mount at its unmount; c stopped watching.
@@ -562,25 +571,9 @@ fn a_mount_that_cannot_start_is_started_again_once_its_store_answers() {
         ),
     )
     .expect("writing the node config");
-    let notify_path = root.join("notify.sock");
-    let notify = UnixDatagram::bind(&notify_path).expect("binding the notify socket");
-    notify.set_read_timeout(Some(Duration::from_secs(120))).expect("notify timeout");
-    let log = root.join("node.log");
-    let log_file = fs::File::create(&log).expect("creating the node log");
     // The store is away when the node starts.
     proxy.cut();
-    let mut cmd = store_node::env(Command::new(DAEMON));
-    cmd.args(["node", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().expect("log"))
-        .stderr(log_file);
-    let mut daemon = NodeDaemon {
-        child: cmd.spawn().expect("starting tierfs-daemon node"),
-        log,
-        mountpoints: vec![r.fx.mountpoint.clone()],
-    };
+    let (mut daemon, notify) = NodeDaemon::start(&config, &root, vec![r.fx.mountpoint.clone()]);
     let mut buf = [0u8; 512];
     let n = notify.recv(&mut buf).unwrap_or_else(|e| panic!("no READY=1: {e}; log:\n{}", daemon.log_text()));
     let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
@@ -593,16 +586,7 @@ fn a_mount_that_cannot_start_is_started_again_once_its_store_answers() {
     });
     assert!(common::is_mounted(&r.fx.mountpoint));
     fs::write(r.fx.mountpoint.join("f"), b"after the restart").expect("writing on the restarted mount");
-    // SAFETY: kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = daemon.child.try_wait().expect("waiting for the daemon") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the node daemon did not exit; log:\n{}", daemon.log_text());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = daemon.terminate();
     let text = daemon.log_text();
     assert!(status.success(), "exit {status}: a mount that came up again and flushed is no failure; log:\n{text}");
     assert!(text.contains("starting it again in 1 s") && text.contains("restarted"), "{text}");
