@@ -25,7 +25,8 @@
 //!   `node.sock` in its runtime directory ([`crate::handoff`]). The socket is bound before any
 //!   mount starts and served once every declared mount has come up or failed; a handed-off
 //!   mount is served like a declared one (its own thread, session and control socket), owned
-//!   by its caller, and leaves the metrics once it is unmounted. A second node daemon on the
+//!   by its caller, started again like a declared one when it fails while served (a failure
+//!   to start goes to its caller instead), and leaves the metrics once it is unmounted. A second node daemon on the
 //!   same runtime directory is refused.
 
 use std::collections::BTreeSet;
@@ -212,9 +213,9 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
         for (i, (config, args)) in node.mounts.iter().zip(&node.args).enumerate() {
             let (tx, rx) = oneshot::channel();
             let (stop, theirs) = (stop_rx.clone(), registry.clone());
-            let thread = std::thread::Builder::new()
-                .name(format!("tierfs-node-{i}"))
-                .spawn_scoped(scope, move || keep_serving(rt, i, config, args, tx, stop, &theirs));
+            let thread = std::thread::Builder::new().name(format!("tierfs-node-{i}")).spawn_scoped(scope, move || {
+                keep_serving(rt, i, config, args, tx, stop, &theirs, FirstStart::Retry).outcome
+            });
             match thread {
                 Ok(thread) => threads.push((i, thread)),
                 Err(e) => registry.set(i, |m| m.failed(format!("starting its thread: {e}"))),
@@ -251,12 +252,21 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
                     |asked| {
                         let i = registry.add(MountState::starting(&asked.config));
                         let (tx, rx) = oneshot::channel();
-                        let (stop, theirs) = (Stop::Node(stop_rx.clone()), registry.clone());
+                        let (stop, theirs) = (stop_rx.clone(), registry.clone());
                         let mountpoint = asked.config.mountpoint.clone();
                         let thread = std::thread::Builder::new().name(format!("tierfs-node-{i}")).spawn_scoped(
                             scope,
                             move || {
-                                let served = serve_mount(rt, i, &asked.config, &asked.args, tx, stop, &theirs);
+                                let served = keep_serving(
+                                    rt,
+                                    i,
+                                    &asked.config,
+                                    &asked.args,
+                                    tx,
+                                    stop,
+                                    &theirs,
+                                    FirstStart::Once,
+                                );
                                 theirs.retire(i);
                                 // A hand-off that failed to start told its caller: not the node's failure.
                                 if served.started { served.outcome } else { Ok(()) }
@@ -415,10 +425,21 @@ fn serve_mount(
 /// The thread serving one mount: its outcome is why it failed, if it did.
 type MountThread<'scope> = std::thread::ScopedJoinHandle<'scope, Result<(), String>>;
 
-/// Serves declared mount `i` until the node stops, starting it again, after a growing
-/// delay, whenever it fails to start or fails while served. Its first readiness goes to
-/// `ready` (the node's READY=1 waits for it); a later start sets it live in `registry`. An
-/// unmount (`tierfs umount`, or `umount` by hand) is no failure: the mount stays down.
+/// Whether a mount that failed to start the first time is started again.
+#[derive(Clone, Copy, PartialEq)]
+enum FirstStart {
+    /// A declared mount: the node's configuration wants it, so the node keeps trying.
+    Retry,
+    /// A handed-off mount: its caller heard the failure and may try again itself.
+    Once,
+}
+
+/// Serves mount `i` until the node stops, starting it again, after a growing delay, whenever
+/// it fails while served (its final flush failed) or, by `first`, fails to start. Its first
+/// readiness goes to `ready` (the node's READY=1 or the hand-off's caller waits for it); a
+/// later start sets it live in `registry`. An unmount (`tierfs umount`, or `umount` by hand)
+/// that flushed is no failure: the mount stays down.
+#[allow(clippy::too_many_arguments)]
 fn keep_serving(
     rt: &Runtime,
     i: usize,
@@ -427,9 +448,11 @@ fn keep_serving(
     ready: oneshot::Sender<Result<NodeReady, String>>,
     stop: watch::Receiver<Option<&'static str>>,
     registry: &Arc<Registry>,
-) -> Result<(), String> {
+    first_start: FirstStart,
+) -> Served {
     let mut first = Some(ready);
     let mut delay = RESTART_DELAY;
+    let mut ever_started = false;
     loop {
         let ready = first.take().unwrap_or_else(|| {
             let (tx, rx) = oneshot::channel::<Result<NodeReady, String>>();
@@ -443,9 +466,11 @@ fn keep_serving(
             tx
         });
         let served = serve_mount(rt, i, config, args, ready, Stop::Node(stop.clone()), registry);
-        let Err(message) = &served.outcome else { return served.outcome };
-        if stop.borrow().is_some() {
-            return served.outcome;
+        ever_started |= served.started;
+        let done = Served { started: ever_started, outcome: served.outcome.clone() };
+        let Err(message) = &served.outcome else { return done };
+        if stop.borrow().is_some() || (!ever_started && first_start == FirstStart::Once) {
+            return done;
         }
         if served.started {
             // It ran: the next failure starts the backoff over.
@@ -461,7 +486,7 @@ fn keep_serving(
             }
         });
         if stopped {
-            return served.outcome;
+            return done;
         }
         delay = (delay * 2).min(MAX_RESTART_DELAY);
         registry.set(i, |m| {
