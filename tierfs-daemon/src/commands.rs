@@ -635,6 +635,9 @@ pub fn format_status(report: &StatusReport) -> String {
     if report.writeback_cache {
         options.push("writeback cache");
     }
+    if report.cache_encrypted {
+        options.push("cache encrypted at rest");
+    }
     if report.allow_other {
         options.push("allow_other");
     }
@@ -1075,6 +1078,7 @@ mod tests {
             allow_other: true,
             read_only: false,
             writeback_cache: true,
+            cache_encrypted: false,
             watch: None,
             fuse_ops: Vec::new(),
             follow: None,

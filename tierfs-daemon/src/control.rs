@@ -242,6 +242,9 @@ pub struct StatusReport {
     pub allow_other: bool,
     pub read_only: bool,
     pub writeback_cache: bool,
+    /// The local cache is encrypted at rest (`--encrypt-cache`).
+    #[serde(default)]
+    pub cache_encrypted: bool,
     /// Set for a watched directory (watch mode), not a FUSE mount.
     #[serde(default)]
     pub watch: Option<WatchStatus>,
@@ -624,6 +627,7 @@ mod tests {
                 allow_other: false,
                 read_only: false,
                 writeback_cache: true,
+                cache_encrypted: true,
                 watch: None,
                 fuse_ops: Vec::new(),
                 follow: None,

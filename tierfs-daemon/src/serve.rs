@@ -566,6 +566,7 @@ impl ControlHandler for Served {
             allow_other: self.config.allow_other,
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,
+            cache_encrypted: self.config.encrypt_cache,
             watch: None,
             fuse_ops: self.fuse_stats.as_ref().map(|s| s.snapshot()).unwrap_or_default(),
             follow: status.follow.map(Into::into),

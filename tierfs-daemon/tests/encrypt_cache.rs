@@ -63,7 +63,9 @@ fn an_encrypted_cache_holds_no_plaintext_and_reads_back_everywhere() {
     a.sync("tree").assert_success("tierfs sync");
     check_tree(&a.fx.mountpoint, &files, "after writing");
     let evicted = a.fx.status()["cold"]["evictions"].as_u64().unwrap_or(0);
-    assert!(evicted > 0, "nothing was evicted, so nothing is fetched back: {}", a.fx.status());
+    let status = a.fx.status();
+    assert!(evicted > 0, "nothing was evicted, so nothing is fetched back: {status}");
+    assert_eq!(status["cache_encrypted"], true, "{status}");
     a.fx.umount();
     assert!(!holds_marker(&a.fx.data_dir), "plaintext of a written file is in the encrypted data dir");
 
