@@ -29,7 +29,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback pjdfstest-store fsx-store garage python deploy)
+ALL_STEPS=(setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback pjdfstest-store fsx-store fsx-encrypted
+    pjdfstest-encrypted garage python deploy)
 if (($# > 0)); then
     for s in "$@"; do
         [[ " ${ALL_STEPS[*]} " == *" $s "* ]] || die "unknown step '$s' (steps: ${ALL_STEPS[*]})"

@@ -166,7 +166,34 @@ impl Registry {
     }
 }
 
-/// Accepts HTTP connections until the task is aborted.
+/// Binds `addr` and serves `/metrics` and `/healthz` on a thread with a runtime of its own
+/// for the rest of the process (see the node's invariants). A taken port is the error.
+pub fn spawn_server(addr: std::net::SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("listening for /metrics on {addr} ([node] metrics_addr)"))?;
+    listener.set_nonblocking(true).context("the /metrics listener")?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime of /metrics")?;
+    std::thread::Builder::new()
+        .name("tierfs-metrics".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve(listener, registry).await,
+                    Err(e) => warn!("/metrics is not served: {e}"),
+                }
+            })
+        })
+        .context("starting the thread of /metrics")?;
+    tracing::info!("metrics on http://{bound}/metrics");
+    Ok(())
+}
+
+/// Accepts HTTP connections until the process ends.
 pub async fn serve(listener: TcpListener, registry: Arc<Registry>) {
     loop {
         match listener.accept().await {

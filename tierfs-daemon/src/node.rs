@@ -20,7 +20,9 @@
 //!   `TimeoutStopSec` must exceed the longest. The exit status is 1 when any mount failed
 //!   to start or to flush, and the log names each.
 //! - The metrics listener is bound before any mount starts: a taken port is an error while
-//!   nothing is mounted.
+//!   nothing is mounted. It is served by a thread and runtime of its own, so `/metrics` and
+//!   `/healthz` answer however busy the mounts keep the node's runtime (a liveness probe
+//!   that timed out behind a flush to a store that is away would get the node killed).
 //! - While it runs, `tierfs mount` and `tierfs watch` hand their mounts to it over
 //!   `node.sock` in its runtime directory ([`crate::handoff`]). The socket is bound before any
 //!   mount starts and served once every declared mount has come up or failed; a handed-off
@@ -193,16 +195,9 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
     crate::paths::ensure_runtime_dir(&node.runtime_dir, true)?;
     let (handoffs, _socket_guard) = bind_node_socket(&node.runtime_dir)?;
     let registry = Arc::new(Registry::new(node.mounts.iter().map(MountState::starting).collect()));
-    let metrics_server = match node.metrics_addr {
-        Some(addr) => {
-            let listener = rt
-                .block_on(tokio::net::TcpListener::bind(addr))
-                .with_context(|| format!("listening for /metrics on {addr} ([node] metrics_addr)"))?;
-            info!("metrics on http://{}/metrics", listener.local_addr().unwrap_or(addr));
-            Some(tokio::spawn(metrics::serve(listener, registry.clone())))
-        }
-        None => None,
-    };
+    if let Some(addr) = node.metrics_addr {
+        metrics::spawn_server(addr, registry.clone())?;
+    }
     let total = node.mounts.len();
     let (stop_tx, stop_rx) = watch::channel(None);
     let failed = std::thread::scope(|scope| {
@@ -305,9 +300,6 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
         }
         failed
     });
-    if let Some(server) = metrics_server {
-        server.abort();
-    }
     if failed.is_empty() {
         info!("tierfs node: every mount stopped and flushed");
         Ok(())
