@@ -5,9 +5,10 @@
 #
 # Usage: scripts/test.sh [STEP...]
 #   Steps, in order: setup fmt clippy build test pjdfstest fsx pjdfstest-writeback fsx-writeback
-#   pjdfstest-store fsx-store garage python deploy (default: all; the *-writeback steps run the
-#   suites on a --writeback-cache mount, the *-store steps on a mount with a store and a 4 MiB
-#   cache; garage runs scripts/garage.sh on a 3-node Garage cluster; python builds the Python
+#   pjdfstest-store fsx-store fsx-encrypted pjdfstest-encrypted garage python deploy (default:
+#   all; the *-writeback steps run the suites on a --writeback-cache mount, the *-store steps
+#   on a mount with a store and a 4 MiB cache, the *-encrypted ones the same with
+#   --encrypt-cache; garage runs scripts/garage.sh on a 3-node Garage cluster; python builds the Python
 #   wheel and runs its tests, notebooks included: scripts/python.sh; deploy checks the node
 #   daemon's systemd unit and DaemonSet offline: scripts/deploy-check.sh).
 #   `scripts/test.sh fmt clippy` runs just those two.
