@@ -208,6 +208,53 @@ fn a_data_dir_of_one_workspace_is_refused_for_another_and_nothing_is_copied() {
     fx.close(again);
 }
 
+/// A session whose store went away ends promptly once its final flush gave up: what it could
+/// not upload stays in its data dir, and the next session there stores it. (Its upload workers
+/// used to retry for as long as the store was away, and ending the session joins them.)
+#[test]
+fn a_session_whose_store_is_away_ends_promptly_and_keeps_what_it_could_not_upload() {
+    let fx = Fixture::new();
+    // A short lease: the session cannot give it back, so the next one waits for it to expire.
+    let mut config = fx.config("node-a", Access::ReadWrite);
+    config.lease_ttl = Duration::from_secs(3);
+    let session = Session::open(config, fx.rt.handle()).expect("open");
+    // The store goes away: its directory is replaced by a file, so every request fails.
+    let (objects, away) = (fx.dir.path().join("objects"), fx.dir.path().join("objects.away"));
+    std::fs::rename(&objects, &away).expect("moving the store away");
+    std::fs::write(&objects, b"not a directory").expect("a file in the store's place");
+    write_file(session.vfs(), "kept.txt", 0, b"written while the store was away");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    assert!(fx.rt.block_on(session.flush(deadline)).is_err(), "a flush to a store that is away succeeded");
+    let _ = fx.rt.block_on(session.close(deadline));
+    let (ended, end) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(session);
+        let _ = ended.send(());
+    });
+    end.recv_timeout(Duration::from_secs(30)).expect("the session did not end within 30 s of its final flush");
+
+    std::fs::remove_file(&objects).expect("removing the file");
+    std::fs::rename(&away, &objects).expect("the store is back");
+    // The data dir opens again at once (nothing of the first session holds its RocksDB), once
+    // the lease it could not give back has expired.
+    let since = std::time::Instant::now();
+    let again = loop {
+        match fx.open("node-a", Access::ReadWrite) {
+            Ok(s) => break s,
+            Err(SessionError::Remote(RemoteError::Held { .. })) if since.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(250))
+            }
+            Err(e) => panic!("reopening the data dir after {:?}: {e}", since.elapsed()),
+        }
+    };
+    assert_eq!(read_file(again.vfs(), "kept.txt"), b"written while the store was away");
+    again.sync(None, Duration::from_secs(30)).expect("sync once the store is back");
+    fx.close(again);
+    let fresh = fx.open("node-b", Access::ReadWrite).expect("a fresh node");
+    assert_eq!(read_file(fresh.vfs(), "kept.txt"), b"written while the store was away");
+    fx.close(fresh);
+}
+
 /// A handle's whole content, read through it at once (not reopened).
 fn read_handle(vfs: &Vfs, ino: u64, fh: u64, len: u64) -> Vec<u8> {
     let mut out = Vec::new();

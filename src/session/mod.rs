@@ -585,8 +585,14 @@ impl Session {
         let background = self.background.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(bg) = background {
             let _ = bg.stop_remote.send(true);
-            if let Some(task) = bg.remote_task {
-                let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            if let Some(mut task) = bg.remote_task {
+                // Not done in time (a request to a store that is away): aborted and waited for,
+                // since a task left running would keep the metadata store, and the data dir's
+                // RocksDB lock with it, after the session ended.
+                if tokio::time::timeout(Duration::from_secs(5), &mut task).await.is_err() {
+                    task.abort();
+                    let _ = task.await;
+                }
             }
             if let Some(repairer) = bg.repairer {
                 repairer.abort();

@@ -20,7 +20,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Weak, mpsc};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -75,10 +75,15 @@ pub enum Readiness {
 }
 
 /// A mount the node daemon serves, once it is ready.
+///
+/// Its handler is held weakly: the node (its registry, a scrape) never keeps a mount's
+/// session alive, so the session ends, and its workers are joined, on the mount's own thread.
+/// Dropped under the registry's lock instead, a session whose store is cut off held every
+/// scrape until its uploads timed out.
 #[derive(Clone)]
 pub struct NodeReady {
     pub info: ReadyInfo,
-    pub handler: Arc<dyn ControlHandler>,
+    pub handler: Weak<dyn ControlHandler>,
 }
 
 impl std::fmt::Debug for NodeReady {
@@ -125,7 +130,7 @@ impl Readiness {
             Readiness::Pipe(file) => send(file, &ReadyMessage::Ready(info.clone())),
             Readiness::Node(tx) => {
                 if let Some(tx) = tx.take() {
-                    let _ = tx.send(Ok(NodeReady { info: info.clone(), handler: handler.clone() }));
+                    let _ = tx.send(Ok(NodeReady { info: info.clone(), handler: Arc::downgrade(handler) }));
                 }
             }
         }

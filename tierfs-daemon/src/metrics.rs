@@ -139,7 +139,7 @@ impl Registry {
                 .map(|m| {
                     let labels = Labels::mount(&m.workspace, &m.mountpoint);
                     let handler = match &m.phase {
-                        Phase::Live(ready) => Some(ready.handler.clone()),
+                        Phase::Live(ready) => ready.handler.upgrade(),
                         _ => None,
                     };
                     let detail = match &m.phase {
@@ -147,7 +147,12 @@ impl Registry {
                         _ if m.watch => "watch".into(),
                         _ => "fuse".into(),
                     };
-                    (labels, m.phase_name(), detail, m.restarts, handler)
+                    // Live, but its handler gone: it is ending on its own thread.
+                    let phase = match (&m.phase, &handler) {
+                        (Phase::Live(_), None) => "stopping",
+                        _ => m.phase_name(),
+                    };
+                    (labels, phase, detail, m.restarts, handler)
                 })
                 .collect()
         };
@@ -160,9 +165,26 @@ impl Registry {
                 phase,
                 detail,
                 restarts,
-                status: h.map(|h| h.status()),
+                status: h.map(|h| {
+                    let status = h.status();
+                    release(h);
+                    status
+                }),
             })
             .collect()
+    }
+}
+
+/// Drops a scrape's hold on a mount's handler. Should the mount have ended meanwhile, the
+/// hold is the last one and dropping it ends the session (joining workers that may wait on a
+/// store): that happens on a thread of its own rather than in the scrape.
+fn release(handler: Arc<dyn crate::control::ControlHandler>) {
+    if Arc::strong_count(&handler) > 1 {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("tierfs-release".into()).spawn(move || drop(handler));
+    if let Err(e) = spawned {
+        warn!("ending a mount's session on the scrape's thread: {e}");
     }
 }
 
@@ -309,7 +331,7 @@ pub fn render(mounts: &[MountView], now_unix: u64) -> String {
         let state = labels.with("state", phase).with("detail", detail);
         f.gauge(
             "tierfs_mount_state",
-            "The mount's phase (starting, live, failed, stopped) as a label; always 1.",
+            "The mount's phase (starting, live, stopping, failed, stopped) as a label; always 1.",
             &state,
             1.0,
         );
@@ -694,6 +716,52 @@ fn format_value(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mount's handler that records its end; the registry never asks it anything here.
+    struct Ends(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    impl crate::control::ControlHandler for Ends {
+        fn pong(&self) -> crate::control::Pong {
+            unreachable!("not asked")
+        }
+        fn status(&self) -> StatusReport {
+            unreachable!("not asked")
+        }
+    }
+
+    #[test]
+    fn the_registry_never_keeps_a_mounts_session_alive() {
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handler: Arc<dyn crate::control::ControlHandler> = Arc::new(Ends(ended.clone()));
+        let mount = MountState {
+            mountpoint: "/m".into(),
+            workspace: "w".into(),
+            watch: false,
+            phase: Phase::Starting,
+            restarts: 0,
+        };
+        let registry = Registry::new(vec![mount]);
+        let info = crate::launch::ReadyInfo {
+            pid: 1,
+            mountpoint: "/m".into(),
+            data_dir: "/d".into(),
+            socket: "/s".into(),
+            log: None,
+        };
+        registry.set(0, |m| m.live(NodeReady { info, handler: Arc::downgrade(&handler) }));
+        // The mount's thread lets go: its session ends there, not later under the registry's
+        // lock when the phase changes.
+        drop(handler);
+        assert!(ended.load(std::sync::atomic::Ordering::SeqCst), "the registry kept the handler");
+        let views = registry.snapshot();
+        assert_eq!((views[0].phase, views[0].status.is_none()), ("stopping", true));
+    }
 
     #[test]
     fn families_group_their_samples_and_escape_labels() {

@@ -23,6 +23,9 @@
 //!   nothing is mounted. It is served by a thread and runtime of its own, so `/metrics` and
 //!   `/healthz` answer however busy the mounts keep the node's runtime (a liveness probe
 //!   that timed out behind a flush to a store that is away would get the node killed).
+//!   The metrics hold each mount's handler weakly, so a mount's session ends on the mount's
+//!   own thread: ending it joins workers that may wait on a store, which must never happen
+//!   under the metrics' lock or in a scrape.
 //! - While it runs, `tierfs mount` and `tierfs watch` hand their mounts to it over
 //!   `node.sock` in its runtime directory ([`crate::handoff`]). The socket is bound before any
 //!   mount starts and served once every declared mount has come up or failed; a handed-off

@@ -167,7 +167,9 @@ fn serve(
             let _ = request.reply.send(Ok(report.clone()));
             let _ = tokio::time::timeout(Duration::from_secs(5), request.written).await;
         }
+        // Wait for the aborted server, so its hold on the session ends here.
         server.abort();
+        let _ = server.await;
         report
     });
     drop(watcher);

@@ -587,6 +587,47 @@ fn a_mount_that_cannot_start_is_started_again_once_its_store_answers() {
     assert!(common::is_mounted(&r.fx.mountpoint));
     fs::write(r.fx.mountpoint.join("f"), b"after the restart").expect("writing on the restarted mount");
 
+    // A handed-off mount that fails while served is started again too: unmounted by hand while
+    // its store is away, its final flush fails (what it holds stays in its data dir); once the
+    // store answers, it is live again and stores what it held.
+    let (handed, hd, own_run) = (root.join("handed"), root.join("handed-data"), root.join("own-run"));
+    for dir in [&handed, &own_run] {
+        fs::create_dir_all(dir).expect("mkdir");
+    }
+    daemon.mountpoints.push(handed.clone());
+    let utf8 = |p: &Path| p.to_str().expect("utf-8").to_string();
+    let (hp, store) = (utf8(&handed), utf8(&r.store_file));
+    let hd = utf8(&hd);
+    let args = [
+        "--json",
+        "mount",
+        "--store",
+        &store,
+        "--workspace",
+        "h",
+        "--data-dir",
+        &hd,
+        "--dirty-age",
+        "600",
+        "--flush-timeout",
+        "2",
+        &hp,
+    ];
+    let node_run = root.join("node-run");
+    tierfs_beside(0, &own_run, Some(&node_run), &args, Duration::from_secs(60)).assert_success("a hand-off");
+    fs::write(handed.join("g"), b"held while the store was away").expect("writing on the handed-off mount");
+    proxy.cut();
+    run(Command::new("umount").arg(&handed), Duration::from_secs(30)).assert_success("umount by hand");
+    wait_for(port, Duration::from_secs(60), "the handed-off mount's failure and a retry", |s| {
+        value(s, "tierfs_mount_restarts_total", "h") >= Some(1.0) && value(s, "tierfs_mount_up", "h") == Some(0.0)
+    });
+    proxy.restore();
+    wait_for(port, Duration::from_secs(90), "the handed-off mount started again", |s| {
+        value(s, "tierfs_mount_up", "h") == Some(1.0)
+    });
+    assert_eq!(fs::read(handed.join("g")).expect("reading"), b"held while the store was away");
+    tierfs_beside(0, &own_run, Some(&node_run), &["sync", &hp], Duration::from_secs(60))
+        .assert_success("tierfs sync of the restarted hand-off");
     let status = daemon.terminate();
     let text = daemon.log_text();
     assert!(status.success(), "exit {status}: a mount that came up again and flushed is no failure; log:\n{text}");

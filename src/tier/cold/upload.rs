@@ -103,7 +103,18 @@ impl ColdTier {
                     tracing::warn!("upload failed, will retry in {backoff:?}: {e}");
                     *self.last_error.lock() = Some(e.to_string());
                     self.unclaim(&claims);
-                    std::thread::sleep(backoff);
+                    // A shutdown ends the retries: the session's final flush has had its
+                    // deadline, and what is still dirty stays in the data dir (the next
+                    // session uploads it). Retrying here would hold `shutdown`, and with it
+                    // the session's end, for as long as the store is away.
+                    let until = Instant::now() + backoff;
+                    let mut st = self.state.lock();
+                    while !st.stopping && Instant::now() < until {
+                        self.work.wait_until(&mut st, until);
+                    }
+                    if st.stopping {
+                        return;
+                    }
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
