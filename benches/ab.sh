@@ -11,13 +11,15 @@
 # Env (knobs):
 #   ROUNDS [2]            rounds per build
 #   WORKLOADS ["meta untar"]  compare.sh workloads (its other knobs pass through)
+#   AB_PEER [tierfs]      compare.sh's peer the builds run as: tierfs (no store) or
+#                         tierfs_store (the embedded default store)
 #   COLD [1]              also run cold.sh (against moto) in every round; 0 skips it
 #   SIZE_MIB [256] CACHE_MIB [64]  cold.sh's sizes (smaller than its defaults: a round is quick)
 # Output in OUTDIR (default ${TMPDIR:-/tmp}/tierfs-bench/ab/<date>): one directory per run
 #   (compare-A-1, cold-B-2, ...) with what compare.sh and cold.sh write there, and table.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-[[ $# -ge 2 ]] || { sed -n '2,17p' "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || { sed -n '2,19p' "$0" >&2; exit 2; }
 A=$(cd "$1" && pwd)
 B=$(cd "$2" && pwd)
 for dir in "$A" "$B"; do
@@ -41,7 +43,7 @@ for round in $(seq 1 "$ROUNDS"); do
     dir=$A
     [[ $side == B ]] && dir=$B
     echo "ab.sh: round $round, $side: compare.sh" >&2
-    PEERS=tierfs TIERFS_BIN=$dir/tierfs "$HERE/compare.sh" "$OUTDIR/compare-$side-$round" >"$OUTDIR/compare-$side-$round.out" 2>&1 ||
+    PEERS=${AB_PEER:-tierfs} TIERFS_BIN=$dir/tierfs "$HERE/compare.sh" "$OUTDIR/compare-$side-$round" >"$OUTDIR/compare-$side-$round.out" 2>&1 ||
       echo "ab.sh: compare.sh failed in round $round ($side): see $OUTDIR/compare-$side-$round.out" >&2
     if [[ ${COLD:-1} == 1 ]]; then
       echo "ab.sh: round $round, $side: cold.sh" >&2
@@ -52,9 +54,9 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$OUTDIR" <<'PY' | tee "$OUTDIR/table.md"
+python3 - "$OUTDIR" "${AB_PEER:-tierfs}" <<'PY' | tee "$OUTDIR/table.md"
 import glob, json, os, re, statistics, sys
-out = sys.argv[1]
+out, peer = sys.argv[1], sys.argv[2]
 
 def leaves(prefix, value, into):
     """Every numeric leaf of a JSON value, by dotted path."""
@@ -67,7 +69,7 @@ def leaves(prefix, value, into):
             leaves(f"{prefix}.{k}" if prefix else k, v, into)
 
 runs = {}  # (side, round) -> {metric: value}
-for path in glob.glob(os.path.join(out, "compare-*-*", "tierfs.jsonl")):
+for path in glob.glob(os.path.join(out, "compare-*-*", peer + ".jsonl")):
     side, rnd = re.search(r"compare-([AB])-(\d+)", path).groups()
     m = runs.setdefault((side, rnd), {})
     for line in open(path):

@@ -171,6 +171,9 @@ struct Queue {
     /// Callers in [`Journal::wait_durable`]: while there are any, segments are not held back
     /// for group commit.
     waiters: usize,
+    /// While the committer holds a segment back for group commit, the pending bytes that fill
+    /// it ([`Journal::take`]'s `max_bytes`): an append wakes it only on reaching them.
+    full_at: Option<usize>,
 }
 
 /// A snapshot of the queue for `tierfs status`.
@@ -231,8 +234,14 @@ impl Journal {
         q.pending_bytes += batch.encoded_len();
         q.pending.push(batch);
         q.oldest.get_or_insert_with(Instant::now);
+        // Wake the committer only when this batch gives it something to do: the first batch
+        // (it waits for one), or one that fills the segment it holds back. Waking it on every
+        // batch of a burst cost a context switch per metadata operation.
+        let wake = q.pending.len() == 1 || q.full_at.is_some_and(|full| q.pending_bytes >= full);
         drop(q);
-        self.changed.notify_all();
+        if wake {
+            self.changed.notify_all();
+        }
         Ok(out)
     }
 
@@ -272,7 +281,9 @@ impl Journal {
             if Instant::now() >= due {
                 break;
             }
+            q.full_at = Some(max_bytes);
             self.changed.wait_until(&mut q, due);
+            q.full_at = None;
         }
         let mut bytes = 0;
         let mut n = 0;
