@@ -376,8 +376,8 @@ def cmd_table(a):
                       f"`tierfs umount` {w['umount_s']:.1f} s")
     print(f"- walk: smallfiles.py walk, sorted os.walk, each file opened, read whole (1 MiB reads) and closed, "
           f"listing included; random: {a.workers} threads reading seeded random files of the imagenet manifest")
-    print(f"- one moto server on loopback; tierfs's store replicated to {a.replicas} bucket(s) on it"
-          f"{' (every upload goes 3 times to the one server)' if a.replicas == 3 else ''}; "
+    print(f"- {a.server} on loopback; tierfs's store replicated to {a.replicas} bucket(s) on it"
+          f"{f' (every upload goes {a.replicas} times to the one server)' if a.replicas > 1 else ''}; "
           f"tierfs --cache-size {a.cache_mib} MiB, every tierfs read on a fresh node (empty data dir, "
           "page cache dropped; the mount restores the workspace's metadata); rclone --vfs-cache-mode full and "
           "s3fs use_cache with fresh cache dirs, on the same trees as plain objects")
@@ -429,6 +429,7 @@ def main():
     s.add_argument("--peers", default="")
     s.add_argument("--skipped", default="")
     s.add_argument("--replicas", type=int, default=3)
+    s.add_argument("--server", default="one moto server")
     s.add_argument("--cache-mib", type=int, default=4096)
     s.add_argument("--workers", type=int, default=8)
     a = p.parse_args()

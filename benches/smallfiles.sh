@@ -4,7 +4,7 @@
 # Issue 24 (cold reads of many small files): how fast a fresh node, after a reset, reads back
 # trees of many small files from the store, for each build given (a directory with `tierfs`
 # and `tierfs-daemon`), against the raw parallel GET rate of the same bytes and against
-# rclone mount and s3fs, all on one local moto server. Trees (benches/smallfiles.py, seeded):
+# rclone mount and s3fs, all on one local S3 server (moto, or Garage with STORE=garage). Trees (benches/smallfiles.py, seeded):
 #   ws        a workspace: git clone + virtualenv + untarred sources, WS_FILES files of
 #             WS_MIB in all (most 1-20 KiB, some 100 KiB-1 MiB, a few 5-10 MiB)
 #   imagenet  IMAGENET_FILES files of IMAGENET_KIB KiB, PER_DIR to a directory
@@ -31,7 +31,13 @@
 #   REFILL [1]          also measure, per build and tree, how long a fresh node nobody reads
 #                       takes to refill its cache from the hot set (`tierfs status` polled),
 #                       against the raw GET time of the bytes it fetched (issue 24: <= 2x)
-#   REPLICAS [3]        buckets (on the one moto server) the store replicates to; 1: one
+#   STORE [moto]        the S3 server: moto (objects in RAM), or garage: a Garage cluster of
+#                       GARAGE_NODES [1] nodes on 127.0.0.1 (replication factor = nodes;
+#                       objects on disk, so the issue's 100k tree fits), stores made with
+#                       `--fencing lease` (Garage ignores If-None-Match); GARAGE_BIN [the test
+#                       tools' Garage]
+#   REPLICAS [3 on moto, 1 on garage]  buckets (prefixes on Garage) of the one server the
+#                       store replicates to; 1: one
 #   CACHE_MIB [4096]    tierfs --cache-size
 #   ROUNDS [1]          rounds of every read (raw, each build, each peer, in that order); the
 #                       table gives medians
@@ -39,6 +45,8 @@
 #   VERIFY [1]          after the first round's walk, check every file tierfs serves against
 #                       the tree's manifest (size and CRC-32; untimed)
 #   TIERFS_MOUNT_OPTS   extra `tierfs mount` options (word-split)
+#   NO_REFILL_TOO       set: each build's walk and random reads also run on a mount with
+#                       --no-refill (reader b<N>n): the cold reads with no refill beside them
 #   BENCH_ROOT [${TMPDIR:-/tmp}/tierfs-bench]  work dir parent (trees, data dirs, caches)
 #   MOTO_SERVER [/var/lib/tierfs-test-tools/moto-venv/bin/moto_server]; BENCH_PY [python next
 #                       to it] (needs boto3); MOTO_PORT [a free port]
@@ -65,7 +73,9 @@ WORKERS=${WORKERS:-8}
 RAW_THREADS=${RAW_THREADS:-"8 32"}
 TREES=${TREES:-"ws imagenet"}
 REFILL=${REFILL:-1}
-REPLICAS=${REPLICAS:-3}
+STORE=${STORE:-moto}
+GARAGE_NODES=${GARAGE_NODES:-1}
+if [[ $STORE == garage ]]; then REPLICAS=${REPLICAS:-1}; else REPLICAS=${REPLICAS:-3}; fi
 CACHE_MIB=${CACHE_MIB:-4096}
 ROUNDS=${ROUNDS:-1}
 PEERS=${PEERS-"rclone s3fs"}
@@ -82,11 +92,17 @@ LOG=$OUTDIR/smallfiles.log
 log() { echo "[smallfiles.sh $(date +%T)] $*" | tee -a "$LOG" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 ((${#BUILDS[@]} > 0)) || die "usage: benches/smallfiles.sh BIN_DIR... [-- OUTDIR]"
+case $STORE in moto | garage) ;; *) die "STORE=$STORE: moto or garage" ;; esac
 for n in WS_FILES WS_MIB IMAGENET_FILES IMAGENET_KIB PER_DIR RANDOM_FILES WORKERS REPLICAS CACHE_MIB ROUNDS; do
   [[ ${!n} =~ ^[0-9]+$ && ${!n} -gt 0 ]] || die "$n=${!n} is not a positive number"
 done
 for tool in python3 curl mountpoint fusermount3; do command -v "$tool" >/dev/null || die "$tool missing"; done
 [[ -x $MOTO_SERVER ]] || die "moto_server not found at $MOTO_SERVER (scripts/setup-debian.sh installs it; or set MOTO_SERVER)"
+if [[ $STORE == garage ]]; then
+  export GARAGE_BIN=${GARAGE_BIN:-${TIERFS_TOOLS_DIR:-/var/lib/tierfs-test-tools}/garage/bin/garage}
+  [[ -x $GARAGE_BIN ]] || die "no Garage binary at $GARAGE_BIN (scripts/setup-debian.sh installs it)"
+  [[ $GARAGE_NODES == 1 || $GARAGE_NODES == 3 ]] || die "GARAGE_NODES=$GARAGE_NODES: 1 or 3"
+fi
 "$BENCH_PY" -c 'import boto3' 2>/dev/null || die "$BENCH_PY has no boto3 (set BENCH_PY to a python with boto3)"
 [[ $(id -u) == 0 ]] || die "needs root (drop_caches): reads would be warm otherwise"
 for B in "${!BUILDS[@]}"; do
@@ -103,10 +119,9 @@ source "$HERE/lib.sh"
 # --- state for cleanup ---------------------------------------------------------------------
 mkdir -p "$BENCH_ROOT" || die "cannot create $BENCH_ROOT"
 WORK=$(mktemp -d "$BENCH_ROOT/smallfiles.XXXXXX") || die "mktemp in $BENCH_ROOT failed"
-MOTO_PID='' TBIN='' TMNT='' TPID='' TDATA='' PMNT='' PPID_='' UMOUNT_S=0
+MOTO_PID='' EXTRA_OPTS=() TBIN='' TMNT='' TPID='' TDATA='' PMNT='' PPID_='' UMOUNT_S=0
 t() {
-  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 \
-    TIERFS_PASSPHRASE=bench TIERFS_TEST_FAST_KDF=test "$TBIN/tierfs" --runtime-dir "$WORK/run" "$@"
+  TIERFS_PASSPHRASE=bench TIERFS_TEST_FAST_KDF=test "$TBIN/tierfs" --runtime-dir "$WORK/run" "$@"
 }
 peer_umount() {
   [[ -n $PMNT ]] || return 0
@@ -140,6 +155,7 @@ cleanup() {
   set +e
   peer_umount
   tierfs_umount
+  [[ $STORE == garage ]] && S3_STATE_ROOT=$WORK/garage "$HERE/harness/servers/stop_garage.sh" "$GARAGE_NODES" >/dev/null 2>&1
   if [[ -n $MOTO_PID ]]; then
     kill "$MOTO_PID" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$MOTO_PID" 2>/dev/null || break; sleep 0.1; done
@@ -175,6 +191,7 @@ merge() {
   for B in "${!BUILDS[@]}"; do echo "build b$B: ${BUILDS[$B]} ($(cat "${BUILDS[$B]}/COMMIT" 2>/dev/null || echo '?'))"; done
   echo "WS_FILES=$WS_FILES WS_MIB=$WS_MIB IMAGENET_FILES=$IMAGENET_FILES IMAGENET_KIB=$IMAGENET_KIB PER_DIR=$PER_DIR"
   echo "RANDOM_FILES=$RANDOM_FILES WORKERS=$WORKERS RAW_THREADS='$RAW_THREADS' TREES='$TREES' REPLICAS=$REPLICAS"
+  echo "STORE=$STORE$([[ $STORE == garage ]] && echo " ($GARAGE_NODES nodes, $("$GARAGE_BIN" --version 2>/dev/null | head -1))")"
   echo "CACHE_MIB=$CACHE_MIB ROUNDS=$ROUNDS PEERS='$PEERS' skipped='$SKIPPED' mount opts '${TIERFS_MOUNT_OPTS:-}'"
   echo "moto: $("$BENCH_PY" -c 'import moto, boto3; print("moto", moto.__version__, "boto3", boto3.__version__)' 2>/dev/null)"
   for p in $PEERS; do echo "$p: $("$p" --version 2>/dev/null | head -1)"; done
@@ -187,14 +204,34 @@ fi
 # --- trees, moto, the plain objects ----------------------------------------------------------
 log "making the trees in $WORK/src"
 mkdir -p "$WORK/src" "$WORK/run"
-measure tree.ws python3 "$SF" mktree ws "$WORK/src/ws" --files "$WS_FILES" --mib "$WS_MIB" || die "mktree ws failed"
-measure tree.imagenet python3 "$SF" mktree imagenet "$WORK/src/imagenet" --files "$IMAGENET_FILES" \
-  --kib "$IMAGENET_KIB" --per-dir "$PER_DIR" || die "mktree imagenet failed"
-start_moto
-for i in $(seq 0 $((REPLICAS - 1))); do
-  "${RAW[@]}" --bucket "smallfiles-r$i" mkbucket 2>>"$LOG" || die "creating bucket smallfiles-r$i failed"
-done
-for tree in ws imagenet; do
+if [[ " $TREES " == *" ws "* ]]; then
+  measure tree.ws python3 "$SF" mktree ws "$WORK/src/ws" --files "$WS_FILES" --mib "$WS_MIB" || die "mktree ws failed"
+fi
+if [[ " $TREES " == *" imagenet "* ]]; then
+  measure tree.imagenet python3 "$SF" mktree imagenet "$WORK/src/imagenet" --files "$IMAGENET_FILES" \
+    --kib "$IMAGENET_KIB" --per-dir "$PER_DIR" || die "mktree imagenet failed"
+fi
+if [[ $STORE == garage ]]; then
+  # one bucket: the plain objects under <tree>/, the stores under b<N>-r<i>/
+  log "starting Garage ($GARAGE_NODES nodes) in $WORK/garage"
+  env=$(S3_STATE_ROOT=$WORK/garage GARAGE_WIPE=1 BUCKET=$BUCKET BENCH_PY=$BENCH_PY \
+    "$HERE/harness/servers/start_garage.sh" "$GARAGE_NODES" 2>>"$LOG") || die "Garage did not start (see $LOG)"
+  eval "$env"
+  export S3_ENDPOINT S3_BUCKET AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION
+  RAW=("$BENCH_PY" "$HERE/s3_raw.py")
+  store_url() { echo "s3://$BUCKET/b$1-r$2?endpoint=$S3_ENDPOINT&region=$AWS_REGION"; }
+  INIT_OPTS=(--fencing lease)
+  SERVER_DESC="Garage $("$GARAGE_BIN" --version 2>/dev/null | grep -o '[0-9][0-9.]*' | head -1) ($GARAGE_NODES node(s), replication factor $GARAGE_NODES, data on disk)"
+else
+  start_moto
+  for i in $(seq 0 $((REPLICAS - 1))); do
+    "${RAW[@]}" --bucket "smallfiles-r$i" mkbucket 2>>"$LOG" || die "creating bucket smallfiles-r$i failed"
+  done
+  store_url() { echo "s3://smallfiles-r$2/b$1?endpoint=$S3_ENDPOINT&region=$AWS_REGION"; }
+  INIT_OPTS=()
+  SERVER_DESC="one moto server"
+fi
+for tree in $TREES; do
   log "uploading $tree as plain objects to s3://$BUCKET/$tree/ (32 threads)"
   measure "upload.$tree" "$BENCH_PY" "$SF" upload "$WORK/src/$tree" "$tree/" --threads 32 || die "upload of $tree failed"
 done
@@ -209,7 +246,7 @@ tierfs_mount() {
   t0=$EPOCHREALTIME
   # shellcheck disable=SC2086  # TIERFS_MOUNT_OPTS is a word list
   out=$(t --json mount --timeout 1800 --store "$WORK/store-b$B.toml" --workspace "$1" --data-dir "$TDATA" \
-    --cache-size "${CACHE_MIB}M" ${TIERFS_MOUNT_OPTS:-} "$TMNT" 2>>"$LOG") || { TMNT=''; die "build b$B: mount of $1 failed (see $LOG)"; }
+    --cache-size "${CACHE_MIB}M" ${TIERFS_MOUNT_OPTS:-} "${EXTRA_OPTS[@]}" "$TMNT" 2>>"$LOG") || { TMNT=''; die "build b$B: mount of $1 failed (see $LOG)"; }
   MOUNT_S=$(since "$t0")
   TPID=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("pid") or "")' 2>/dev/null)
 }
@@ -228,10 +265,10 @@ for B in "${!BUILDS[@]}"; do
   log "build b$B: $TBIN ($(cat "$TBIN/COMMIT" 2>/dev/null || echo '?'))"
   backends=()
   for i in $(seq 0 $((REPLICAS - 1))); do
-    backends+=(--backend "s3://smallfiles-r$i/b$B?endpoint=$S3_ENDPOINT&region=us-east-1")
+    backends+=(--backend "$(store_url "$B" "$i")")
   done
-  t init --store "$WORK/store-b$B.toml" "${backends[@]}" >>"$LOG" 2>&1 || die "build b$B: tierfs init failed (see $LOG)"
-  for tree in ws imagenet; do
+  t init --store "$WORK/store-b$B.toml" "${backends[@]}" "${INIT_OPTS[@]}" >>"$LOG" 2>&1 || die "build b$B: tierfs init failed (see $LOG)"
+  for tree in $TREES; do
     tierfs_mount "$tree"
     t0=$EPOCHREALTIME
     cp -r "$WORK/src/$tree/." "$TMNT/" || die "build b$B: writing $tree failed"
@@ -244,6 +281,9 @@ for B in "${!BUILDS[@]}"; do
     log "build b$B: $tree written in $copy_s s, synced in $sync_s s, unmounted in $umount_s s"
   done
 done
+# the source trees are in the store now; only their manifests are read from here on (a 100k
+# tree is 10 GiB of disk)
+for tree in $TREES; do rm -rf "${WORK:?}/src/$tree"; done
 
 # --- peers ----------------------------------------------------------------------------------
 # peer_mount P: mounts the plain-object bucket with peer P (fresh cache dir); sets PMNT,
@@ -259,14 +299,14 @@ peer_mount() {
       env -u AWS_CA_BUNDLE RCLONE_CONFIG=/dev/null RCLONE_CONFIG_SF_TYPE=s3 RCLONE_CONFIG_SF_PROVIDER=Other \
         RCLONE_CONFIG_SF_ENV_AUTH=false RCLONE_CONFIG_SF_ACCESS_KEY_ID="$AWS_ACCESS_KEY_ID" \
         RCLONE_CONFIG_SF_SECRET_ACCESS_KEY="$AWS_SECRET_ACCESS_KEY" RCLONE_CONFIG_SF_ENDPOINT="$S3_ENDPOINT" \
-        RCLONE_CONFIG_SF_REGION=us-east-1 RCLONE_CONFIG_SF_FORCE_PATH_STYLE=true \
+        RCLONE_CONFIG_SF_REGION="$AWS_REGION" RCLONE_CONFIG_SF_FORCE_PATH_STYLE=true \
         rclone mount "sf:$BUCKET" "$PMNT" --vfs-cache-mode full --cache-dir "$WORK/peer-cache" \
         --log-level NOTICE >>"$plog" 2>&1 &
       ;;
     s3fs)
       (umask 077; echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" >"$WORK/s3fs.passwd")
       s3fs "$BUCKET" "$PMNT" -f \
-        -o "passwd_file=$WORK/s3fs.passwd,url=$S3_ENDPOINT,endpoint=us-east-1,use_path_request_style" \
+        -o "passwd_file=$WORK/s3fs.passwd,url=$S3_ENDPOINT,endpoint=$AWS_REGION,use_path_request_style" \
         -o "use_cache=$WORK/peer-cache,dbglevel=warn" >>"$plog" 2>&1 &
       ;;
   esac
@@ -312,17 +352,32 @@ for r in $(seq "$ROUNDS"); do
   done
   for B in "${!BUILDS[@]}"; do
     TBIN=${BUILDS[$B]}
-    for tree in $TREES; do
-      drop_caches
-      tierfs_mount "$tree"
-      tierfs_read "b$B.$tree.walk.r$r" python3 "$SF" walk "$TMNT"
-      if [[ $VERIFY == 1 && $r == 1 ]]; then
-        measure "b$B.$tree.verify" python3 "$SF" verify "$TMNT" "$WORK/src/$tree.manifest" ||
-          log "ERROR: build b$B: $tree reads back different from what was written (see $OUTDIR/b$B.$tree.verify.json)"
+    # the walk and the random reads as the build mounts by default (refill running beside
+    # them), and with NO_REFILL_TOO=1 also with --no-refill (name b<N>n): the cold reads alone
+    for V in '' ${NO_REFILL_TOO:+n}; do
+      X=b$B$V EXTRA_OPTS=()
+      [[ $V == n ]] && EXTRA_OPTS=(--no-refill)
+      for tree in $TREES; do
+        drop_caches
+        tierfs_mount "$tree"
+        tierfs_read "$X.$tree.walk.r$r" python3 "$SF" walk "$TMNT"
+        if [[ $VERIFY == 1 && $r == 1 ]]; then
+          measure "$X.$tree.verify" python3 "$SF" verify "$TMNT" "$WORK/src/$tree.manifest" ||
+            log "ERROR: build $X: $tree reads back different from what was written (see $OUTDIR/$X.$tree.verify.json)"
+        fi
+        tierfs_umount "$X-$tree-walk-r$r"
+        merge "$X.$tree.walk.r$r" "{\"umount_s\": $UMOUNT_S}"
+      done
+      if [[ " $TREES " == *" imagenet "* ]]; then
+        drop_caches
+        tierfs_mount imagenet
+        tierfs_read "$X.imagenet.random.r$r" python3 "$SF" random "$TMNT" "$WORK/src/imagenet.manifest" \
+          --workers "$WORKERS" --count "$RANDOM_FILES"
+        tierfs_umount "$X-imagenet-random-r$r"
+        merge "$X.imagenet.random.r$r" "{\"umount_s\": $UMOUNT_S}"
       fi
-      tierfs_umount "b$B-$tree-walk-r$r"
-      merge "b$B.$tree.walk.r$r" "{\"umount_s\": $UMOUNT_S}"
     done
+    EXTRA_OPTS=()
     if [[ $REFILL == 1 ]]; then
       for tree in $TREES; do
         drop_caches
@@ -330,14 +385,6 @@ for r in $(seq "$ROUNDS"); do
         refill_wait "b$B.$tree.refill.r$r"
         tierfs_umount "b$B-$tree-refill-r$r"
       done
-    fi
-    if [[ " $TREES " == *" imagenet "* ]]; then
-      drop_caches
-      tierfs_mount imagenet
-      tierfs_read "b$B.imagenet.random.r$r" python3 "$SF" random "$TMNT" "$WORK/src/imagenet.manifest" \
-        --workers "$WORKERS" --count "$RANDOM_FILES"
-      tierfs_umount "b$B-imagenet-random-r$r"
-      merge "b$B.imagenet.random.r$r" "{\"umount_s\": $UMOUNT_S}"
     fi
   done
   for p in $PEERS; do
@@ -359,10 +406,14 @@ done
 
 # --- table ----------------------------------------------------------------------------------
 LABELS=()
-for B in "${!BUILDS[@]}"; do LABELS+=(--label "b$B=tierfs $(cat "${BUILDS[$B]}/COMMIT" 2>/dev/null || basename "${BUILDS[$B]}")"); done
+for B in "${!BUILDS[@]}"; do
+  LABELS+=(--label "b$B=tierfs $(cat "${BUILDS[$B]}/COMMIT" 2>/dev/null || basename "${BUILDS[$B]}")")
+  [[ -n ${NO_REFILL_TOO:-} ]] &&
+    LABELS+=(--label "b${B}n=tierfs $(cat "${BUILDS[$B]}/COMMIT" 2>/dev/null || basename "${BUILDS[$B]}") --no-refill")
+done
 echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUTDIR/env.txt"
 python3 "$SF" table "$OUTDIR" --rounds "$ROUNDS" --trees "$TREES" --raw-threads "$RAW_THREADS" \
-  --peers "$PEERS" --skipped "$SKIPPED" --replicas "$REPLICAS" --cache-mib "$CACHE_MIB" --workers "$WORKERS" \
+  --peers "$PEERS" --skipped "$SKIPPED" --replicas "$REPLICAS" --server "$SERVER_DESC" --cache-mib "$CACHE_MIB" --workers "$WORKERS" \
   "${LABELS[@]}" | tee "$OUTDIR/table.md"
 if [[ $REFILL == 1 ]]; then
   # The hot set back on an idle fresh node, against the raw GET time of the same bytes.

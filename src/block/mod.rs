@@ -45,7 +45,7 @@ pub const PACK_FORMAT: u8 = 2;
 
 const PACK_MAGIC: &[u8; 4] = b"TFP1";
 /// `trailer_len` + magic after the trailer envelope.
-const PACK_FOOTER: usize = 8;
+pub const PACK_FOOTER: usize = 8;
 /// Bytes per entry in a pack trailer: id, offset, sealed length, plaintext length.
 const TRAILER_ENTRY: usize = 32 + 8 + 4 + 4;
 /// Bytes per entry in an index segment: id, pack id, offset, sealed and plain length, pack length.
@@ -402,14 +402,45 @@ pub fn open_block_in(keys: &Keys, id: &BlockId, plain_len: u32, mut sealed: Byte
 
 /// Reads a whole pack back: every block is decrypted and verified against its id.
 pub fn open_pack(keys: &Keys, id: &Hash, bytes: &[u8]) -> Result<Vec<(BlockId, BlockLoc)>> {
+    let entries = open_trailer(keys, id, bytes, bytes.len() as u64)?;
+    for (block, loc) in &entries {
+        let r = loc.range();
+        open_block(keys, block, loc.plain_len, &bytes[r.start as usize..r.end as usize])?;
+    }
+    Ok(entries)
+}
+
+/// How many bytes from a pack's end hold its trailer and footer, read from `tail` (at least the
+/// pack's last [`PACK_FOOTER`] bytes); unauthenticated until [`open_trailer`] opens them.
+pub fn trailer_span(id: &Hash, tail: &[u8], pack_len: u64) -> Result<u64> {
     let bad = |reason: &str| BlockError::BadPack { pack: hex::encode(id), reason: reason.into() };
-    if bytes.len() < PACK_FOOTER || &bytes[bytes.len() - 4..] != PACK_MAGIC {
+    if tail.len() < PACK_FOOTER || &tail[tail.len() - 4..] != PACK_MAGIC {
         return Err(bad("missing pack footer (truncated or not a pack)"));
     }
-    let tl_at = bytes.len() - PACK_FOOTER;
-    let trailer_len = u32::from_le_bytes(bytes[tl_at..tl_at + 4].try_into().map_err(|_| bad("footer"))?) as usize;
-    let start = tl_at.checked_sub(trailer_len).ok_or_else(|| bad("trailer length past the start"))?;
-    let trailer = keys.open(ObjectKind::PackTrailer, id, &bytes[start..tl_at])?;
+    let tl_at = tail.len() - PACK_FOOTER;
+    let trailer_len = u32::from_le_bytes(tail[tl_at..tl_at + 4].try_into().map_err(|_| bad("footer"))?);
+    let span = u64::from(trailer_len) + PACK_FOOTER as u64;
+    if span > pack_len {
+        return Err(bad("trailer length past the start"));
+    }
+    Ok(span)
+}
+
+/// The blocks a pack's trailer lists, in pack order, from `tail`: the pack's last bytes (of
+/// `pack_len` in all), at least [`trailer_span`] of them. The trailer is authenticated (sealed
+/// under the pack's id); the blocks themselves are not read.
+pub fn open_trailer(keys: &Keys, id: &Hash, tail: &[u8], pack_len: u64) -> Result<Vec<(BlockId, BlockLoc)>> {
+    let bad = |reason: &str| BlockError::BadPack { pack: hex::encode(id), reason: reason.into() };
+    let span = trailer_span(id, tail, pack_len)?;
+    let span_usize = usize::try_from(span).map_err(|_| bad("trailer length"))?;
+    if span_usize > tail.len() {
+        return Err(bad("the bytes read hold only part of the trailer"));
+    }
+    let tl_at = tail.len() - PACK_FOOTER;
+    let start = tail.len() - span_usize;
+    // Where the trailer starts in the pack: every block lies before it.
+    let body_end = pack_len - span;
+    let trailer = keys.open(ObjectKind::PackTrailer, id, &tail[start..tl_at])?;
     let (&version, rest) = trailer.split_first().ok_or_else(|| bad("empty trailer"))?;
     if version > PACK_FORMAT {
         return Err(BlockError::TooNew {
@@ -423,7 +454,6 @@ pub fn open_pack(keys: &Keys, id: &Hash, bytes: &[u8]) -> Result<Vec<(BlockId, B
     if body.len() != count * TRAILER_ENTRY {
         return Err(bad("trailer length does not match its block count"));
     }
-    let pack_len = bytes.len() as u64;
     let mut out = Vec::with_capacity(count);
     for e in body.chunks_exact(TRAILER_ENTRY) {
         let block: BlockId = e[0..32].try_into().map_err(|_| bad("entry"))?;
@@ -434,12 +464,12 @@ pub fn open_pack(keys: &Keys, id: &Hash, bytes: &[u8]) -> Result<Vec<(BlockId, B
             plain_len: u32::from_le_bytes(e[44..48].try_into().map_err(|_| bad("entry"))?),
             pack_len,
         };
-        let r = loc.range();
         // A sparse block's envelope is shorter than a plain seal of its plaintext, never longer.
-        if r.end > start as u64 || u64::from(loc.sealed_len) > sealed_len(loc.plain_len as usize) as u64 {
+        if loc.offset.saturating_add(u64::from(loc.sealed_len)) > body_end
+            || u64::from(loc.sealed_len) > sealed_len(loc.plain_len as usize) as u64
+        {
             return Err(bad("block entry outside the pack body"));
         }
-        open_block(keys, &block, loc.plain_len, &bytes[r.start as usize..r.end as usize])?;
         out.push((block, loc));
     }
     Ok(out)

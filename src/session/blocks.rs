@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use crate::block::{BlockId, BlockLoc, PackBuilder};
 use crate::crypto::Keys;
 use crate::store::{Store, StoreError};
-use crate::tier::BlockStore;
+use crate::tier::{BlockStore, Near};
 
 /// The cold tier's view of a store.
 pub struct StoreBlocks {
@@ -43,6 +43,10 @@ impl BlockStore for StoreBlocks {
 
     fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, StoreError> {
         self.handle.block_on(self.store.get_blocks(blocks))
+    }
+
+    fn get_block_near(&self, id: &BlockId, loc: &BlockLoc, window: u64) -> Result<Near, StoreError> {
+        self.handle.block_on(self.store.get_block_near(id, loc, window))
     }
 
     fn pack_size(&self) -> usize {

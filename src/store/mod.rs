@@ -25,6 +25,8 @@
 
 pub mod config;
 
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -47,6 +49,12 @@ const WHOLE_PACK_SLACK: u64 = 64 << 10;
 pub const MAX_RUN_GAP: u64 = 256 << 10;
 /// [`Store::get_blocks`] reads this many runs (packs) at once.
 pub const PARALLEL_RUNS: usize = 8;
+/// Block entries of pack trailers kept in memory (56 bytes each, some 11 MiB): the packs of
+/// the last gigabytes of small files read.
+const TRAILER_CACHE_ENTRIES: usize = 200_000;
+/// The first read of a pack's trailer takes this many bytes from its end: a trailer of up to
+/// some 1 300 blocks, so one GET for every pack but those of the tiniest files.
+const TRAILER_GUESS: u64 = 64 << 10;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +155,38 @@ pub struct Store {
     data_key: DataKey,
     unlocked_by: String,
     backend: RedundantStore,
+    /// The block lists of packs read lately ([`Store::get_block_near`]).
+    trailers: parking_lot::Mutex<TrailerCache>,
+}
+
+/// Pack trailers read lately, by pack id: at most [`TRAILER_CACHE_ENTRIES`] block entries in
+/// all, the oldest pack forgotten first.
+#[derive(Default)]
+struct TrailerCache {
+    packs: std::collections::HashMap<crypto::Hash, Arc<Vec<(BlockId, BlockLoc)>>>,
+    order: std::collections::VecDeque<crypto::Hash>,
+    entries: usize,
+}
+
+impl TrailerCache {
+    fn get(&self, pack: &crypto::Hash) -> Option<Arc<Vec<(BlockId, BlockLoc)>>> {
+        self.packs.get(pack).cloned()
+    }
+
+    fn insert(&mut self, pack: crypto::Hash, blocks: Arc<Vec<(BlockId, BlockLoc)>>) {
+        if self.packs.contains_key(&pack) {
+            return;
+        }
+        self.entries += blocks.len();
+        self.packs.insert(pack, blocks);
+        self.order.push_back(pack);
+        while self.entries > TRAILER_CACHE_ENTRIES && self.order.len() > 1 {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some(b) = self.packs.remove(&old) {
+                self.entries -= b.len();
+            }
+        }
+    }
 }
 
 fn unix_now() -> u64 {
@@ -203,7 +243,7 @@ impl Store {
         };
         let wrapped = crypto::wrap_key(&data_key, secret, kdf, label)?;
         let unlocked_by = wrapped.id.clone();
-        let store = Store { config: config.clone(), info, keys: Keys::new(&data_key), data_key, unlocked_by, backend };
+        let store = Store::assemble(config, info, data_key, unlocked_by, backend);
         // Key first: a store with a config but no key could never be opened.
         store.put_key(&wrapped).await?;
         let body = serde_json::to_vec_pretty(&store.info).map_err(|e| StoreError::Config(e.to_string()))?;
@@ -228,7 +268,25 @@ impl Store {
         }
         let (data_key, used) = crypto::unwrap_any(&wrapped, secret)?;
         let unlocked_by = wrapped[used].id.clone();
-        Ok(Store { config: config.clone(), info, keys: Keys::new(&data_key), data_key, unlocked_by, backend })
+        Ok(Store::assemble(config, info, data_key, unlocked_by, backend))
+    }
+
+    fn assemble(
+        config: &StoreConfig,
+        info: StoreInfo,
+        data_key: DataKey,
+        unlocked_by: String,
+        backend: RedundantStore,
+    ) -> Store {
+        Store {
+            config: config.clone(),
+            keys: Keys::new(&data_key),
+            info,
+            data_key,
+            unlocked_by,
+            backend,
+            trailers: Default::default(),
+        }
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -285,6 +343,68 @@ impl Store {
         let open = |sealed: Bytes| block::open_block_bytes(&self.keys, id, loc.plain_len, sealed).ok();
         let key = block::pack_key(&loc.pack);
         Ok(self.backend.get_pack_range(&key, loc.pack_len, loc.range(), &open).await?)
+    }
+
+    /// Fetches block `id` and, in the same range GET, the blocks around it in its pack, within
+    /// `window / 2` bytes on either side: a miss on a small file brings the files written
+    /// with it (issue 24). Each block is verified on its own. The neighbours need the pack's
+    /// block list (its trailer): the first miss in a pack reads that beside the block (two
+    /// requests at once) and gets no neighbours; later misses in the pack find it cached.
+    /// A failed read of the run falls back to the block alone (and no neighbours).
+    pub async fn get_block_near(
+        &self,
+        id: &BlockId,
+        loc: &BlockLoc,
+        window: u64,
+    ) -> Result<(Bytes, Vec<(BlockId, Bytes)>)> {
+        let Some(blocks) = self.trailers.lock().get(&loc.pack) else {
+            let (block, trailer) = futures::join!(self.get_block(id, loc), self.pack_blocks(&loc.pack, loc.pack_len));
+            match trailer {
+                Ok(blocks) => self.trailers.lock().insert(loc.pack, Arc::new(blocks)),
+                Err(e) => tracing::debug!("trailer of pack {}: {e}", hex::encode(loc.pack)),
+            }
+            return Ok((block?, Vec::new()));
+        };
+        let run = neighbourhood(&blocks, id, loc, window);
+        if run.len() > 1 {
+            if let Ok(opened) = self.get_run(&run).await {
+                let mut mine = None;
+                let mut near = Vec::with_capacity(run.len() - 1);
+                for ((bid, _), data) in run.iter().zip(opened) {
+                    if bid == id && mine.is_none() {
+                        mine = Some(data);
+                    } else {
+                        near.push((*bid, data));
+                    }
+                }
+                if let Some(mine) = mine {
+                    return Ok((mine, near));
+                }
+            }
+        }
+        Ok((self.get_block(id, loc).await?, Vec::new()))
+    }
+
+    /// The blocks pack `pack` (of `pack_len` bytes) holds, from its trailer: one range GET of
+    /// its end, two when the trailer is longer than [`TRAILER_GUESS`].
+    pub async fn pack_blocks(&self, pack: &crypto::Hash, pack_len: u64) -> Result<Vec<(BlockId, BlockLoc)>> {
+        enum Tail {
+            Blocks(Vec<(BlockId, BlockLoc)>),
+            Longer(u64),
+        }
+        let key = block::pack_key(pack);
+        let guess = TRAILER_GUESS.min(pack_len);
+        let open = |tail: Bytes| match block::trailer_span(pack, &tail, pack_len).ok()? {
+            span if span > tail.len() as u64 => Some(Tail::Longer(span)),
+            _ => block::open_trailer(&self.keys, pack, &tail, pack_len).ok().map(Tail::Blocks),
+        };
+        match self.backend.get_pack_range(&key, pack_len, pack_len - guess..pack_len, &open).await? {
+            Tail::Blocks(blocks) => Ok(blocks),
+            Tail::Longer(span) => {
+                let open = |tail: Bytes| block::open_trailer(&self.keys, pack, &tail, pack_len).ok();
+                Ok(self.backend.get_pack_range(&key, pack_len, pack_len - span..pack_len, &open).await?)
+            }
+        }
     }
 
     /// Fetches several blocks, in order. Runs of blocks that lie in one pack in order, at most
@@ -514,6 +634,40 @@ async fn list_keys(backend: &RedundantStore) -> Result<Vec<WrappedKey>> {
 /// [`WHOLE_PACK_SLACK`] of its end (what is left is the trailer and footer, a few hundred
 /// bytes, or a small block). A server that answers a range by slicing the whole object, as moto
 /// does, then copies nothing.
+/// Block `id` at `loc` and the blocks around it in `blocks` (a pack's trailer, in pack order)
+/// whose envelopes lie within `window / 2` bytes before its start or after its end, with no
+/// more than [`MAX_RUN_GAP`] between two of them: what [`Store::get_block_near`] reads in one
+/// request, in pack order. Both sides: files are packed in the order they were made, which is
+/// seldom the order a reader takes (a sorted walk of a tree copied in directory order). Just
+/// the block when it is not in the list (a stale trailer cannot widen a read past it).
+fn neighbourhood(
+    blocks: &[(BlockId, BlockLoc)],
+    id: &BlockId,
+    loc: &BlockLoc,
+    window: u64,
+) -> Vec<(BlockId, BlockLoc)> {
+    let Ok(at) = blocks.binary_search_by_key(&loc.offset, |(_, l)| l.offset) else { return vec![(*id, *loc)] };
+    if blocks[at].0 != *id || blocks[at].1 != *loc {
+        return vec![(*id, *loc)];
+    }
+    let (from, to) = (loc.offset.saturating_sub(window / 2), loc.range().end.saturating_add(window / 2));
+    let mut first = at;
+    while first > 0 && {
+        let (prev, next) = (&blocks[first - 1].1, &blocks[first].1);
+        prev.offset >= from && prev.range().end <= next.offset && next.offset - prev.range().end <= MAX_RUN_GAP
+    } {
+        first -= 1;
+    }
+    let mut last = at;
+    while last + 1 < blocks.len() && {
+        let (prev, next) = (&blocks[last].1, &blocks[last + 1].1);
+        next.range().end <= to && next.offset >= prev.range().end && next.offset - prev.range().end <= MAX_RUN_GAP
+    } {
+        last += 1;
+    }
+    blocks[first..=last].to_vec()
+}
+
 fn run_range(run: &[(BlockId, BlockLoc)]) -> std::ops::Range<u64> {
     let (Some((_, first)), Some((_, last))) = (run.first(), run.last()) else { return 0..0 };
     let end = last.range().end;
@@ -584,6 +738,47 @@ mod tests {
         let every_other = [locs[0], locs[2], locs[4]];
         let got = store.get_blocks(&every_other).await.expect("get with gaps");
         assert_eq!(got, vec![data[0].clone(), data[2].clone(), data[4].clone()]);
+    }
+
+    #[tokio::test]
+    async fn a_miss_brings_the_blocks_around_it_once_the_packs_trailer_is_known() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let cfg = file_store(&[t.path()]);
+        let store = Store::init(&cfg, &Secret::Passphrase(b"p"), KdfParams::for_tests()).await.expect("init");
+        // 2 000 small blocks: a trailer of 96 000 bytes, past the first read of the pack's end.
+        let data: Vec<Vec<u8>> = (0..2000u32).map(|i| i.to_le_bytes().repeat(100)).collect();
+        let blocks: Vec<_> = data.iter().map(|d| (store.keys().block_id(d), d.as_slice())).collect();
+        let locs = store.put_blocks(&blocks).await.expect("put");
+        let listed = store.pack_blocks(&locs[0].1.pack, locs[0].1.pack_len).await.expect("trailer");
+        assert_eq!(listed, locs, "the trailer lists every block, in pack order");
+
+        let store = Store::open(&cfg, &Secret::Passphrase(b"p")).await.expect("open");
+        let (id, loc) = locs[10];
+        // The first miss in a pack reads its trailer beside the block: no neighbours yet.
+        let (got, near) = store.get_block_near(&id, &loc, 4096).await.expect("first miss");
+        assert_eq!(got, data[10]);
+        assert!(near.is_empty());
+        // Then the blocks around it within half the window on either side, each verified, in
+        // pack order.
+        let (id, loc) = locs[11];
+        let (got, near) = store.get_block_near(&id, &loc, 4096).await.expect("second miss");
+        assert_eq!(got, data[11]);
+        let side = (2048 / u64::from(loc.sealed_len)) as usize;
+        let want: Vec<usize> = (11 - side..11).chain(12..12 + side).collect();
+        assert_eq!(near.len(), want.len(), "the window holds {side} blocks on either side");
+        for ((nid, ndata), k) in near.iter().zip(want) {
+            assert_eq!((nid, ndata.as_ref()), (&locs[k].0, data[k].as_slice()));
+        }
+        // The last block of the pack: only blocks before it.
+        let (id, loc) = locs[1999];
+        let (got, near) = store.get_block_near(&id, &loc, 8192).await.expect("last block");
+        assert_eq!(got.as_ref(), data[1999].as_slice());
+        assert_eq!(near.last().map(|(b, _)| *b), Some(locs[1998].0));
+        assert!(near.iter().all(|(b, _)| locs[1990..1999].iter().any(|(l, _)| l == b)));
+        // A location the trailer does not list (a stale one) reads that block alone.
+        let (id, mut loc) = locs[5];
+        loc.pack_len += 1;
+        assert!(neighbourhood(&listed, &id, &loc, 1 << 20).len() == 1);
     }
 
     #[test]

@@ -714,6 +714,17 @@ pub fn format_status(report: &StatusReport) -> String {
                 format_bytes(c.streamed_bytes)
             ),
         ));
+        if c.neighbour_blocks > 0 {
+            rows.push((
+                "neighbours",
+                format!(
+                    "{} blocks ({}) fetched beside misses, {} used",
+                    c.neighbour_blocks,
+                    format_bytes(c.neighbour_bytes),
+                    c.neighbour_hits
+                ),
+            ));
+        }
         if let Some(r) = &c.refill {
             rows.push(("refill", refill_line(r)));
         }

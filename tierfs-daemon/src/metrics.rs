@@ -429,6 +429,19 @@ fn mount_series(f: &mut Families, l: &Labels, s: &StatusReport, now: u64) {
             n(c.read_misses),
         );
         f.counter(
+            "tierfs_cache_neighbour_blocks_total",
+            "Blocks fetched beside a missed small block, from around it in its pack (pack neighbours).",
+            l,
+            n(c.neighbour_blocks),
+        );
+        f.counter("tierfs_cache_neighbour_bytes_total", "Bytes of those blocks.", l, n(c.neighbour_bytes));
+        f.counter(
+            "tierfs_cache_neighbour_hits_total",
+            "Chunks a later fetch took from those blocks in memory instead of the store.",
+            l,
+            n(c.neighbour_hits),
+        );
+        f.counter(
             "tierfs_cache_verify_failures_total",
             "Cached chunks that failed their check against the store at start.",
             l,

@@ -155,6 +155,24 @@ fn a_fresh_node_refills_what_the_last_node_used_and_nothing_else() {
     assert!(scrub["unrepaired"].as_array().is_some_and(|u| u.is_empty()), "{scrub}");
 }
 
+/// Writes `files` (their directories made) through `a`, syncs, resets `a` (unmounted, local
+/// state wiped) and returns a fresh node mounted with `--no-refill`.
+fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)]) -> Node {
+    a.mount(&[]);
+    for (rel, data) in files {
+        if let Some((dir, _)) = rel.rsplit_once('/') {
+            fs::create_dir_all(a.fx.p(dir)).expect("mkdir");
+        }
+        fs::write(a.fx.p(rel), data).expect("write");
+    }
+    a.sync("tree").assert_success("tierfs sync");
+    a.fx.umount();
+    a.wipe_local_state();
+    let mut b = Node::new(&a.store_file);
+    b.mount(&["--no-refill"]);
+    b
+}
+
 /// Waits until the node's fetched bytes stop moving (the read-ahead threads are idle).
 fn fetches_settle(node: &Node) -> u64 {
     let mut last = cold_u64(node, "fetched_bytes");
@@ -177,18 +195,8 @@ fn a_walk_of_a_cold_directory_fetches_the_next_files_ahead_and_no_further() {
     let mut rng = Rng::new(7);
     let files: Vec<(String, Vec<u8>)> = (0..100).map(|i| (format!("d/f{i:03}"), rng.bytes(8192))).collect();
     let mut a = Node::init(&servers, BUCKET, "walk");
-    a.mount(&[]);
-    fs::create_dir(a.fx.p("d")).expect("mkdir");
-    for (rel, data) in &files {
-        fs::write(a.fx.p(rel), data).expect("write");
-    }
-    a.sync("tree").assert_success("tierfs sync");
-    a.fx.umount();
-    a.wipe_local_state();
-
     // Without the refill, so that only the walk fetches anything.
-    let mut b = Node::new(&a.store_file);
-    b.mount(&["--no-refill"]);
+    let mut b = written_then_reset(&mut a, &files);
     let listed: Vec<String> = fs::read_dir(b.fx.p("d"))
         .expect("ls")
         .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
@@ -207,6 +215,45 @@ fn a_walk_of_a_cold_directory_fetches_the_next_files_ahead_and_no_further() {
     }
     // The whole walk reads every file right, the window moving with it.
     read_all(&b.fx.mountpoint, &files);
+    for (rel, data) in &files {
+        assert!(cached(&b, rel) >= data.len() as u64, "{rel} is not cached after being read");
+    }
+    b.fx.umount();
+}
+
+/// Ranged GETs the node has sent to its store so far.
+fn range_gets(node: &Node) -> u64 {
+    let status = node.fx.status();
+    let backends = status["backends"].as_array().expect("backends");
+    backends
+        .iter()
+        .flat_map(|b| b["traffic"]["requests"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["op"] == "get_range")
+        .map(|r| r["calls"].as_u64().expect("calls"))
+        .sum()
+}
+
+/// Issue 24, item 2: files written together share a pack, so a miss on one brings the ones
+/// after it in the same request. A tree of one small file per directory (directory-order
+/// read-ahead has nothing to go on there) then costs a few ranged GETs, not one per file.
+#[test]
+fn a_miss_brings_its_pack_neighbours_so_one_file_directories_cost_few_requests() {
+    common::require_fuse();
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut rng = Rng::new(11);
+    let files: Vec<(String, Vec<u8>)> = (0..100).map(|i| (format!("d{i:03}/f"), rng.bytes(6000))).collect();
+    let mut a = Node::init(&servers, BUCKET, "near");
+    // Without the refill, so that only the reads fetch anything.
+    let mut b = written_then_reset(&mut a, &files);
+    let before = range_gets(&b);
+    read_all(&b.fx.mountpoint, &files);
+    let gets = range_gets(&b) - before;
+    let cold = b.fx.status()["cold"].clone();
+    let hits = cold["neighbour_hits"].as_u64().expect("neighbour_hits");
+    // The first miss learns the pack's block list, the second brings the rest (6 KB files, a
+    // 1 MiB window): a handful of requests, and most files come from the neighbours.
+    assert!(gets <= 10, "{gets} ranged GETs for 100 files: {cold}");
+    assert!(hits >= 90, "only {hits} of 100 files came from a miss's neighbours: {cold}");
     for (rel, data) in &files {
         assert!(cached(&b, rel) >= data.len() as u64, "{rel} is not cached after being read");
     }

@@ -252,7 +252,7 @@ impl ColdTier {
         if let Some(data) = buffered {
             return self.store_fetched(ino, file, idx, rec, &data, false);
         }
-        let data = self.store.get_block(&rec.block, &loc)?;
+        let data = self.get_missed_block(rec, &loc)?;
         self.store_fetched(ino, file, idx, rec, &data, true)
     }
 
@@ -357,18 +357,18 @@ impl ColdTier {
         }
         if !wanted.is_empty() {
             let blocks: Vec<(BlockId, BlockLoc)> = wanted.iter().map(|(_, b)| *b).collect();
-            match self.store.get_blocks(&blocks) {
+            match self.get_blocks_buffered(&blocks) {
                 Ok(datas) => {
                     for ((slot, _), data) in wanted.iter().zip(datas) {
                         results[*slot] = Some(Ok(Some(data)));
                     }
                 }
-                Err(e) => {
-                    let e = Arc::new(e);
+                Err(ColdError::Store(e)) => {
                     for (slot, _) in &wanted {
                         results[*slot] = Some(Err(ColdError::Store(e.clone())));
                     }
                 }
+                Err(_) => {}
             }
         }
         results.into_iter().map(|r| r.unwrap_or_else(|| Err(ColdError::NotFetched))).collect()

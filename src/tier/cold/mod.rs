@@ -47,7 +47,7 @@
 //! - `adopt.rs`: a file's whole content handed in as records of blocks already stored (watch
 //!   mode).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
@@ -72,6 +72,7 @@ mod adopt;
 mod evict;
 mod fetch;
 mod follow;
+mod near;
 mod refill;
 mod stream;
 mod upload;
@@ -97,9 +98,19 @@ pub trait BlockStore: Send + Sync {
     fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, StoreError> {
         blocks.iter().map(|(id, loc)| self.get_block(id, loc)).collect()
     }
+    /// Fetches and verifies block `id` and, in the same request where the store can, the
+    /// blocks around it in its pack, within `window / 2` bytes on either side (each with its
+    /// id). A store that cannot returns the block alone.
+    fn get_block_near(&self, id: &BlockId, loc: &BlockLoc, window: u64) -> Result<Near, StoreError> {
+        let _ = window;
+        Ok((self.get_block(id, loc)?, Vec::new()))
+    }
     /// Target bytes per pack.
     fn pack_size(&self) -> usize;
 }
+
+/// A block and its neighbours in its pack ([`BlockStore::get_block_near`]).
+pub type Near = (Bytes, Vec<(BlockId, Bytes)>);
 
 /// Why a cold-tier operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -174,6 +185,12 @@ pub struct ColdConfig {
     /// Blocks the stream buffer keeps in memory (read-ahead included); `None`: twice what
     /// read-ahead fetches at once.
     pub stream_buffer_blocks: Option<usize>,
+    /// A miss on a block of at most a quarter of this many bytes also fetches the blocks
+    /// around it in its pack, half of this many bytes on either side, in the same request
+    /// (pack neighbours, `near.rs`); 0: never.
+    pub near_window: u64,
+    /// Bytes of pack neighbours kept in memory until a read wants them.
+    pub near_buffer: u64,
 }
 
 /// The default bound on memory for work in flight ([`ColdConfig::share_budget`]): enough that
@@ -193,6 +210,8 @@ impl ColdConfig {
             min_free_ratio: 0.05,
             stream_above: cache_size.map(|c| c / 2),
             stream_buffer_blocks: None,
+            near_window: 1 << 20,
+            near_buffer: 16 << 20,
         }
     }
 
@@ -200,7 +219,8 @@ impl ColdConfig {
     /// stay under one bound whatever the workload: a quarter for uploads (each uploader packs
     /// up to `pack_size` bytes plus one chunk), a quarter for read-ahead (each fetcher holds a
     /// group of four blocks), half for the stream buffer (and a sequential
-    /// reader's read-ahead at most half of that). Counts never go above the defaults of
+    /// reader's read-ahead at most half of that), and the pack neighbours' buffer at most a
+    /// thirty-second, out of what rounding leaves. Counts never go above the defaults of
     /// [`ColdConfig::new`] nor below one uploader, one fetcher and eight streamed blocks, so
     /// the floor with 16 MiB packs is 68 MiB. Foreground fetches by FUSE threads are not
     /// counted (each holds at most one group, 16 MiB).
@@ -213,6 +233,8 @@ impl ColdConfig {
         let stream = fits(budget / 2, CHUNK_SIZE).clamp(min_stream, self.stream_blocks().max(min_stream));
         self.stream_buffer_blocks = Some(stream);
         self.prefetch_chunks = self.prefetch_chunks.min(stream as u64 / 2).max(1);
+        // Pack neighbours: a thirty-second (what the shares above leave over in rounding).
+        self.near_buffer = self.near_buffer.min(budget / 32);
     }
 
     /// Whether reads of a file of `size` bytes stream past the cache (see `stream_above`).
@@ -226,6 +248,7 @@ impl ColdConfig {
         self.uploaders as u64 * (pack_size + CHUNK_SIZE)
             + self.prefetchers as u64 * group
             + self.stream_blocks() as u64 * CHUNK_SIZE
+            + self.near_buffer
     }
 
     /// The stream buffer's size in blocks.
@@ -260,9 +283,18 @@ pub struct ColdStats {
     pub read_hits: u64,
     #[serde(default)]
     pub read_hit_bytes: u64,
-    /// Reads that waited for at least one chunk from the store.
+    /// Reads that waited for at least one chunk to be fetched (from the store, or from the
+    /// pack neighbours an earlier miss brought).
     #[serde(default)]
     pub read_misses: u64,
+    /// Blocks (and their bytes) fetched beside a miss from the same pack, and how many of them
+    /// a later fetch found in memory instead of asking the store (pack neighbours).
+    #[serde(default)]
+    pub neighbour_blocks: u64,
+    #[serde(default)]
+    pub neighbour_bytes: u64,
+    #[serde(default)]
+    pub neighbour_hits: u64,
     /// The refill after a reset, if this session runs one.
     #[serde(default)]
     pub refill: Option<RefillStats>,
@@ -356,8 +388,10 @@ struct State {
     /// Files whose first chunk a walk will want soon (directory-order read-ahead).
     walk: VecDeque<Ino>,
     /// Files that may have dirty chunks (a superset: cleaned up as the uploaders look), so
-    /// claiming work does not walk every file of a large workspace on every wake-up.
-    dirty_inos: HashSet<Ino>,
+    /// claiming work does not walk every file of a large workspace on every wake-up. In inode
+    /// order, which is creation order: files made together are packed together, in that
+    /// order, so a miss's pack neighbours are the files made with it (`near.rs`).
+    dirty_inos: BTreeSet<Ino>,
     /// Blocks fetched for streamed files (see the module invariants).
     streamed: StreamBuffer,
 }
@@ -374,6 +408,9 @@ struct Counters {
     read_hits: AtomicU64,
     read_hit_bytes: AtomicU64,
     read_misses: AtomicU64,
+    neighbour_blocks: AtomicU64,
+    neighbour_bytes: AtomicU64,
+    neighbour_hits: AtomicU64,
 }
 
 /// The cold tier of one workspace.
@@ -394,6 +431,8 @@ pub struct ColdTier {
     /// The evictor's 200 ms tick (woken early only to stop).
     tick: Condvar,
     counters: Counters,
+    /// Blocks fetched beside a miss, until a read wants them.
+    near: Mutex<near::NearBuffer>,
     /// Fetches callers wait for (reads and writes of evicted chunks): the refill waits while any run.
     foreground: AtomicUsize,
     /// The refill's progress, once one started.
@@ -571,6 +610,7 @@ impl ColdTier {
             ahead: Condvar::new(),
             tick: Condvar::new(),
             counters: Counters::default(),
+            near: Mutex::new(near::NearBuffer::default()),
             foreground: AtomicUsize::new(0),
             refill: Mutex::new(None),
             last_error: Mutex::new(None),
@@ -750,6 +790,9 @@ impl ColdTier {
             read_hits: self.counters.read_hits.load(Ordering::Relaxed),
             read_hit_bytes: self.counters.read_hit_bytes.load(Ordering::Relaxed),
             read_misses: self.counters.read_misses.load(Ordering::Relaxed),
+            neighbour_blocks: self.counters.neighbour_blocks.load(Ordering::Relaxed),
+            neighbour_bytes: self.counters.neighbour_bytes.load(Ordering::Relaxed),
+            neighbour_hits: self.counters.neighbour_hits.load(Ordering::Relaxed),
             refill: self.refill.lock().clone(),
             last_error: self.last_error.lock().clone(),
         }
@@ -809,7 +852,7 @@ mod budget_tests {
         let mut tiny = defaults.clone();
         tiny.share_budget(1 << 20, PACK);
         assert_eq!((tiny.uploaders, tiny.prefetchers, tiny.stream_blocks()), (1, 1, 8));
-        assert_eq!(tiny.inflight_bound(PACK), 68 << 20);
+        assert_eq!(tiny.inflight_bound(PACK), (68 << 20) + (1 << 20) / 32);
         // Big packs take fewer uploaders.
         let mut big = defaults;
         big.share_budget(DEFAULT_INFLIGHT_BUDGET, 64 << 20);

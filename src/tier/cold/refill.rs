@@ -426,12 +426,10 @@ impl ColdTier {
         }
         located.sort_by_key(|(loc, _)| (loc.pack, loc.offset));
         let blocks: Vec<(BlockId, BlockLoc)> = located.iter().map(|(loc, c)| (c.rec.block, *loc)).collect();
-        let results: Vec<Result<bytes::Bytes, ColdError>> = match self.store.get_blocks(&blocks) {
+        let results: Vec<Result<bytes::Bytes, ColdError>> = match self.get_blocks_buffered(&blocks) {
             Ok(datas) => datas.into_iter().map(Ok).collect(),
-            Err(e) => {
-                let e = Arc::new(e);
-                blocks.iter().map(|_| Err(ColdError::Store(e.clone()))).collect()
-            }
+            Err(ColdError::Store(e)) => blocks.iter().map(|_| Err(ColdError::Store(e.clone()))).collect(),
+            Err(_) => blocks.iter().map(|_| Err(ColdError::NotFetched)).collect(),
         };
         for ((_, c), data) in located.into_iter().zip(results) {
             let stored = data.and_then(|data| self.store_fetched(c.ino, c.file, c.idx, &c.rec, &data, true));
