@@ -10,10 +10,17 @@
 //! then. Supports what the benchmark workloads use (files, directories, symlinks, hard links,
 //! rename, attributes, reads and writes); xattrs are absent (ENODATA), locks stay in the kernel.
 //! Knobs for what-if runs (environment): `FLOOR_THREADS=N` request threads, `FLOOR_WRITEBACK=1`
-//! the writeback cache, `FLOOR_NO_DEFAULT_PERMISSIONS=1` no kernel permission checks.
+//! the writeback cache, `FLOOR_NO_DEFAULT_PERMISSIONS=1` no kernel permission checks, and
+//! `FLOOR_LOG=PATH`: every namespace or attribute change (create, mknod, mkdir, symlink, link,
+//! unlink, rmdir, rename, setattr) appends a 256-byte record to PATH with one `write(2)` before
+//! it is answered, which is what tierfs's promise that an acknowledged change survives
+//! `kill -9` costs at the least (tierfs writes RocksDB's log the same way, one `write(2)` per
+//! change). Data writes are not logged.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Mutex;
@@ -46,7 +53,13 @@ struct Floor {
     state: Mutex<State>,
     /// `FLOOR_WRITEBACK=1`: ask for the kernel's writeback cache (tierfs's `--writeback-cache`).
     writeback: bool,
+    /// `FLOOR_LOG=PATH`: the log each change is appended to (written under `state`'s lock, so
+    /// in the order the changes were made).
+    log: Option<Mutex<File>>,
 }
+
+/// Bytes per log record: about what one namespace change adds to tierfs's RocksDB log.
+const LOG_RECORD: usize = 256;
 
 fn new_attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> FileAttr {
     let now = SystemTime::now();
@@ -184,6 +197,27 @@ impl Floor {
         }
     }
 
+    /// [`Floor::with`] for a change: on success, one record naming `op`, `ino` and `name` is
+    /// appended to the log (when there is one) before the result is returned.
+    fn changed<T>(
+        &self,
+        op: u8,
+        ino: u64,
+        name: &OsStr,
+        f: impl FnOnce(&mut State) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let Some(log) = &self.log else { return self.with(f) };
+        let mut log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let out = self.with(f)?;
+        let mut record = [0u8; LOG_RECORD];
+        record[0] = op;
+        record[1..9].copy_from_slice(&ino.to_le_bytes());
+        let name = &name.as_bytes()[..name.len().min(LOG_RECORD - 9)];
+        record[9..9 + name.len()].copy_from_slice(name);
+        log.write_all(&record).map_err(Errno::from)?;
+        Ok(out)
+    }
+
     fn entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
         match result {
             Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
@@ -263,7 +297,7 @@ impl Filesystem for Floor {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let result = self.with(|s| {
+        let result = self.changed(b'a', ino.0, OsStr::new(""), |s| {
             let node = s.node(ino.0)?;
             let a = &mut node.attr;
             if let Some(mode) = mode {
@@ -315,24 +349,37 @@ impl Filesystem for Floor {
             libc::S_IFSOCK => FileType::Socket,
             _ => return reply.error(Errno::EPERM),
         };
-        self.entry(reply, self.with(|s| s.make(req, parent.0, name, kind, mode & !umask, Vec::new())));
+        self.entry(
+            reply,
+            self.changed(b'n', parent.0, name, |s| s.make(req, parent.0, name, kind, mode & !umask, Vec::new())),
+        );
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.entry(reply, self.with(|s| s.make(req, parent.0, name, FileType::Directory, mode & !umask, Vec::new())));
+        self.entry(
+            reply,
+            self.changed(b'd', parent.0, name, |s| {
+                s.make(req, parent.0, name, FileType::Directory, mode & !umask, Vec::new())
+            }),
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.with(|s| s.remove(parent.0, name, false)));
+        empty(reply, self.changed(b'u', parent.0, name, |s| s.remove(parent.0, name, false)));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.with(|s| s.remove(parent.0, name, true)));
+        empty(reply, self.changed(b'r', parent.0, name, |s| s.remove(parent.0, name, true)));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let target = target.as_os_str().as_bytes().to_vec();
-        self.entry(reply, self.with(|s| s.make(req, parent.0, link_name, FileType::Symlink, 0o777, target)));
+        self.entry(
+            reply,
+            self.changed(b's', parent.0, link_name, |s| {
+                s.make(req, parent.0, link_name, FileType::Symlink, 0o777, target)
+            }),
+        );
     }
 
     fn rename(
@@ -348,13 +395,13 @@ impl Filesystem for Floor {
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }
-        empty(reply, self.with(|s| s.rename(parent.0, name, newparent.0, newname)));
+        empty(reply, self.changed(b'm', parent.0, name, |s| s.rename(parent.0, name, newparent.0, newname)));
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         self.entry(
             reply,
-            self.with(|s| {
+            self.changed(b'l', newparent.0, newname, |s| {
                 if s.child(newparent.0, newname).is_ok() {
                     return Err(Errno::EEXIST);
                 }
@@ -509,7 +556,9 @@ impl Filesystem for Floor {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.with(|s| s.make(req, parent.0, name, FileType::RegularFile, mode & !umask, Vec::new())) {
+        match self.changed(b'c', parent.0, name, |s| {
+            s.make(req, parent.0, name, FileType::RegularFile, mode & !umask, Vec::new())
+        }) {
             Ok(attr) => reply.created(&TTL, &attr, Generation(0), FileHandle(0), open_flags()),
             Err(err) => reply.error(err),
         }
@@ -533,6 +582,16 @@ fn main() {
     let floor = Floor {
         state: Mutex::new(State { nodes: HashMap::from([(ROOT, root)]), next_ino: ROOT + 1 }),
         writeback: env_flag("FLOOR_WRITEBACK"),
+        log: match std::env::var_os("FLOOR_LOG") {
+            None => None,
+            Some(path) => match File::options().create(true).append(true).open(&path) {
+                Ok(file) => Some(Mutex::new(file)),
+                Err(err) => {
+                    eprintln!("tierfs-fuse-floor: FLOOR_LOG {}: {err}", Path::new(&path).display());
+                    std::process::exit(1);
+                }
+            },
+        },
     };
     let mut config = Config::default();
     // FLOOR_THREADS=N: request threads (tierfs's `--threads`, default 1).
