@@ -58,6 +58,9 @@ pub fn inode_key(ino: Ino) -> Vec<u8> {
 /// The first byte of every inode key: the inode table is `[b"I", b"J")`.
 pub const INODE_TABLE: [u8; 1] = [TAG_INODE];
 
+/// The first byte of every directory entry key: the entry table is `[b"D", b"E")`.
+pub const DENTRY_TABLE: [u8; 1] = [TAG_DENTRY];
+
 pub fn dentry_key(parent: Ino, name: &[u8]) -> Vec<u8> {
     tagged(TAG_DENTRY, parent, name)
 }

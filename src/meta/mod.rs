@@ -20,11 +20,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
-use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::types::ErrorKind;
 use crate::types::{FileKind, Ino};
-use cache::{InodeCache, Lookup, Touched};
+use cache::{DentryCache, Entry, InodeCache, Lookup, Touched};
 pub use codec::{ChunkRecord, InodeRecord};
 pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
 
@@ -52,7 +52,7 @@ fn range_covers_inodes(from: &[u8], to: &[u8]) -> bool {
 }
 
 /// The inode records `ops` write or delete.
-fn touched_inodes(ops: &[JournalOp]) -> Touched {
+fn touched_inodes(ops: &[JournalOp]) -> Touched<Ino> {
     let mut inos = Vec::new();
     for op in ops {
         match op {
@@ -61,7 +61,50 @@ fn touched_inodes(ops: &[JournalOp]) -> Touched {
             JournalOp::DeleteRange { .. } => {}
         }
     }
-    Touched::Inodes(inos)
+    Touched::Keys(inos)
+}
+
+/// Whether `key` is a directory entry's.
+fn is_dentry_key(key: &[u8]) -> bool {
+    key.len() > 9 && key[..1] == codec::DENTRY_TABLE
+}
+
+/// The directory entries `ops` write or delete, by key.
+fn touched_dentries(ops: &[JournalOp]) -> Touched<Vec<u8>> {
+    let mut keys = Vec::new();
+    for op in ops {
+        match op {
+            JournalOp::Put { key, .. } | JournalOp::Delete { key } if is_dentry_key(key) => keys.push(key.clone()),
+            JournalOp::Put { .. } | JournalOp::Delete { .. } => {}
+            JournalOp::DeleteRange { from, to } => {
+                let table_end = prefix_end(&codec::DENTRY_TABLE).expect("a one-byte table tag below 0xff");
+                if from.as_slice() < table_end.as_slice() && to.as_slice() > codec::DENTRY_TABLE.as_slice() {
+                    return Touched::All;
+                }
+            }
+        }
+    }
+    Touched::Keys(keys)
+}
+
+/// What the directory entries `ops` write leave behind, in the order written: an entry for a
+/// put, a name that does not exist for a delete. What a commit puts into the entry cache
+/// (a range over the entries is never committed: [`touched_dentries`] drops them all then).
+fn written_dentries(ops: &[JournalOp]) -> Vec<(Vec<u8>, Entry)> {
+    let mut out: Vec<(Vec<u8>, Entry)> = Vec::new();
+    for op in ops {
+        let (key, entry) = match op {
+            JournalOp::Put { key, value } if is_dentry_key(key) => match codec::decode_dentry(value) {
+                Ok(entry) => (key, Some(entry)),
+                Err(_) => continue,
+            },
+            JournalOp::Delete { key } if is_dentry_key(key) => (key, None),
+            _ => continue,
+        };
+        out.retain(|(k, _)| k != key);
+        out.push((key.clone(), entry));
+    }
+    out
 }
 
 /// The inode records `ops` leave behind, decoded, in the order written: what a commit puts
@@ -145,14 +188,20 @@ type Result<T> = std::result::Result<T, MetaError>;
 pub struct MetaStore {
     db: DB,
     write_opts: WriteOptions,
+    /// The options of every point read on a hot path, made once: `DB::get_pinned` makes and
+    /// frees a C++ `ReadOptions` per call.
+    read_opts: ReadOptions,
     journal: Journal,
     /// Inode records read recently (see [`cache`]): every write of one goes through
     /// [`MetaStore::commit`] or [`MetaStore::import`], which keep it current.
     inodes: InodeCache,
-    /// Held across a write that changes inode records and the cache update after it, so
-    /// RocksDB and the cache see such writes in one order (a commit stores the records it
-    /// wrote in the cache; two commits of one inode must not store them in the other order).
-    inode_writes: Mutex<()>,
+    /// Directory entries read or written recently, and names looked up that do not exist;
+    /// kept current the same way.
+    dentries: DentryCache,
+    /// Held across a write that changes inode records or entries and the cache update after
+    /// it, so RocksDB and the caches see such writes in one order (a commit stores what it
+    /// wrote in the caches; two commits of one key must not store it in the other order).
+    cached_writes: Mutex<()>,
 }
 
 impl MetaStore {
@@ -182,9 +231,11 @@ impl MetaStore {
         let store = MetaStore {
             db,
             write_opts,
+            read_opts: ReadOptions::default(),
             journal: Journal::default(),
             inodes: InodeCache::default(),
-            inode_writes: Mutex::new(()),
+            dentries: DentryCache::default(),
+            cached_writes: Mutex::new(()),
         };
         let found = match store.db.get(codec::SCHEMA_KEY)? {
             None => None,
@@ -208,15 +259,15 @@ impl MetaStore {
     }
 
     pub fn inode(&self, ino: Ino) -> Result<Option<InodeRecord>> {
-        let generation = match self.inodes.lookup(ino) {
+        let generation = match self.inodes.lookup(&ino) {
             Lookup::Hit(rec) => return Ok(Some(rec)),
             Lookup::Miss(generation) => generation,
         };
-        match self.db.get_pinned(codec::inode_key(ino))? {
+        match self.db.get_pinned_opt(codec::inode_key(ino), &self.read_opts)? {
             None => Ok(None),
             Some(v) => {
                 let rec = codec::decode_inode(ino, &v)?;
-                self.inodes.fill(ino, generation, &rec);
+                self.inodes.fill(ino, generation, rec.clone());
                 Ok(Some(rec))
             }
         }
@@ -225,14 +276,21 @@ impl MetaStore {
     /// Whether `ino` has a record, read from RocksDB without decoding it or filling the
     /// inode cache (for walks over many inodes that are not about to be used).
     pub fn inode_exists(&self, ino: Ino) -> Result<bool> {
-        Ok(self.db.get_pinned(codec::inode_key(ino))?.is_some())
+        Ok(self.db.get_pinned_opt(codec::inode_key(ino), &self.read_opts)?.is_some())
     }
 
     pub fn dentry(&self, parent: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
-        match self.db.get_pinned(codec::dentry_key(parent, name))? {
-            None => Ok(None),
-            Some(v) => codec::decode_dentry(&v).map(Some),
-        }
+        let key = codec::dentry_key(parent, name);
+        let generation = match self.dentries.lookup(&key) {
+            Lookup::Hit(entry) => return Ok(entry),
+            Lookup::Miss(generation) => generation,
+        };
+        let entry = match self.db.get_pinned_opt(&key, &self.read_opts)? {
+            None => None,
+            Some(v) => Some(codec::decode_dentry(&v)?),
+        };
+        self.dentries.fill(key, generation, entry);
+        Ok(entry)
     }
 
     /// Calls `f(key_suffix, value)` for every key starting with `prefix`, in key order, until
@@ -485,7 +543,7 @@ impl MetaStore {
 
     /// Where a stored block lives, if this node knows it.
     pub fn block(&self, id: &[u8; 32]) -> Result<Option<crate::block::BlockLoc>> {
-        match self.db.get_pinned(codec::block_key(id))? {
+        match self.db.get_pinned_opt(codec::block_key(id), &self.read_opts)? {
             None => Ok(None),
             Some(v) => crate::block::BlockLoc::decode(&v)
                 .map(Some)
@@ -494,15 +552,18 @@ impl MetaStore {
     }
 
     /// Applies one batch atomically (numbered and queued for the store when journaling).
-    /// The inode records it writes go into the inode cache: the kernel asks for the
-    /// attributes of a directory again after every change to it, and that read is then
-    /// answered from memory.
+    /// The inode records and directory entries it writes go into the caches: the kernel asks
+    /// for the attributes of a directory again after every change to it, and an entry just
+    /// made is the next one renamed or removed; those reads are then answered from memory.
     pub fn commit(&self, batch: MetaBatch) -> Result<()> {
         let MetaBatch(mut wb, ops) = batch;
         let touched = touched_inodes(&ops);
+        let touched_names = touched_dentries(&ops);
         let written = written_inodes(&ops);
-        let _order = (touched != Touched::Inodes(Vec::new())).then(|| self.inode_writes.lock());
+        let written_names = written_dentries(&ops);
+        let _order = (!touched.is_empty() || !touched_names.is_empty()).then(|| self.cached_writes.lock());
         self.inodes.invalidate(&touched);
+        self.dentries.invalidate(&touched_names);
         let result = self.journal.append(ops, |seq| {
             if let Some(seq) = seq {
                 wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
@@ -511,8 +572,10 @@ impl MetaStore {
             Ok(())
         });
         self.inodes.invalidate(&touched);
+        self.dentries.invalidate(&touched_names);
         if result.is_ok() {
-            self.inodes.store(&written);
+            self.inodes.store(written.into_iter().map(|rec| (rec.attr.ino, rec)));
+            self.dentries.store(written_names);
         }
         result
     }
@@ -586,10 +649,13 @@ impl MetaStore {
         }
         wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
         let touched = touched_inodes(ops);
-        let _order = self.inode_writes.lock();
+        let touched_names = touched_dentries(ops);
+        let _order = self.cached_writes.lock();
         self.inodes.invalidate(&touched);
+        self.dentries.invalidate(&touched_names);
         let result = self.db.write_opt(wb, &self.write_opts);
         self.inodes.invalidate(&touched);
+        self.dentries.invalidate(&touched_names);
         Ok(result?)
     }
 
@@ -784,12 +850,12 @@ mod tests {
         b.delete_inode(5);
         b.put_dentry(5, b"x", 6, FileKind::File);
         b.delete_xattr(7, b"user.a");
-        assert_eq!(touched_inodes(&b.1), Touched::Inodes(vec![5]));
+        assert_eq!(touched_inodes(&b.1), Touched::Keys(vec![5]));
         let range = |from: &[u8], to: &[u8]| vec![JournalOp::DeleteRange { from: from.to_vec(), to: to.to_vec() }];
         assert_eq!(touched_inodes(&range(b"A", b"Z")), Touched::All);
         assert_eq!(touched_inodes(&range(&codec::inode_key(3), &codec::inode_key(9))), Touched::All);
-        assert_eq!(touched_inodes(&range(b"D", b"E")), Touched::Inodes(vec![]));
-        assert_eq!(touched_inodes(&range(b"J", b"K")), Touched::Inodes(vec![]));
+        assert_eq!(touched_inodes(&range(b"D", b"E")), Touched::Keys(vec![]));
+        assert_eq!(touched_inodes(&range(b"J", b"K")), Touched::Keys(vec![]));
     }
 
     #[test]
@@ -820,7 +886,7 @@ mod tests {
     fn a_commit_caches_the_records_it_leaves_and_not_those_it_deletes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = MetaStore::open(dir.path()).expect("open");
-        let cached = |ino| match store.inodes.lookup(ino) {
+        let cached = |ino| match store.inodes.lookup(&ino) {
             Lookup::Hit(r) => Some(r.attr.size),
             Lookup::Miss(_) => None,
         };
@@ -850,6 +916,67 @@ mod tests {
         let sizes = |ops: &[JournalOp]| written_inodes(ops).iter().map(|r| r.attr.size).collect::<Vec<_>>();
         assert_eq!(sizes(&[put(4, 1), range(1, 9), put(5, 2)]), vec![2]);
         assert_eq!(sizes(&[put(4, 1), JournalOp::Delete { key: codec::dentry_key(4, b"x") }]), vec![1]);
+    }
+
+    #[test]
+    fn writes_name_the_entries_they_touch() {
+        let mut b = MetaBatch::new();
+        b.put_dentry(5, b"x", 6, FileKind::File);
+        b.delete_dentry(5, b"y");
+        b.put_inode(&codec::test_file_record(6, 0));
+        assert_eq!(touched_dentries(&b.1), Touched::Keys(vec![codec::dentry_key(5, b"x"), codec::dentry_key(5, b"y")]));
+        assert_eq!(
+            written_dentries(&b.1),
+            vec![(codec::dentry_key(5, b"x"), Some((6, FileKind::File))), (codec::dentry_key(5, b"y"), None)]
+        );
+        let range = |from: &[u8], to: &[u8]| vec![JournalOp::DeleteRange { from: from.to_vec(), to: to.to_vec() }];
+        assert_eq!(touched_dentries(&range(b"A", b"Z")), Touched::All);
+        assert_eq!(touched_dentries(&range(&codec::dentry_prefix(3), &codec::dentry_prefix(4))), Touched::All);
+        assert_eq!(touched_dentries(&range(b"E", b"K")), Touched::Keys(vec![]));
+        assert_eq!(touched_dentries(&range(b"A", b"D")), Touched::Keys(vec![]));
+    }
+
+    #[test]
+    fn entry_reads_see_every_commit_and_import_also_of_names_that_did_not_exist() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(dir.path()).expect("open");
+        // Missing: cached as missing, then made by a commit.
+        assert_eq!(store.dentry(1, b"a").expect("read"), None);
+        assert!(matches!(store.dentries.lookup(&codec::dentry_key(1, b"a")), Lookup::Hit(None)));
+        let mut b = MetaBatch::new();
+        b.put_dentry(1, b"a", 7, FileKind::File);
+        store.commit(b).expect("commit");
+        assert!(matches!(store.dentries.lookup(&codec::dentry_key(1, b"a")), Lookup::Hit(Some((7, FileKind::File)))));
+        assert_eq!(store.dentry(1, b"a").expect("read"), Some((7, FileKind::File)));
+        // An import changes it, and removes another that was read and cached.
+        let mut b = MetaBatch::new();
+        b.put_dentry(1, b"b", 8, FileKind::Dir);
+        store.commit(b).expect("commit");
+        assert_eq!(store.dentry(1, b"b").expect("read"), Some((8, FileKind::Dir)));
+        let ops = [
+            JournalOp::Put {
+                key: codec::dentry_key(1, b"a"),
+                value: codec::encode_dentry(9, FileKind::Symlink).to_vec(),
+            },
+            JournalOp::Delete { key: codec::dentry_key(1, b"b") },
+        ];
+        store.import(&ops, 1).expect("import");
+        assert_eq!(store.dentry(1, b"a").expect("read"), Some((9, FileKind::Symlink)));
+        assert_eq!(store.dentry(1, b"b").expect("read"), None);
+        // A range delete over the directory drops every cached entry.
+        store
+            .import(&[JournalOp::DeleteRange { from: codec::dentry_prefix(1), to: codec::dentry_prefix(2) }], 2)
+            .expect("import");
+        assert_eq!(store.dentry(1, b"a").expect("read"), None);
+        // A removed entry reads as missing from the cache, like RocksDB.
+        let mut b = MetaBatch::new();
+        b.put_dentry(1, b"c", 10, FileKind::File);
+        store.commit(b).expect("commit");
+        let mut b = MetaBatch::new();
+        b.delete_dentry(1, b"c");
+        store.commit(b).expect("commit");
+        assert!(matches!(store.dentries.lookup(&codec::dentry_key(1, b"c")), Lookup::Hit(None)));
+        assert_eq!(store.dentry(1, b"c").expect("read"), None);
     }
 
     #[test]
