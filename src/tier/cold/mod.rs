@@ -463,19 +463,29 @@ pub struct WriteGuard<'a> {
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         let mut st = self.tier.state.lock();
-        let State { files, epochs, .. } = &mut *st;
+        let State { files, epochs, urgent, dirty_bytes, flush, stopping, .. } = &mut *st;
+        // Whether a chunk this write held became one an uploader would claim now (see
+        // `claim`): no write in it any more, and full, or of a closed file, or of one an fsync
+        // waits for, or any chunk while dirty bytes press. Other chunks wait for the
+        // uploaders' own round (`seal_after`): waking one for them would cost a context switch
+        // per write for nothing.
+        let pressure = *flush || *stopping || *dirty_bytes >= self.tier.config.max_dirty / 2;
+        let mut sealable = false;
         if let Some(f) = files.get_mut(&self.ino) {
+            let settled = pressure || !f.open || urgent.contains_key(&self.ino);
             for idx in &self.chunks {
                 if let Some(c) = f.chunks.get_mut(idx) {
                     c.inflight = c.inflight.saturating_sub(1);
                     *epochs += 1;
                     c.epoch = *epochs;
+                    sealable |= c.inflight == 0 && c.dirty && (settled || c.dirty_len >= CHUNK_SIZE);
                 }
             }
         }
         drop(st);
-        // Only an uploader cares: the chunk may be sealable now.
-        self.tier.work.notify_one();
+        if sealable {
+            self.tier.work.notify_one();
+        }
     }
 }
 
@@ -723,8 +733,12 @@ impl ColdTier {
     /// Whether `ino` has open handles (a closed file is sealed at once).
     pub fn set_open(&self, ino: Ino, open: bool) {
         let mut st = self.state.lock();
+        // A closed file with dirty chunks is sealed at once: an uploader is woken for it. A
+        // clean one (read, or created empty) gives the uploaders nothing to do.
+        let mut seal = false;
         if let Some(f) = st.files.get_mut(&ino) {
             f.open = open;
+            seal = !open && f.dirty_chunks > 0;
             // A closed file with no chunk state (empty, or all hole) keeps nothing in memory:
             // the engine's memory follows the files that hold data, not every file opened.
             if !open && f.chunks.is_empty() && !f.marked_dirty && !f.keep_cached {
@@ -734,8 +748,8 @@ impl ColdTier {
             st.files.entry(ino).or_default().open = true;
         }
         drop(st);
-        if !open {
-            self.work.notify_one(); // a closed file is sealed at once
+        if seal {
+            self.work.notify_one();
         }
     }
 
