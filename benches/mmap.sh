@@ -12,6 +12,8 @@
 # again), each with the page cache dropped. Their ratio is what random page faults cost
 # anyway. A benchmark run by hand: nothing here is a test.
 #
+# `tierfs status --json` after each cold read is kept as OUTDIR/status-b<build>-r<round>-{mmap,seq}.json
+# (what the read fetched, its misses and its GETs).
 # Env (knobs):
 #   SIZE_MIB [192]    the file
 #   CACHE_MIB [2048]  tierfs --cache-size
@@ -95,10 +97,12 @@ for B in "${!BUILDS[@]}"; do
   for r in $(seq "$ROUNDS"); do
     mount_fresh "$WORK/data-$B-m$r"; drop_caches
     RESULT[$B,mmap,$r]=$(timed python3 -c "$MMAP_WALK" "$TMNT/ckpt.bin")
+    t status --json "$TMNT" >"$OUTDIR/status-b$B-r$r-mmap.json" 2>>"$LOG"
     cmp -s "$WORK/src" "$TMNT/ckpt.bin" || die "build $B: the file reads back different"
     umount_t
     mount_fresh "$WORK/data-$B-s$r"; drop_caches
     RESULT[$B,seq,$r]=$(timed dd if="$TMNT/ckpt.bin" of=/dev/null bs=4M)
+    t status --json "$TMNT" >"$OUTDIR/status-b$B-r$r-seq.json" 2>>"$LOG"
     umount_t
     log "build $B round $r: mmap walk ${RESULT[$B,mmap,$r]} s, sequential ${RESULT[$B,seq,$r]} s"
     # The floor in tierfs: the same reads of the file hot in the writer's data dir.

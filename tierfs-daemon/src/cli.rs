@@ -703,6 +703,14 @@ pub struct MountArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub io_threads: Option<u16>,
 
+    /// The kernel's readahead window for the mount, in KiB [default: 1024]. A page fault in
+    /// an mmapped file (a checkpoint loaded with mmap) brings this much around it, and
+    /// sequential reads ask ahead this far. Needs root (it is the mount's
+    /// /sys/class/bdi/*/read_ahead_kb); otherwise the kernel's 128 KiB stays, with a note in
+    /// the log. 0 leaves the kernel's window.
+    #[arg(long, value_name = "KIB", value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    pub read_ahead_kib: Option<u32>,
+
     /// Let the kernel buffer writes in its page cache (FUSE writeback cache). Faster for
     /// many small writes to one file (4k random writes: about 1.5x); slower for metadata:
     /// the kernel then asks for the attributes of every closed file again and sends a
@@ -913,6 +921,7 @@ impl MountArgs {
             allow_other,
             threads: self.threads.map(usize::from),
             io_threads: self.io_threads.map(usize::from),
+            read_ahead_kib: self.read_ahead_kib,
             writeback_cache: self.writeback_cache,
             attr_ttl: self.attr_ttl,
             entry_ttl: self.entry_ttl,
@@ -965,6 +974,9 @@ impl MountConfig {
         }
         if let Some(threads) = self.io_threads {
             args.extend(["--io-threads".into(), threads.to_string().into()]);
+        }
+        if let Some(kib) = self.read_ahead_kib {
+            args.extend(["--read-ahead-kib".into(), kib.to_string().into()]);
         }
         if self.writeback_cache {
             args.push("--writeback-cache".into());

@@ -40,6 +40,8 @@ pub struct MountConfig {
     pub threads: Option<usize>,
     /// Threads for FUSE operations that may wait for the store; `None`: the default.
     pub io_threads: Option<usize>,
+    /// The kernel's readahead window in KiB (`--read-ahead-kib`); `None`: the default.
+    pub read_ahead_kib: Option<u32>,
     pub writeback_cache: bool,
     pub attr_ttl: Option<Duration>,
     pub entry_ttl: Option<Duration>,
@@ -123,6 +125,7 @@ impl MountConfig {
             writeback_cache: self.writeback_cache,
             fsname: "tierfs".to_owned(),
             read_only: self.read_only,
+            read_ahead_kib: self.read_ahead_kib.unwrap_or(defaults.read_ahead_kib),
         }
     }
 }

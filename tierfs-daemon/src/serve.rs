@@ -115,6 +115,7 @@ fn serve(
     });
     // On an error the FUSE session (and with it the mount) was moved into the closure and dropped.
     let session_thread = session_thread.context("starting the FUSE session thread")?;
+    set_read_ahead(mountpoint, config.mount_options().read_ahead_kib);
 
     let handler: Arc<dyn ControlHandler> =
         Arc::new(Served::new(session.clone(), config.clone(), mountpoint.to_path_buf(), socket.clone(), fuse_stats));
@@ -573,6 +574,23 @@ impl ControlHandler for Served {
             fuse_ops: self.fuse_stats.as_ref().map(|s| s.snapshot()).unwrap_or_default(),
             follow: status.follow.map(Into::into),
         }
+    }
+}
+
+/// Widens the kernel's readahead window of the mount to `kib` KiB (0: leaves it), now that the
+/// session serves. A failure costs speed only, so it is logged and serving goes on: without
+/// root the window stays at the kernel's 128 KiB.
+fn set_read_ahead(mountpoint: &Path, kib: u32) {
+    if kib == 0 {
+        return;
+    }
+    match tierfs_mount::set_read_ahead(mountpoint, kib) {
+        Ok(before) => info!(before_kib = before, kib, "kernel readahead window set"),
+        Err(err) if err.kind() == io::ErrorKind::PermissionDenied => info!(
+            "kernel readahead window left at the kernel's: setting it needs root ({err}); \
+             mmapped files fault in 128 KiB at a time"
+        ),
+        Err(err) => warn!("could not set the kernel readahead window to {kib} KiB: {err}"),
     }
 }
 

@@ -521,7 +521,11 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     assert_eq!(value(&scrape(port), "tierfs_mount_up", "hw"), Some(1.0));
     tierfs_beside(0, &own_run, Some(&runtime_dir), &["unwatch", hwp], Duration::from_secs(60))
         .assert_success("tierfs unwatch of a handed-off watch");
-    assert_eq!(value(&scrape(port), "tierfs_mount_up", "hw"), None);
+    // The watch's session ends on its own thread after `unwatch` answers: until then it shows
+    // as stopping (0).
+    wait_for(port, Duration::from_secs(30), "the unwatched watch to leave the metrics", |s| {
+        value(s, "tierfs_mount_up", "hw").is_none()
+    });
     assert!(daemon.child.try_wait().expect("wait").is_none(), "the node daemon exited");
     // --standalone serves it in a process of its own; the data came back.
     let mut standalone = args.to_vec();
