@@ -223,13 +223,19 @@ fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
     }
     let canonical = fs::canonicalize(path).with_context(|| format!("resolving mountpoint {}", path.display()))?;
     if let Some(entry) = mounts::find_mount(&canonical).context("reading the mount table")? {
-        bail!(
-            "{} is already a mount point ({} from {}); unmount it first (`tierfs umount {}`)",
-            canonical.display(),
-            entry.fs_type,
-            entry.source,
-            canonical.display()
-        );
+        // A `stat` can be answered from the kernel's cached attributes of a mount whose
+        // daemon is gone (the daemon itself stats the root when it sets the readahead
+        // window); a `statfs` always asks the daemon, and a dead one answers ENOTCONN.
+        if !(entry.is_fuse() && connection_is_dead(&canonical)) {
+            bail!(
+                "{} is already a mount point ({} from {}); unmount it first (`tierfs umount {}`)",
+                canonical.display(),
+                entry.fs_type,
+                entry.source,
+                canonical.display()
+            );
+        }
+        clear_stale_mount(&canonical)?;
     }
     if !config.nonempty {
         let mut entries =
@@ -243,6 +249,17 @@ fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
         }
     }
     Ok(canonical)
+}
+
+/// Whether the FUSE mount at `path` has lost its daemon (`statfs` fails with ENOTCONN).
+fn connection_is_dead(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: a valid path and a zeroed out-parameter.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated and buf lives across the call.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
+    rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
 }
 
 /// A tierfs mount whose daemon died (kill -9, OOM) leaves a mount that fails every access
