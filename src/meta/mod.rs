@@ -46,9 +46,10 @@ fn inode_of_key(key: &[u8]) -> Option<Ino> {
     (key.len() == 9 && key[..1] == codec::INODE_TABLE).then(|| codec::key_ino(key).ok()).flatten()
 }
 
-/// Whether deleting `[from, to)` reaches into the inode table, `[b"I", b"J")`.
-fn range_covers_inodes(from: &[u8], to: &[u8]) -> bool {
-    from < b"J".as_slice() && to > codec::INODE_TABLE.as_slice()
+/// Whether deleting `[from, to)` reaches into the table whose keys start with `table`'s tag:
+/// `[tag, tag + 1)`.
+fn range_covers_table(from: &[u8], to: &[u8], table: [u8; 1]) -> bool {
+    from < [table[0] + 1].as_slice() && to > table.as_slice()
 }
 
 /// The inode records `ops` write or delete.
@@ -57,7 +58,9 @@ fn touched_inodes(ops: &[JournalOp]) -> Touched<Ino> {
     for op in ops {
         match op {
             JournalOp::Put { key, .. } | JournalOp::Delete { key } => inos.extend(inode_of_key(key)),
-            JournalOp::DeleteRange { from, to } if range_covers_inodes(from, to) => return Touched::All,
+            JournalOp::DeleteRange { from, to } if range_covers_table(from, to, codec::INODE_TABLE) => {
+                return Touched::All;
+            }
             JournalOp::DeleteRange { .. } => {}
         }
     }
@@ -75,13 +78,10 @@ fn touched_dentries(ops: &[JournalOp]) -> Touched<Vec<u8>> {
     for op in ops {
         match op {
             JournalOp::Put { key, .. } | JournalOp::Delete { key } if is_dentry_key(key) => keys.push(key.clone()),
-            JournalOp::Put { .. } | JournalOp::Delete { .. } => {}
-            JournalOp::DeleteRange { from, to } => {
-                let table_end = prefix_end(&codec::DENTRY_TABLE).expect("a one-byte table tag below 0xff");
-                if from.as_slice() < table_end.as_slice() && to.as_slice() > codec::DENTRY_TABLE.as_slice() {
-                    return Touched::All;
-                }
+            JournalOp::DeleteRange { from, to } if range_covers_table(from, to, codec::DENTRY_TABLE) => {
+                return Touched::All;
             }
+            JournalOp::Put { .. } | JournalOp::Delete { .. } | JournalOp::DeleteRange { .. } => {}
         }
     }
     Touched::Keys(keys)
@@ -125,7 +125,7 @@ fn written_inodes(ops: &[JournalOp]) -> Vec<InodeRecord> {
                 }
             }
             // A range over the inode table drops everything written before it.
-            JournalOp::DeleteRange { from, to } if range_covers_inodes(from, to) => out.clear(),
+            JournalOp::DeleteRange { from, to } if range_covers_table(from, to, codec::INODE_TABLE) => out.clear(),
             JournalOp::DeleteRange { .. } => {}
         }
     }

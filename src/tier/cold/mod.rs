@@ -463,13 +463,13 @@ pub struct WriteGuard<'a> {
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         let mut st = self.tier.state.lock();
-        let State { files, epochs, urgent, dirty_bytes, flush, stopping, .. } = &mut *st;
+        let pressure = self.tier.under_pressure(&st);
+        let State { files, epochs, urgent, .. } = &mut *st;
         // Whether a chunk this write held became one an uploader would claim now (see
         // `claim`): no write in it any more, and full, or of a closed file, or of one an fsync
         // waits for, or any chunk while dirty bytes press. Other chunks wait for the
         // uploaders' own round (`seal_after`): waking one for them would cost a context switch
         // per write for nothing.
-        let pressure = *flush || *stopping || *dirty_bytes >= self.tier.config.max_dirty / 2;
         let mut sealable = false;
         if let Some(f) = files.get_mut(&self.ino) {
             let settled = pressure || !f.open || urgent.contains_key(&self.ino);
@@ -728,6 +728,12 @@ impl ColdTier {
         let f = st.files.entry(ino).or_default();
         f.keep_cached = true;
         f.streaming = false;
+    }
+
+    /// Whether uploaders take every dirty chunk now, not only settled ones: a flush or the
+    /// shutdown is under way, or dirty bytes reached half their bound.
+    fn under_pressure(&self, st: &State) -> bool {
+        st.flush || st.stopping || st.dirty_bytes >= self.config.max_dirty / 2
     }
 
     /// Whether `ino` has open handles (a closed file is sealed at once).

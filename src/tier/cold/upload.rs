@@ -124,7 +124,7 @@ impl ColdTier {
     /// Picks dirty chunks that are ready to seal, up to about one pack.
     fn claim(&self, st: &mut MutexGuard<'_, State>) -> Vec<Claim> {
         let flushing = st.flush || st.stopping;
-        let pressure = flushing || st.dirty_bytes >= self.config.max_dirty / 2;
+        let pressure = self.under_pressure(st);
         // First what is settled: chunks of closed files, full chunks (a sequential writer has
         // moved past them) and chunks quiet for `seal_after`. Only under pressure also the
         // partial chunks of files still being written, which would otherwise be uploaded
