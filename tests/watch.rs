@@ -398,3 +398,61 @@ fn bad_directories_are_refused_and_nothing_changes() {
     assert!(vfs.lookup(ROOT_INO, b"mine.txt").is_ok() && vfs.lookup(ROOT_INO, b"theirs.txt").is_err());
     fx.close(session);
 }
+
+/// Every name in the workspace, as paths from its root.
+fn workspace_names(session: &Session) -> Vec<String> {
+    let meta = session.vfs().meta();
+    let mut out = Vec::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((ino, at)) = stack.pop() {
+        for (name, child, kind) in meta.list_dir(ino).expect("listing the workspace") {
+            let path = format!("{at}/{}", String::from_utf8_lossy(&name));
+            if kind == tierfs::types::FileKind::Dir {
+                stack.push((child, path.clone()));
+            }
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The swap the watcher cannot prevent (a directory of the tree replaced by a symlink to
+/// somewhere else after a listing named it) must lead no pass out of the tree: a pass for
+/// changes inside the swapped directory, and a full pass, read nothing outside, and the
+/// workspace gets the symlink as a symlink. Nor is `.tierfsignore` read through a symlink.
+#[test]
+fn a_directory_swapped_for_a_symlink_leads_no_pass_outside_the_tree() {
+    let fx = Fixture::new();
+    let src = fx.dir("src");
+    fs::create_dir_all(src.join("d/sub")).expect("mkdir");
+    fs::write(src.join("d/sub/a.txt"), b"inside").expect("write");
+    let outside = fx.dir("outside");
+    fs::create_dir_all(outside.join("sub")).expect("mkdir");
+    fs::write(outside.join("sub/secret.txt"), b"marker-0b7e").expect("write");
+    fs::write(outside.join("ignore-all"), b"*\n").expect("write");
+    let session = fx.open("data");
+    let mut mirror = Mirror::new(session.vfs().clone(), &src).expect("mirror");
+    mirror.start().expect("start");
+    mirror.rescan().expect("first pass");
+    assert!(workspace_names(&session).contains(&"/d/sub/a.txt".to_owned()));
+
+    fs::rename(src.join("d"), src.join("d.old")).expect("rename");
+    std::os::unix::fs::symlink(&outside, src.join("d")).expect("symlink");
+    // What inotify reports for a change inside the directory as it was.
+    let pass = mirror.rescan_dirs(&[PathBuf::from("d/sub")]).expect("a pass for d/sub");
+    // The pass falls back to the root, where d.old is new: its 6 bytes are the only ones read.
+    assert!(pass.counts.bytes_read <= b"inside".len() as u64, "read a file outside the tree: {pass:?}");
+    let names = workspace_names(&session);
+    assert!(!names.iter().any(|n| n.contains("secret")), "{names:?}");
+
+    std::os::unix::fs::symlink(outside.join("ignore-all"), src.join(".tierfsignore")).expect("symlink");
+    let pass = mirror.rescan().expect("a full pass");
+    let names = workspace_names(&session);
+    assert!(!names.iter().any(|n| n.contains("secret")), "{names:?}");
+    assert!(names.contains(&"/d.old/sub/a.txt".to_owned()), "the rename is seen: {names:?} {pass:?}");
+    let d = session.vfs().lookup(ROOT_INO, b"d").expect("d");
+    assert_eq!(d.kind, tierfs::types::FileKind::Symlink, "d is the symlink it is now");
+    assert_eq!(session.vfs().readlink(d.ino).expect("readlink"), outside.as_os_str().as_encoded_bytes());
+    fx.close(session);
+}

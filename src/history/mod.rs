@@ -112,6 +112,154 @@ pub struct Published {
     pub commits: u64,
 }
 
+/// The whole history as one git pack, for a client to write with its own rights
+/// (`history export`, `history push`): the serving process, which may run as root, never
+/// writes outside its data dir on a caller's behalf (docs/ARCHITECTURE.md, "Who writes
+/// where").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bundle {
+    /// The newest commit (hex).
+    pub head: String,
+    pub commits: u64,
+    /// The remote the workspace's history settings name, if any.
+    pub remote: Option<String>,
+    /// Every object reachable from `head`.
+    #[serde(with = "base64_bytes")]
+    pub pack: Vec<u8>,
+}
+
+/// A byte string as base64 text in JSON (a third of the size of a number array).
+mod base64_bytes {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Bundle {
+    /// Writes the history into `dir` (new or empty) as a plain git repository with a work tree
+    /// of the newest commit.
+    pub fn export(&self, dir: &Path) -> Result<Published> {
+        match std::fs::read_dir(dir) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    return Err(HistoryError::NotEmpty(dir.to_path_buf()));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HistoryError::Io { what: "reading", path: dir.to_path_buf(), source: e }),
+        }
+        let repo = self.unpack(dir, false)?;
+        let mut checkout = git2::build::CheckoutBuilder::new();
+        checkout.force();
+        repo.checkout_head(Some(&mut checkout)).map_err(HistoryError::git(format!("writing {}", dir.display())))?;
+        Ok(Published { to: dir.display().to_string(), head: self.head.clone(), commits: self.commits })
+    }
+
+    /// Pushes the branch to git remote `remote` (a path or URL; the settings' `remote` when
+    /// `None`), from a bare copy made in `scratch` (an empty directory the caller removes).
+    pub fn push(&self, remote: Option<&str>, scratch: &Path) -> Result<Published> {
+        let url = match remote.map(str::to_string).or_else(|| self.remote.clone()) {
+            Some(u) => u,
+            None => return Err(HistoryError::NoRemote),
+        };
+        let repo = self.unpack(scratch, true)?;
+        push_branch(&repo, &url)?;
+        Ok(Published { to: redact_url(&url), head: self.head.clone(), commits: self.commits })
+    }
+
+    /// A new repository in `dir` holding the pack, its branch at `head`.
+    fn unpack(&self, dir: &Path, bare: bool) -> Result<git2::Repository> {
+        let mut opts = git2::RepositoryInitOptions::new();
+        opts.bare(bare).initial_head("main").mkpath(true).no_reinit(true);
+        let repo = git2::Repository::init_opts(dir, &opts)
+            .map_err(HistoryError::git(format!("creating a repository in {}", dir.display())))?;
+        let bad = |reason: String| HistoryError::Git {
+            what: "reading the history sent by the serving process".into(),
+            source: git2::Error::from_str(&reason),
+        };
+        let head = git2::Oid::from_str(&self.head).map_err(|e| bad(e.to_string()))?;
+        {
+            let odb = repo.odb().map_err(HistoryError::git("opening the object database"))?;
+            let mut w = odb.packwriter().map_err(HistoryError::git("writing the pack"))?;
+            std::io::Write::write_all(&mut w, &self.pack).map_err(|e| bad(e.to_string()))?;
+            w.commit().map_err(|e| bad(format!("the pack does not index: {e}")))?;
+            repo.find_commit(head).map_err(|e| bad(format!("head {head} not in the pack: {e}")))?;
+        }
+        repo.reference(BRANCH, head, true, "tierfs history").map_err(HistoryError::git("setting the branch"))?;
+        Ok(repo)
+    }
+}
+
+/// `url` as it may be shown: a user name or password in it (`https://user:token@host/...`)
+/// is replaced by `***`, so that logs, errors and `--json` never carry a credential.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("***");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Pushes [`BRANCH`] of `repo` to `url`; a remote whose branch has other commits refuses.
+/// Errors name the remote with its credentials redacted ([`redact_url`]).
+fn push_branch(repo: &git2::Repository, url: &str) -> Result<()> {
+    let shown = redact_url(url);
+    let secret = url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_string)).filter(|p| !p.is_empty());
+    // libgit2's messages may quote the URL, credentials and all.
+    let scrub = |reason: &str| {
+        let reason = reason.replace(url, &shown);
+        match &secret {
+            Some(p) => reason.replace(p.as_str(), "***"),
+            None => reason,
+        }
+    };
+    let failed = |reason: String| HistoryError::Push { remote: shown.clone(), reason: scrub(&reason) };
+    let mut r = repo.remote_anonymous(url).map_err(|e| failed(e.message().to_string()))?;
+    let mut refused: Option<(String, String)> = None;
+    {
+        let mut callbacks = git2::RemoteCallbacks::new();
+        callbacks.push_update_reference(|reference, status| {
+            if let Some(s) = status {
+                refused = Some((reference.to_string(), s.to_string()));
+            }
+            Ok(())
+        });
+        let mut opts = git2::PushOptions::new();
+        opts.remote_callbacks(callbacks);
+        let spec = format!("{BRANCH}:{BRANCH}");
+        if let Err(e) = r.push(&[spec.as_str()], Some(&mut opts)) {
+            return Err(if e.code() == git2::ErrorCode::NotFastForward {
+                HistoryError::PushRejected {
+                    remote: shown.clone(),
+                    reference: BRANCH.into(),
+                    reason: scrub(&format!("{} (the remote has commits the history lacks)", e.message())),
+                }
+            } else {
+                failed(e.message().to_string())
+            });
+        }
+    }
+    match refused {
+        Some((reference, reason)) => {
+            let reason = scrub(&reason);
+            Err(HistoryError::PushRejected { remote: shown, reference, reason })
+        }
+        None => Ok(()),
+    }
+}
+
 /// A workspace's history (see the module documentation).
 pub struct History {
     repo: git2::Repository,
@@ -423,70 +571,15 @@ impl History {
         Ok(out)
     }
 
-    /// Pushes the branch to git remote `remote` (a path or URL; the settings' `remote` when
-    /// `None`).
-    pub fn push(&mut self, vfs: &Vfs, remote: Option<&str>) -> Result<Published> {
+    /// The whole history and the settings' remote, for a client to export or push
+    /// ([`Bundle`]).
+    pub fn bundle(&mut self, vfs: &Vfs) -> Result<Bundle> {
         self.catch_up()?;
         let settings = tree::read_settings(vfs)?;
-        let url = match remote.map(str::to_string).or(settings.remote) {
-            Some(u) => u,
-            None => return Err(HistoryError::NoRemote),
-        };
         let head = self.head()?.ok_or(HistoryError::Empty)?.id();
-        let failed = |reason: String| HistoryError::Push { remote: url.clone(), reason };
-        let mut r = self.repo.remote_anonymous(&url).map_err(|e| failed(e.message().to_string()))?;
-        let mut refused: Option<(String, String)> = None;
-        {
-            let mut callbacks = git2::RemoteCallbacks::new();
-            callbacks.push_update_reference(|reference, status| {
-                if let Some(s) = status {
-                    refused = Some((reference.to_string(), s.to_string()));
-                }
-                Ok(())
-            });
-            let mut opts = git2::PushOptions::new();
-            opts.remote_callbacks(callbacks);
-            let spec = format!("{BRANCH}:{BRANCH}");
-            if let Err(e) = r.push(&[spec.as_str()], Some(&mut opts)) {
-                return Err(if e.code() == git2::ErrorCode::NotFastForward {
-                    HistoryError::PushRejected {
-                        remote: url.clone(),
-                        reference: BRANCH.into(),
-                        reason: format!("{} (the remote has commits the history lacks)", e.message()),
-                    }
-                } else {
-                    failed(e.message().to_string())
-                });
-            }
-        }
-        if let Some((reference, reason)) = refused {
-            return Err(HistoryError::PushRejected { remote: url, reference, reason });
-        }
-        Ok(Published { to: url, head: head.to_string(), commits: self.commits()?.len() as u64 })
-    }
-
-    /// Writes the history as a plain git repository (with a work tree of the newest commit)
-    /// into `dir`, which must be new or empty.
-    pub fn export(&mut self, dir: &Path) -> Result<Published> {
-        self.catch_up()?;
-        let head = self.head()?.ok_or(HistoryError::Empty)?.id();
-        match std::fs::read_dir(dir) {
-            Ok(mut entries) => {
-                if entries.next().is_some() {
-                    return Err(HistoryError::NotEmpty(dir.to_path_buf()));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(HistoryError::Io { what: "reading", path: dir.to_path_buf(), source: e }),
-        }
-        let url = self.dir.to_string_lossy().to_string();
-        let cloned = git2::build::RepoBuilder::new()
-            .branch("main")
-            .clone(&url, dir)
-            .map_err(HistoryError::git(format!("writing {}", dir.display())))?;
-        // The data dir's path means nothing to whoever opens the copy.
-        cloned.remote_delete("origin").map_err(HistoryError::git("dropping the clone's remote"))?;
-        Ok(Published { to: dir.display().to_string(), head: head.to_string(), commits: self.commits()?.len() as u64 })
+        let pack = self.pack(head, None)?;
+        let commits = self.commits()?.len() as u64;
+        Ok(Bundle { head: head.to_string(), commits, remote: settings.remote, pack })
     }
 }
 
@@ -558,6 +651,14 @@ fn decode_object(plain: &[u8]) -> std::result::Result<(ObjectHeader, &[u8]), Str
 #[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_a_remote_url_are_never_shown() {
+        assert_eq!(redact_url("https://bob:s3cret@git.example.org/x.git"), "https://***@git.example.org/x.git");
+        assert_eq!(redact_url("https://tok3n@git.example.org/x.git"), "https://***@git.example.org/x.git");
+        assert_eq!(redact_url("file:///srv/x.git"), "file:///srv/x.git");
+        assert_eq!(redact_url("/srv/x.git"), "/srv/x.git");
+    }
 
     #[test]
     fn objects_round_trip_and_cut_ones_fail() {

@@ -164,9 +164,25 @@ impl StoreConfig {
         Ok(())
     }
 
+    /// A store file that users other than its owner may read, write or run is refused, as ssh
+    /// refuses such a private key: it names the backends and the key file, and may hold
+    /// credentials (`save_new` writes it 0600).
     pub fn load(path: &Path) -> Result<StoreConfig, StoreError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| StoreError::Config(format!("cannot read store file {}: {e}", path.display())))?;
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let cannot_read =
+            |e: std::io::Error| StoreError::Config(format!("cannot read store file {}: {e}", path.display()));
+        let mut file = std::fs::File::open(path).map_err(cannot_read)?;
+        let mode = file.metadata().map_err(cannot_read)?.mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(StoreError::Config(format!(
+                "store file {} is open to other users (mode {mode:04o}); run `chmod 600 {}` and try again",
+                path.display(),
+                path.display()
+            )));
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(cannot_read)?;
         let cfg: StoreConfig = toml::from_str(&text)
             .map_err(|e| StoreError::Config(format!("store file {} is not valid: {e}", path.display())))?;
         cfg.validate()?;

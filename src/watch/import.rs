@@ -10,7 +10,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -55,7 +55,8 @@ impl Packer {
         Packer { blocks, pack, in_pack: HashSet::new(), put: HashMap::new(), pending: Vec::new() }
     }
 
-    /// Reads `file` (opened from `path`, whose `lstat` is `before`) into chunk records.
+    /// Reads `file` (opened from `path`, whose `lstat` is `before`, and looked at again after
+    /// the read by `lstat_again`) into chunk records.
     /// `verify`: `file` is the file itself, which may change meanwhile, so the read counts only
     /// if `before` still holds after it (see [`unchanged`]); a clone ([`clone_of`]) needs no
     /// check.
@@ -68,6 +69,7 @@ impl Packer {
         file: &File,
         before: &std::fs::Metadata,
         verify: bool,
+        lstat_again: &dyn Fn() -> std::io::Result<std::fs::Metadata>,
         counts: &mut Counts,
     ) -> Result<Read> {
         let size = before.len();
@@ -145,7 +147,7 @@ impl Packer {
         };
         if verify {
             let after = file.metadata().map_err(WatchError::io("stat", path))?;
-            let again = std::fs::symlink_metadata(path);
+            let again = lstat_again();
             if !unchanged(before, &after) || !again.is_ok_and(|m| unchanged(before, &m)) {
                 counts.torn_reads += 1;
                 return Ok(Read::Torn);
@@ -196,28 +198,15 @@ pub(super) fn unchanged(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
 }
 
 /// A copy of `file` taken in one step, where the filesystem shares extents (xfs, btrfs):
-/// `FICLONE` into an unnamed `O_TMPFILE` in `dir` (the file's own directory, so the same
-/// filesystem), which shares the file's blocks, costs no data on disk and is gone when
+/// `FICLONE` into `tmp`, an unnamed `O_TMPFILE` in the file's own directory (so the same
+/// filesystem; `Beneath::tmpfile_in`), which shares the file's blocks, costs no data on disk and is gone when
 /// closed. `None` where the filesystem cannot (ext4, tmpfs: then the caller reads the file
 /// itself and verifies). The clone is one version of the file if the file's metadata did not
 /// move between the caller's `fstat` before it and one after it.
-pub(super) fn clone_of(file: &File, dir: &Path) -> Option<File> {
-    let tmp = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-        .open(dir)
-        .ok()?;
+pub(super) fn clone_of(file: &File, tmp: File) -> Option<File> {
     // SAFETY: ioctl(2) FICLONE between two descriptors this function holds.
     let rc = unsafe { libc::ioctl(tmp.as_raw_fd(), libc::FICLONE, file.as_raw_fd()) };
     (rc == 0).then_some(tmp)
-}
-
-/// Opens a file of the watched directory for reading, never following a symlink and never
-/// blocking on a fifo that replaced it.
-pub(super) fn open_for_read(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
 }
 
 /// A read or seek of a file of the watched directory failed (named by its path, not as a data

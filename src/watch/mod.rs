@@ -26,7 +26,11 @@
 //! - A path `.tierfsignore` (gitignore syntax, at the top of the directory) matches is neither
 //!   added nor updated nor removed: what the workspace has of it stays as it was.
 //! - User xattrs (`user.*`) are compared when an entry is new or its ctime moved.
+//! - Nothing outside the directory is read: every path is resolved beneath a descriptor of
+//!   it with no symlink followed on any component (`beneath.rs`), so a directory swapped for a
+//!   symlink between a listing and a read leads nowhere.
 
+mod beneath;
 mod error;
 mod import;
 mod restore;
@@ -39,6 +43,7 @@ use std::sync::Arc;
 pub use error::WatchError;
 use serde::{Deserialize, Serialize};
 
+use self::beneath::Beneath;
 use self::import::Packer;
 use crate::tier::BlockStore;
 use crate::types::{Ino, ROOT_INO};
@@ -146,19 +151,30 @@ struct Ignore {
 }
 
 impl Ignore {
-    /// Rereads the file if it changed; a file that does not parse is reported, not fatal.
-    fn refresh(&mut self, root: &Path) -> Option<String> {
+    /// Rereads the file if it changed; a file that does not parse is reported, not fatal. It
+    /// is read beneath the watched directory, never through a symlink.
+    fn refresh(&mut self, root: &Path, beneath: &Beneath) -> Option<String> {
         use std::os::unix::fs::MetadataExt;
         let path = root.join(IGNORE_FILE);
-        let stamp = std::fs::metadata(&path).ok().map(|m| (m.mtime(), m.mtime_nsec(), m.ino()));
+        let rel = Path::new(IGNORE_FILE);
+        let stamp = beneath.lstat(rel).ok().filter(|m| m.is_file()).map(|m| (m.mtime(), m.mtime_nsec(), m.ino()));
         if stamp == self.stamp {
             return None;
         }
         self.stamp = stamp;
         self.matcher = None;
         stamp?;
+        let text = match beneath.open_read(rel).and_then(std::io::read_to_string) {
+            Ok(text) => text,
+            Err(e) => return Some(format!("{}: {e}", path.display())),
+        };
         let mut b = ignore::gitignore::GitignoreBuilder::new(root);
-        let problem = b.add(&path).map(|e| format!("{}: {e}", path.display()));
+        let mut problem = None;
+        for line in text.lines() {
+            if let Err(e) = b.add_line(Some(path.clone()), line) {
+                problem.get_or_insert_with(|| format!("{}: {e}", path.display()));
+            }
+        }
         match b.build() {
             Ok(m) => self.matcher = Some(m),
             Err(e) => return Some(format!("{}: {e}", path.display())),
@@ -175,6 +191,8 @@ impl Ignore {
 pub struct Mirror {
     vfs: Arc<Vfs>,
     root: PathBuf,
+    /// Every access to the directory goes through it, confined to the directory.
+    beneath: Beneath,
     data_dir: PathBuf,
     packer: Packer,
     /// Entries of the directory seen by earlier passes, by inode: how renames and hard links
@@ -206,9 +224,11 @@ impl Mirror {
             return Err(WatchError::Overlaps { dir: root, data_dir });
         }
         let blocks: Arc<dyn BlockStore> = vfs.block_store().ok_or(WatchError::NoStore)?;
+        let beneath = Beneath::open(&root).map_err(WatchError::io("open", &root))?;
         Ok(Mirror {
             vfs,
             root,
+            beneath,
             data_dir,
             packer: Packer::new(blocks),
             known: HashMap::new(),
@@ -229,7 +249,7 @@ impl Mirror {
     /// workspace into an empty directory. A directory that is not empty and does not hold the
     /// workspace is refused, and nothing is changed.
     pub fn start(&mut self) -> Result<Start> {
-        let local = scan::local_names(&self.root)?;
+        let local = scan::local_names(&self.beneath, &self.root)?;
         let ws: Vec<String> = self
             .vfs
             .meta()
@@ -269,7 +289,7 @@ impl Mirror {
     }
 
     fn pass(&mut self, dirs: &[PathBuf], deep: bool) -> Result<Pass> {
-        let problem = self.ignore.refresh(&self.root);
+        let problem = self.ignore.refresh(&self.root, &self.beneath);
         let mut pass = scan::Pass::new(self, deep);
         if let Some(p) = problem {
             pass.report_unreadable(IGNORE_FILE, p);

@@ -7,17 +7,19 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::import::{Read, clone_of, open_for_read, unchanged};
+use super::beneath::Beneath;
+use super::import::{Read, clone_of, unchanged};
 use super::{Known, LocalId, Mirror, READ_ATTEMPTS, Result, WatchError};
 use crate::types::{FileKind, Ino, ROOT_INO, Timestamp};
 use crate::vfs::{Caller, RenameFlags, SetAttr, TimeSet};
 
 const ROOT: &Caller = &Caller::ROOT;
 
-/// The top-level names of `dir` (to decide how a directory and a workspace meet).
-pub(super) fn local_names(dir: &Path) -> Result<Vec<String>> {
+/// The top-level names of the watched directory `dir` (to decide how a directory and a
+/// workspace meet).
+pub(super) fn local_names(beneath: &Beneath, dir: &Path) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(WatchError::io("list", dir))? {
+    for e in beneath.read_dir(Path::new("")).map_err(WatchError::io("list", dir))? {
         let e = e.map_err(WatchError::io("list", dir))?;
         out.push(e.file_name().to_string_lossy().into_owned());
     }
@@ -53,40 +55,10 @@ fn ctime_of(md: &std::fs::Metadata) -> (i64, i64) {
     (md.ctime(), md.ctime_nsec())
 }
 
-/// The `user.*` xattrs of `path` (not following a symlink).
-fn user_xattrs(path: &Path) -> std::io::Result<std::collections::BTreeMap<Vec<u8>, Vec<u8>>> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    let mut names = vec![0u8; 1024];
-    let len = loop {
-        // SAFETY: a valid C string and a buffer of `names.len()` bytes.
-        let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ERANGE) => names.resize(names.len() * 4, 0),
-            Some(libc::ENOTSUP) => return Ok(Default::default()),
-            _ => return Err(e),
-        }
-    };
-    let mut out = std::collections::BTreeMap::new();
-    for name in names[..len].split(|&b| b == 0).filter(|n| n.starts_with(b"user.")) {
-        let cn = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
-        let mut value = vec![0u8; 65536];
-        // SAFETY: valid C strings and a buffer of `value.len()` bytes (XATTR_SIZE_MAX).
-        let n = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ENODATA) {
-                continue; // removed meanwhile
-            }
-            return Err(e);
-        }
-        value.truncate(n as usize);
-        out.insert(name.to_vec(), value);
-    }
-    Ok(out)
+/// An entry that went away, or was swapped for a symlink that would lead out of the watched
+/// directory, since it was listed: a later pass sees what is there then.
+fn gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || matches!(e.raw_os_error(), Some(libc::ELOOP | libc::EXDEV))
 }
 
 fn id_of(md: &std::fs::Metadata) -> LocalId {
@@ -125,7 +97,7 @@ impl<'a> Pass<'a> {
     pub fn reconcile_path(&mut self, rel: &Path) -> Result<()> {
         let mut rel = rel.to_path_buf();
         loop {
-            let local_dir = std::fs::symlink_metadata(self.m.root.join(&rel)).is_ok_and(|m| m.is_dir());
+            let local_dir = self.m.beneath.lstat(&rel).is_ok_and(|m| m.is_dir());
             if local_dir {
                 if let Some(ino) = self.ws_dir(&rel)? {
                     return self.reconcile_dir(&rel, ino);
@@ -155,11 +127,10 @@ impl<'a> Pass<'a> {
     }
 
     fn reconcile_dir(&mut self, rel: &Path, dir: Ino) -> Result<()> {
-        let path = self.m.root.join(rel);
         self.dir_paths.insert(dir, rel.to_path_buf());
-        let listing = match std::fs::read_dir(&path) {
+        let listing = match self.m.beneath.read_dir(rel) {
             Ok(l) => l,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()), // gone meanwhile
+            Err(e) if gone(&e) => return Ok(()), // gone meanwhile
             Err(e) => {
                 self.unreadable(rel, &e);
                 return Ok(());
@@ -208,7 +179,7 @@ impl<'a> Pass<'a> {
                 self.gone.push(Gone { parent: dir, name, ino, kind });
             }
         }
-        if let Ok(md) = std::fs::symlink_metadata(&path) {
+        if let Ok(md) = self.m.beneath.lstat(rel) {
             self.set_attrs(rel, dir, &md, true)?;
         }
         Ok(())
@@ -233,7 +204,7 @@ impl<'a> Pass<'a> {
             FileKind::Dir if self.deep => self.reconcile_dir(rel, ino),
             FileKind::Dir => {
                 self.dir_paths.insert(ino, rel.to_path_buf());
-                match std::fs::symlink_metadata(self.m.root.join(rel)) {
+                match self.m.beneath.lstat(rel) {
                     Ok(md) => self.set_attrs(rel, ino, &md, true),
                     Err(_) => Ok(()), // gone meanwhile: a later pass sees it
                 }
@@ -247,7 +218,7 @@ impl<'a> Pass<'a> {
                 }
             }
             FileKind::Symlink => {
-                let target = std::fs::read_link(self.m.root.join(rel));
+                let target = self.m.beneath.read_link(rel);
                 let ws_target = self.m.vfs.readlink(ino).map_err(WatchError::vfs(&self.m.root.join(rel)))?;
                 match target {
                     Ok(t) if t.as_os_str().as_bytes() == ws_target.as_slice() => self.set_attrs(rel, ino, md, false),
@@ -287,8 +258,8 @@ impl<'a> Pass<'a> {
             let meta = self.m.vfs.meta();
             let in_place = meta.dentry(k.parent, &k.name).map_err(|e| self.meta_err(rel, e))? == Some((k.ino, kind));
             if in_place {
-                let old = old_rel(&k).map(|p| self.m.root.join(p));
-                let still_there = old.and_then(|p| std::fs::symlink_metadata(p).ok()).is_some_and(|m| id_of(&m) == id);
+                let old = old_rel(&k);
+                let still_there = old.and_then(|p| self.m.beneath.lstat(&p).ok()).is_some_and(|m| id_of(&m) == id);
                 if still_there && kind != FileKind::Dir {
                     self.m.vfs.link(ROOT, k.ino, parent, name).map_err(WatchError::vfs(&path))?;
                     self.out.counts.linked += 1;
@@ -314,7 +285,7 @@ impl<'a> Pass<'a> {
         let mode = md.mode() & 0o7777;
         let attr = match kind {
             FileKind::Dir => self.m.vfs.mkdir(ROOT, parent, name, mode, 0),
-            FileKind::Symlink => match std::fs::read_link(&path) {
+            FileKind::Symlink => match self.m.beneath.read_link(rel) {
                 Ok(t) => self.m.vfs.symlink(ROOT, parent, name, t.as_os_str().as_bytes()),
                 Err(_) => return Ok(()), // gone meanwhile
             },
@@ -348,9 +319,9 @@ impl<'a> Pass<'a> {
     fn import(&mut self, rel: &Path, ino: Ino) -> Result<()> {
         let path = self.m.root.join(rel);
         for attempt in 0..READ_ATTEMPTS {
-            let file = match open_for_read(&path) {
+            let file = match self.m.beneath.open_read(rel) {
                 Ok(f) => f,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound) || e.raw_os_error() == Some(libc::ELOOP) => {
+                Err(e) if gone(&e) => {
                     return Ok(()); // gone or replaced meanwhile: a later pass sees it
                 }
                 Err(e) => {
@@ -368,7 +339,8 @@ impl<'a> Pass<'a> {
             let clone = if m.no_clones.contains(&before.dev()) {
                 None
             } else {
-                let c = clone_of(&file, path.parent().unwrap_or(&m.root));
+                let parent = rel.parent().unwrap_or(Path::new(""));
+                let c = m.beneath.tmpfile_in(parent).ok().and_then(|tmp| clone_of(&file, tmp));
                 if c.is_none() {
                     m.no_clones.insert(before.dev());
                 }
@@ -378,7 +350,9 @@ impl<'a> Pass<'a> {
                 Some(c) => (c, false),
                 None => (&file, true),
             };
-            match m.packer.read(&m.vfs, ino, &path, source, &before, verify, &mut self.out.counts)? {
+            let beneath = &m.beneath;
+            let again = || beneath.lstat(rel);
+            match m.packer.read(&m.vfs, ino, &path, source, &before, verify, &again, &mut self.out.counts)? {
                 Read::Done(p) => {
                     self.out.counts.files_read += 1;
                     return m.packer.push(&m.vfs, *p);
@@ -444,9 +418,9 @@ impl<'a> Pass<'a> {
     /// Makes the user xattrs of `ino` those of the entry at `rel`.
     fn sync_xattrs(&mut self, rel: &Path, ino: Ino) -> Result<()> {
         let path = self.m.root.join(rel);
-        let local = match user_xattrs(&path) {
+        let local = match self.m.beneath.user_xattrs(rel) {
             Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()), // gone meanwhile
+            Err(e) if gone(&e) => return Ok(()), // gone meanwhile
             Err(e) => {
                 self.unreadable(rel, &e);
                 return Ok(());
@@ -493,7 +467,7 @@ impl<'a> Pass<'a> {
         }
         // The removals moved their directories' workspace times.
         for (ino, rel) in touched {
-            if let Ok(md) = std::fs::symlink_metadata(self.m.root.join(&rel)) {
+            if let Ok(md) = self.m.beneath.lstat(&rel) {
                 self.set_attrs(&rel, ino, &md, true)?;
             }
         }

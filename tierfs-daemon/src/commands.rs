@@ -613,7 +613,10 @@ fn all_statuses(explicit: Option<&Path>) -> Result<Vec<StatusReport>> {
         };
         for entry in entries {
             let path = entry.with_context(|| format!("listing {}", runtime_dir.display()))?.path();
-            if path.extension().is_none_or(|ext| ext != "sock") {
+            // The node's hand-off socket speaks another protocol: it serves no mount.
+            if path.extension().is_none_or(|ext| ext != "sock")
+                || path.file_name().is_some_and(|n| n == crate::handoff::NODE_SOCKET)
+            {
                 continue;
             }
             match query_status(&path) {

@@ -30,6 +30,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use crate::admit::{Admission, IDLE};
 use crate::logging::Reported;
 
 /// Whether the user `uid` may talk to a mount served by this process whose owner is `owner`:
@@ -113,10 +114,9 @@ pub enum HistoryOp {
     Show { rev: String, path: String },
     /// A unified diff from `from` to `to` (the live workspace when `None`).
     Diff { from: String, to: Option<String>, paths: Vec<String> },
-    /// Push the history to a git remote (the workspace's setting when `None`).
-    Push { remote: Option<String> },
-    /// Write the history as a plain git repository into `dir`.
-    Export { dir: PathBuf },
+    /// The whole history as one git pack, which the client exports or pushes with its own
+    /// rights: no request names a path outside the mount for the serving process to write.
+    Bundle,
 }
 
 /// The answer to a `history` request.
@@ -126,7 +126,7 @@ pub enum HistoryAnswer {
     Log(Vec<tierfs::history::LogEntry>),
     Show(tierfs::history::Shown),
     Diff(String),
-    Published(tierfs::history::Published),
+    Bundle(tierfs::history::Bundle),
 }
 
 fn default_sync_timeout() -> u64 {
@@ -365,22 +365,34 @@ pub trait ControlHandler: Send + Sync + 'static {
 }
 
 /// Accepts connections on `listener` until the task is dropped or aborted. `owner` is a user
-/// who may control the mount besides the serving user and root.
+/// who may control the mount besides the serving user and root. Connections are admitted
+/// within [`crate::admit`]'s bounds; one past them is answered with a refusal and closed.
 pub async fn serve(
     listener: UnixListener,
     handler: Arc<dyn ControlHandler>,
     owner: Option<u32>,
     unmounts: mpsc::Sender<UnmountRequest>,
 ) {
+    let admission = Admission::new();
     loop {
         match listener.accept().await {
             Ok((stream, _addr)) => {
+                let permit = match stream.peer_cred().map_err(|e| e.to_string()).and_then(|c| admission.admit(c.uid()))
+                {
+                    Ok(permit) => permit,
+                    Err(refusal) => {
+                        debug!("refused a control connection: {refusal}");
+                        tokio::spawn(refuse_now(stream, refusal));
+                        continue;
+                    }
+                };
                 let handler = handler.clone();
                 let unmounts = unmounts.clone();
                 tokio::spawn(async move {
                     if let Err(err) = serve_connection(stream, handler, owner, unmounts).await {
                         debug!("control connection ended: {err}");
                     }
+                    drop(permit);
                 });
             }
             Err(err) => {
@@ -389,6 +401,16 @@ pub async fn serve(
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+/// Answers a connection that was not admitted with one refusal line and closes it without
+/// waiting for its request: the client reads the line even when its own write failed.
+async fn refuse_now(mut stream: UnixStream, refusal: String) {
+    let kind = Some(tierfs::ErrorKind::Unavailable.name().to_owned());
+    if let Ok(mut line) = serde_json::to_string(&Response { kind, ..Response::error(refusal) }) {
+        line.push('\n');
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
     }
 }
 
@@ -413,7 +435,12 @@ async fn serve_connection(
     }
     loop {
         line.clear();
-        let n = (&mut reader).take(MAX_LINE as u64 + 1).read_line(&mut line).await?;
+        let next = tokio::time::timeout(IDLE, (&mut reader).take(MAX_LINE as u64 + 1).read_line(&mut line)).await;
+        let Ok(n) = next else {
+            debug!("closing a control connection silent for {} s", IDLE.as_secs());
+            return Ok(());
+        };
+        let n = n?;
         if n == 0 {
             return Ok(());
         }
@@ -536,11 +563,19 @@ pub fn request(socket: &Path, request: &Request, timeout: Duration) -> Result<Re
     stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
     let mut line = serde_json::to_string(request).map_err(|e| io_err(std::io::Error::other(e)))?;
     line.push('\n');
-    (&stream).write_all(line.as_bytes()).map_err(io_err)?;
+    // A server that refuses the connection answers and closes without reading: its refusal
+    // is still there to read when this write fails.
+    let written = (&stream).write_all(line.as_bytes());
     let mut reader = BufReader::new(&stream);
     let mut answer = String::new();
-    let n = reader.read_line(&mut answer).map_err(io_err)?;
+    let n = match reader.read_line(&mut answer) {
+        Ok(n) => n,
+        Err(e) => return Err(io_err(written.err().unwrap_or(e))),
+    };
     if n == 0 {
+        if let Err(e) = written {
+            return Err(io_err(e));
+        }
         return Err(io_err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
             "the serving process closed the connection without answering",

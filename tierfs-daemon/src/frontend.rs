@@ -22,6 +22,8 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
 
 /// [`run`] with the stop given, for the node daemon, which owns the signals.
 pub fn run_until(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
+    crate::private::private_umask();
+    crate::private::tighten_data_dir(&config.data_dir)?;
     if config.watch {
         crate::watch::run(rt, config, readiness, stop)
     } else {

@@ -281,18 +281,31 @@ fn write_replacing(dest: &Path, content: &[u8], executable: bool) -> Result<()> 
     result
 }
 
+/// `tierfs history push|export`: the serving process sends the whole history
+/// ([`tierfs::history::Bundle`]) and this process, with its user's rights, writes it into the
+/// directory or pushes it to the remote. The serving process may run as root (the node
+/// daemon), so it is never asked to write where a caller names.
 pub fn history(cli: &Cli, action: &HistoryAction, all: Vec<StatusReport>) -> Result<()> {
-    let (mount, op) = match action {
-        HistoryAction::Push { remote, mount } => (mount, HistoryOp::Push { remote: remote.clone() }),
-        HistoryAction::Export { dir, mount } => {
-            let dir = std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))?;
-            (mount, HistoryOp::Export { dir })
-        }
+    let mount = match action {
+        HistoryAction::Push { mount, .. } | HistoryAction::Export { mount, .. } => mount,
     };
     let t = target(all, mount.as_deref(), None)?;
-    let published = match ask(&t.status, op)? {
-        HistoryAnswer::Published(p) => p,
+    let bundle = match ask(&t.status, HistoryOp::Bundle)? {
+        HistoryAnswer::Bundle(b) => b,
         other => return Err(unexpected(other)),
+    };
+    let published = match action {
+        HistoryAction::Push { remote, .. } => {
+            let scratch = tempfile::Builder::new()
+                .prefix("tierfs-history-push.")
+                .tempdir()
+                .context("making a scratch directory for the push")?;
+            bundle.push(remote.as_deref(), scratch.path()).map_err(reported)?
+        }
+        HistoryAction::Export { dir, .. } => {
+            let dir = std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))?;
+            bundle.export(&dir).map_err(reported)?
+        }
     };
     if cli.json {
         return print_json(&published);
@@ -304,6 +317,11 @@ pub fn history(cli: &Cli, action: &HistoryAction, all: Vec<StatusReport>) -> Res
         published.to
     );
     Ok(())
+}
+
+/// A history failure with its kind, for `--json`.
+fn reported(e: tierfs::history::HistoryError) -> anyhow::Error {
+    Reported { kind: Some(e.kind()), message: e.to_string() }.into()
 }
 
 #[cfg(test)]

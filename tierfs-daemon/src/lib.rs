@@ -20,6 +20,8 @@
 //!   serving process of a mount or watch;
 //! - [`restore`]: `tierfs restore`, a plain copy of a workspace state out of the store;
 //! - [`logging`]: tracing setup;
+//! - [`private`]: the umask, data dir and secret-file modes of a serving process;
+//! - [`admit`]: bounds on the connections one user and all users hold on a socket;
 //! - [`stop`]: what ends a front end (its own signals, or the node daemon's stop);
 //! - [`node`]: `tierfs-daemon node`, one process serving every mount of a node's
 //!   configuration file, with [`metrics`] (Prometheus `/metrics`, `/healthz`) and
@@ -28,6 +30,7 @@
 //! Every mount is served by exactly one process (its own, or the node daemon), which holds the data directory's lock (taken
 //! by `Vfs::new`) and the mountpoint's control socket for as long as it serves.
 
+pub mod admit;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -42,6 +45,7 @@ pub mod mounts;
 pub mod node;
 pub mod notify;
 pub mod paths;
+pub mod private;
 pub mod restore;
 pub mod serve;
 pub mod stop;

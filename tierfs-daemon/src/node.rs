@@ -193,6 +193,7 @@ fn flag(key: &str) -> String {
 
 /// Serves every mount of `node` until SIGTERM or SIGINT (see the module documentation).
 pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
+    crate::private::private_umask();
     let _rt_context = rt.enter();
     let mut stop = Stop::signals()?;
     crate::paths::ensure_runtime_dir(&node.runtime_dir, true)?;
@@ -353,12 +354,23 @@ async fn serve_handoffs(
     registry: &Registry,
 ) -> std::convert::Infallible {
     let start = &start;
+    let admission = crate::admit::Admission::new();
     let mut connections = FuturesUnordered::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => connections.push(async move {
+                Ok((stream, _)) => {
+                    let admitted = stream.peer_cred().map_err(|e| e.to_string()).and_then(|c| admission.admit(c.uid()));
+                    connections.push(async move {
                     let mut stream = AsyncBufReader::new(stream);
+                    let _permit = match admitted {
+                        Ok(permit) => permit,
+                        Err(refusal) => {
+                            let refusal = ReadyMessage::Failed { error: refusal, kind: Some(tierfs::ErrorKind::Unavailable.name().into()) };
+                            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), handoff::answer(&mut stream, &refusal)).await;
+                            return;
+                        }
+                    };
                     let message = match handoff::read_request(&mut stream, runtime_dir).await {
                         Err(refusal) => {
                             warn!("refused a hand-off: {refusal:?}");
@@ -381,7 +393,8 @@ async fn serve_handoffs(
                     if let Err(e) = handoff::answer(&mut stream, &message).await {
                         warn!("answering a hand-off: {e}");
                     }
-                }),
+                    });
+                }
                 Err(e) => {
                     warn!("node socket accept failed: {e}");
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -542,8 +542,7 @@ impl ControlHandler for Served {
                 HistoryOp::Diff { from, to, paths } => {
                     HistoryAnswer::Diff(h.diff(vfs, &from, to.as_deref(), &paths)?)
                 }
-                HistoryOp::Push { remote } => HistoryAnswer::Published(h.push(vfs, remote.as_deref())?),
-                HistoryOp::Export { dir } => HistoryAnswer::Published(h.export(&dir)?),
+                HistoryOp::Bundle => HistoryAnswer::Bundle(h.bundle(vfs)?),
             })
         });
         answer.map_err(|e| Reported { kind: Some(e.kind()), message: e.to_string() })

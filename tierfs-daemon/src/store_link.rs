@@ -30,7 +30,8 @@ pub const PASSPHRASE_ENV: &str = "TIERFS_PASSPHRASE";
 /// for real data.
 pub const KDF_ENV: &str = "TIERFS_TEST_FAST_KDF";
 
-/// An owned secret.
+/// An owned secret, wiped from memory when dropped.
+#[derive(zeroize::Zeroize, zeroize::ZeroizeOnDrop)]
 pub enum SecretBytes {
     Passphrase(Vec<u8>),
     KeyFile(Vec<u8>),
@@ -45,14 +46,21 @@ impl SecretBytes {
     }
 }
 
-/// Key-derivation cost for new passphrases.
+/// Key-derivation cost for new passphrases. `TIERFS_TEST_FAST_KDF=test` weakens it in debug
+/// builds only (the tests'); a release build ignores it.
 pub fn kdf_params() -> KdfParams {
-    if std::env::var(KDF_ENV).is_ok_and(|v| v == "test") { KdfParams::for_tests() } else { KdfParams::recommended() }
+    if cfg!(debug_assertions) && std::env::var(KDF_ENV).is_ok_and(|v| v == "test") {
+        KdfParams::for_tests()
+    } else {
+        KdfParams::recommended()
+    }
 }
 
-/// Reads a key file.
+/// Reads a key file, refusing one that other users can read.
 pub fn read_key_file(path: &Path) -> Result<SecretBytes> {
-    let contents = std::fs::read(path).with_context(|| format!("reading key file {}", path.display()))?;
+    crate::private::check_secret_file(path, "key file")?;
+    let contents =
+        zeroize::Zeroizing::new(std::fs::read(path).with_context(|| format!("reading key file {}", path.display()))?);
     let key = crypto::parse_key_file(&contents).with_context(|| format!("key file {}", path.display()))?;
     Ok(SecretBytes::KeyFile(key))
 }
@@ -66,10 +74,43 @@ pub fn unlock_secret(config: &StoreConfig) -> Result<SecretBytes> {
     passphrase("Store passphrase: ", false)
 }
 
-/// A passphrase from the environment or the terminal (asked twice when `confirm`).
+/// `TIERFS_PASSPHRASE` as [`take_passphrase_env`] took it from a long-lived process's
+/// environment: `None` inside when it was not set.
+static TAKEN_PASSPHRASE: std::sync::OnceLock<Option<zeroize::Zeroizing<Vec<u8>>>> = std::sync::OnceLock::new();
+
+/// Takes `TIERFS_PASSPHRASE` out of this process's environment, wiping its bytes there, and
+/// keeps it (wiped at exit) for [`passphrase`]. A long-lived serving process calls it first,
+/// before it starts a thread, so that the passphrase is in no environment a reader of
+/// `/proc/PID/environ` or a child process would see.
+pub fn take_passphrase_env() {
+    let name = c"TIERFS_PASSPHRASE";
+    // SAFETY: called at the start of `main`, before any other thread exists, so nothing reads
+    // or changes the environment meanwhile. getenv's pointer is to the variable's value in
+    // the process's own environment block, writable memory of `strlen` bytes, which is
+    // overwritten in place before the variable is removed.
+    let value = unsafe {
+        let p = libc::getenv(name.as_ptr());
+        if p.is_null() {
+            None
+        } else {
+            let len = libc::strlen(p);
+            let bytes = std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec();
+            std::ptr::write_bytes(p, 0, len);
+            libc::unsetenv(name.as_ptr());
+            Some(zeroize::Zeroizing::new(bytes))
+        }
+    };
+    let _ = TAKEN_PASSPHRASE.set(value);
+}
+
+/// A passphrase from the environment (or what [`take_passphrase_env`] took from it) or the
+/// terminal (asked twice when `confirm`).
 pub fn passphrase(prompt: &str, confirm: bool) -> Result<SecretBytes> {
-    if let Some(p) = std::env::var_os(PASSPHRASE_ENV) {
-        let p = p.into_encoded_bytes();
+    let given = match TAKEN_PASSPHRASE.get() {
+        Some(taken) => taken.as_ref().map(|p| p.to_vec()),
+        None => std::env::var_os(PASSPHRASE_ENV).map(std::ffi::OsString::into_encoded_bytes),
+    };
+    if let Some(p) = given {
         if p.is_empty() {
             bail!("{PASSPHRASE_ENV} is set but empty");
         }
@@ -81,14 +122,14 @@ pub fn passphrase(prompt: &str, confirm: bool) -> Result<SecretBytes> {
              file (`tierfs init --key-file FILE`)"
         );
     }
-    let first = prompt_hidden(prompt)?;
+    let first = zeroize::Zeroizing::new(prompt_hidden(prompt)?);
     if first.is_empty() {
         bail!("an empty passphrase is not allowed");
     }
-    if confirm && prompt_hidden("Repeat passphrase: ")? != first {
+    if confirm && *zeroize::Zeroizing::new(prompt_hidden("Repeat passphrase: ")?) != *first {
         bail!("the passphrases do not match");
     }
-    Ok(SecretBytes::Passphrase(first))
+    Ok(SecretBytes::Passphrase(first.to_vec()))
 }
 
 /// Reads one line from the terminal with echo off.

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -674,4 +674,188 @@ fn check_refuses_a_bad_configuration_and_names_the_problem() {
         assert_eq!(out.status.code(), Some(1), "{config}: {}", out.stderr);
         assert!(out.stderr.contains(expected), "{config}: expected {expected:?} in:\n{}", out.stderr);
     }
+}
+
+/// The uid and gid of test user `name`, made with `useradd` when missing (another test may be
+/// making it at the same moment: "already exists" is no failure).
+fn test_user(name: &str) -> (u32, u32) {
+    let id = |flag: &str| {
+        let out = Command::new("id").args([flag, name]).output().expect("running id");
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().expect("an id"))
+    };
+    if id("-u").is_none() {
+        let out = Command::new("useradd")
+            .args(["--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", name])
+            .output()
+            .expect("running useradd");
+        // 9: the name exists (made meanwhile).
+        assert!(out.status.success() || out.status.code() == Some(9), "useradd {name}: {out:?}");
+    }
+    (id("-u").expect("the user's uid"), id("-g").expect("the user's gid"))
+}
+
+/// `PROGRAM ARGS` as user `(uid, gid)` with no other group.
+fn as_user(user: (u32, u32), program: &str, args: &[&str]) -> common::Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args).uid(user.0).gid(user.1).env("HOME", "/");
+    run(&mut cmd, Duration::from_secs(120))
+}
+
+/// What the issue's owner did, as a test: the owner of a node mount (a real user) tries to
+/// make the root daemon write where the owner may not, another user of the node tries to
+/// read the owner's files from the data dir, and floods the mount's control socket.
+#[test]
+fn an_owner_cannot_turn_the_root_daemon_against_the_node_and_others_read_nothing() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (a root node daemon and real users)");
+        return;
+    }
+    let owner = test_user("tierfs-t-owner");
+    let other = test_user("tierfs-t-other");
+    let a = Node::init_file();
+    // Both users must reach the mountpoint and the sockets through the temporary directory.
+    fs::set_permissions(a.fx.tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod the temp dir");
+    let root = a.fx.tmp.path().to_path_buf();
+    let runtime_dir = root.join("node-run");
+    let data_dir = root.join("data");
+    let config = root.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "[node]\nruntime_dir = {runtime_dir:?}\nmetrics_addr = \"\"\n\n[[mount]]\nmountpoint = {m:?}\nowner = {o}\n\
+             store = {s:?}\nworkspace = \"team\"\ndata_dir = {data_dir:?}\n",
+            m = a.fx.mountpoint,
+            o = owner.0,
+            s = a.store_file,
+        ),
+    )
+    .expect("writing the node config");
+    let (mut daemon, notify) = NodeDaemon::start(&config, &root, vec![a.fx.mountpoint.clone()]);
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).unwrap_or_else(|e| panic!("no READY=1: {e}; log:\n{}", daemon.log_text()));
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("1 of 1 mounts live"), "log:\n{}", daemon.log_text());
+    let m = a.fx.mountpoint.to_str().expect("utf-8").to_owned();
+    let tierfs = |user: (u32, u32), args: &[&str]| {
+        let run_dir = root.join(format!("run-{}", user.0));
+        fs::create_dir_all(&run_dir).expect("mkdir");
+        fs::set_permissions(&run_dir, fs::Permissions::from_mode(0o777)).expect("chmod");
+        let mut cmd = Command::new(common::TIERFS);
+        cmd.env("TIERFS_RUNTIME_DIR", &run_dir).env("TIERFS_NODE_RUNTIME_DIR", &runtime_dir).env("HOME", "/");
+        cmd.args(args).uid(user.0).gid(user.1);
+        run(&mut cmd, Duration::from_secs(120))
+    };
+
+    // The owner's secret, mode 0600, and what the history records.
+    let secret = a.fx.mountpoint.join("secret.py");
+    fs::write(&secret, "TOKEN = 'marker-5f1c'\n").expect("writing the secret");
+    std::os::unix::fs::chown(&secret, Some(owner.0), Some(owner.1)).expect("chown");
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).expect("chmod");
+    fs::write(a.fx.mountpoint.join("authorized_keys"), "ssh-ed25519 AAAA owner\n").expect("writing");
+    fs::write(a.fx.mountpoint.join(".tierfshistory.toml"), "include = [\"authorized_keys\"]\n").expect("writing");
+    tierfs(owner, &["sync", "-m", "first", &m]).assert_success("the owner's sync");
+
+    // 1. An export the owner may not write is refused, and nothing appears there.
+    let root_only = root.join("root-only");
+    fs::create_dir(&root_only).expect("mkdir");
+    fs::set_permissions(&root_only, fs::Permissions::from_mode(0o700)).expect("chmod");
+    let poc = root_only.join("poc");
+    let out = tierfs(owner, &["history", "export", "--mount", &m, poc.to_str().expect("utf-8")]);
+    assert!(!out.success(), "the owner exported into a root-only directory: {}", out.stdout);
+    assert!(out.stderr.contains("ermission denied"), "{}", out.stderr);
+    assert!(!poc.exists(), "the export wrote into a directory only root may write");
+    // A push to a path the owner may not write is refused the same way.
+    let out = tierfs(owner, &["history", "push", "--mount", &m, root_only.join("r.git").to_str().expect("utf-8")]);
+    assert!(!out.success() && !root_only.join("r.git").exists(), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(fs::read_dir(&root_only).expect("listing").count(), 0, "nothing was written as root");
+    // Into a directory of the owner's, the export works, and its files are the owner's.
+    let mine = root.join("owners");
+    fs::create_dir(&mine).expect("mkdir");
+    std::os::unix::fs::chown(&mine, Some(owner.0), Some(owner.1)).expect("chown");
+    let exported = mine.join("history");
+    tierfs(owner, &["history", "export", "--mount", &m, exported.to_str().expect("utf-8")])
+        .assert_success("the owner's export into their own directory");
+    let keys = exported.join("authorized_keys");
+    assert_eq!(fs::read_to_string(&keys).expect("exported"), "ssh-ed25519 AAAA owner\n");
+    assert_eq!(fs::metadata(&keys).expect("exported").uid(), owner.0, "written with the owner's rights");
+
+    // 2. Another user reads nothing in the data dir: not a file, not the history.
+    let data = data_dir.to_str().expect("utf-8");
+    let found = as_user(other, "find", &[data, "-type", "f", "-readable"]);
+    assert!(found.stdout.trim().is_empty(), "uid {} reads {}", other.0, found.stdout);
+    let git_dir = format!("--git-dir={data}/history.git");
+    let shown = as_user(other, "git", &[&git_dir, "show", "HEAD:secret.py"]);
+    assert!(!shown.success() && !shown.stdout.contains("marker-5f1c"), "{}", shown.stdout);
+    assert_eq!(fs::metadata(&data_dir).expect("data dir").mode() & 0o777, 0o700);
+    let cat = as_user(other, "cat", &[secret.to_str().expect("utf-8")]);
+    assert!(!cat.success() && !cat.stdout.contains("marker"), "{}", cat.stdout);
+
+    // 3. 10 000 idle connections of the other user to the mount's control socket do not
+    // keep the owner's `tierfs status` out.
+    let status = tierfs((0, 0), &["--json", "status", &m]);
+    status.assert_success("root's status");
+    let socket = serde_json::from_str::<serde_json::Value>(status.stdout.trim()).expect("status JSON")["socket"]
+        .as_str()
+        .expect("socket")
+        .to_owned();
+    let flood = format!(
+        "import socket, sys\nheld = []\nfor _ in range(10000):\n    s = socket.socket(socket.AF_UNIX)\n    \
+         s.connect({socket:?})\n    held.append(s)\nprint(len(held), flush=True)\nsys.stdin.read()\n"
+    );
+    let mut flooder = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "ulimit -n 12000 && exec setpriv --reuid={} --regid={} --clear-groups /usr/bin/python3 -c \"$0\"",
+                other.0, other.1
+            ),
+            &flood,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the flood");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(flooder.stdout.as_mut().expect("the flood's stdout")),
+        &mut line,
+    )
+    .expect("reading the flood's count");
+    assert_eq!(line.trim(), "10000", "the flood did not open its connections");
+    let started = Instant::now();
+    tierfs(owner, &["status", &m]).assert_success("the owner's status during the flood");
+    eprintln!("the owner's status took {:?} during the flood", started.elapsed());
+    drop(flooder.stdin.take());
+    let _ = flooder.wait();
+
+    assert!(daemon.terminate().success(), "log:\n{}", daemon.log_text());
+}
+
+/// A key file or a store file that other users can read is refused with the `chmod` that
+/// fixes it, and accepted once it is private.
+#[test]
+fn a_key_file_or_store_file_others_can_read_is_refused() {
+    let fx = common::Fixture::new();
+    let store = fx.tmp.path().join("store.toml");
+    let key = fx.tmp.path().join("store.key");
+    let url = format!("file://{}", fx.tmp.path().join("backend").display());
+    let mut init = fx.tierfs();
+    init.args(["init", "--store"]).arg(&store).arg("--key-file").arg(&key).args(["--backend", &url]);
+    run(&mut init, Duration::from_secs(60)).assert_success("tierfs init");
+    let scrub = || {
+        let mut cmd = fx.tierfs();
+        cmd.args(["scrub", "--store"]).arg(&store);
+        run(&mut cmd, Duration::from_secs(60))
+    };
+    scrub().assert_success("scrub with private files");
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = scrub();
+    assert!(!out.success(), "a world-readable key file was used");
+    assert!(out.stderr.contains("key file") && out.stderr.contains("chmod 600"), "{}", out.stderr);
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).expect("chmod");
+    fs::set_permissions(&store, fs::Permissions::from_mode(0o640)).expect("chmod");
+    let out = scrub();
+    assert!(!out.success(), "a group-readable store file was used");
+    assert!(out.stderr.contains("store file") && out.stderr.contains("chmod 600"), "{}", out.stderr);
+    fs::set_permissions(&store, fs::Permissions::from_mode(0o600)).expect("chmod");
+    scrub().assert_success("scrub once both are private again");
 }

@@ -18,6 +18,10 @@ use tierfs_daemon::{frontend, logging, node, store_link};
 use tracing::error;
 
 fn main() -> ExitCode {
+    // Before any thread: a long-lived process keeps no secret in its environment, and what it
+    // creates is private to its user (tierfs_daemon::private).
+    store_link::take_passphrase_env();
+    tierfs_daemon::private::private_umask();
     if std::env::args_os().nth(1).is_some_and(|a| a == "node") {
         let cli = NodeCli::parse_from(std::env::args_os().skip(1));
         logging::init("info,fuser=error");
