@@ -142,6 +142,11 @@ impl Codec {
     /// The pack from its (complete) data shards.
     pub(crate) fn join(&self, shards: &[Option<Vec<u8>>], pack_len: u64) -> Result<Vec<u8>, String> {
         let len = usize::try_from(pack_len).map_err(|_| format!("pack length {pack_len} is too large"))?;
+        // The length is read from the store: never reserve more than the shards hold.
+        let held: usize = shards[..self.data].iter().flatten().map(Vec::len).sum();
+        if len > held {
+            return Err(format!("data shards hold {held} bytes, the pack has {len}"));
+        }
         let mut out = Vec::with_capacity(len);
         for shard in &shards[..self.data] {
             let shard = shard.as_ref().ok_or("a data shard is missing")?;
@@ -218,6 +223,12 @@ mod tests {
         assert_eq!(shards.len(), 3);
         let mut opened: Vec<Option<Vec<u8>>> = shards.iter().map(|s| Some(s[..3].to_vec())).collect();
         assert_eq!(codec.join(&opened, 7).unwrap(), b"abcdefg");
+        // A length from the store past what the shards hold is refused before anything is
+        // reserved for it (u64::MAX would abort the process).
+        for claimed in [10, u64::from(u32::MAX), u64::MAX >> 1] {
+            let err = codec.join(&opened, claimed).unwrap_err();
+            assert!(err.contains("data shards hold 9 bytes"), "{err}");
+        }
         opened[1] = None;
         assert!(codec.reconstruct(&mut opened, true).is_err());
     }

@@ -72,6 +72,36 @@ fn is_dentry_key(key: &[u8]) -> bool {
     key.len() > 9 && key[..1] == codec::DENTRY_TABLE
 }
 
+/// A directory entry from the store, checked before anything is written: its name must be one
+/// path component (1 to 255 bytes, no `/` or NUL, not `.` or `..`), or a restore that turns
+/// names into paths would write outside its target, and its value must decode. Every
+/// checkpoint part and journal batch reaches the database through [`MetaStore::import`], so
+/// this is the one check of names read from a store.
+fn check_dentry(key: &[u8], value: &[u8]) -> Result<()> {
+    if key.first() != Some(&codec::DENTRY_TABLE[0]) {
+        return Ok(());
+    }
+    let name = key.get(9..).unwrap_or_default();
+    let bad = match name {
+        [] => Some("an empty name"),
+        b"." | b".." => Some("a name that is `.` or `..`"),
+        n if n.len() > 255 => Some("a name longer than 255 bytes"),
+        n if n.contains(&b'/') => Some("a name with a `/`"),
+        n if n.contains(&0) => Some("a name with a NUL byte"),
+        _ => None,
+    };
+    if let Some(bad) = bad {
+        let parent = key.get(1..9).map(|b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
+        return Err(MetaError::Corrupt(format!(
+            "the store holds a directory entry with {bad} ({:?} in directory {})",
+            String::from_utf8_lossy(name),
+            parent.unwrap_or_default()
+        )));
+    }
+    codec::decode_dentry(value)?;
+    Ok(())
+}
+
 /// The directory entries `ops` write or delete, by key.
 fn touched_dentries(ops: &[JournalOp]) -> Touched<Vec<u8>> {
     let mut keys = Vec::new();
@@ -642,7 +672,10 @@ impl MetaStore {
                 return Err(MetaError::Corrupt(format!("journal changes a local key {key:?}")));
             }
             match op {
-                JournalOp::Put { key, value } => wb.put(key, value),
+                JournalOp::Put { key, value } => {
+                    check_dentry(key, value)?;
+                    wb.put(key, value)
+                }
                 JournalOp::Delete { key } => wb.delete(key),
                 JournalOp::DeleteRange { from, to } => wb.delete_range(from, to),
             }
@@ -934,6 +967,30 @@ mod tests {
         assert_eq!(touched_dentries(&range(&codec::dentry_prefix(3), &codec::dentry_prefix(4))), Touched::All);
         assert_eq!(touched_dentries(&range(b"E", b"K")), Touched::Keys(vec![]));
         assert_eq!(touched_dentries(&range(b"A", b"D")), Touched::Keys(vec![]));
+    }
+
+    #[test]
+    fn an_entry_from_the_store_whose_name_is_no_path_component_is_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(dir.path()).expect("open");
+        let good = JournalOp::Put {
+            key: codec::dentry_key(1, b"ok"),
+            value: codec::encode_dentry(7, FileKind::File).to_vec(),
+        };
+        let long = vec![b'x'; 256];
+        for name in [&b""[..], b".", b"..", b"../../escape", b"/etc/cron.d/x", b"a/b", b"nul\0byte", &long] {
+            let bad = JournalOp::Put {
+                key: codec::dentry_key(1, name),
+                value: codec::encode_dentry(8, FileKind::File).to_vec(),
+            };
+            let err = store.import(&[good.clone(), bad], 1).expect_err("a bad name was imported");
+            assert!(matches!(err, MetaError::Corrupt(_)) && err.to_string().contains("directory entry"), "{err}");
+            assert_eq!(store.dentry(1, b"ok").expect("read"), None, "nothing of the batch was written");
+        }
+        let bad_value = JournalOp::Put { key: codec::dentry_key(1, b"v"), value: vec![1, 2] };
+        assert!(store.import(&[bad_value], 1).is_err(), "a value that does not decode");
+        store.import(&[good], 1).expect("a good entry imports");
+        assert_eq!(store.dentry(1, b"ok").expect("read"), Some((7, FileKind::File)));
     }
 
     #[test]

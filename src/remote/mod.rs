@@ -453,7 +453,9 @@ impl Workspace {
             return Err(RemoteError::TooNew { what: format!("journal segment {n}"), found: header.format });
         }
         let mut d = Decoder::new(&plain[4 + hlen..]);
-        let mut batches = Vec::with_capacity(header.batches as usize);
+        // The count is the store's word: what is reserved up front is bounded, and each batch
+        // still has to decode from the bytes that are there.
+        let mut batches = Vec::with_capacity((header.batches as usize).min(1024));
         for _ in 0..header.batches {
             batches.push(JournalBatch::decode(&mut d).map_err(|e| corrupt(e.to_string()))?);
         }
