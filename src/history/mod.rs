@@ -269,13 +269,95 @@ pub struct History {
     cache: BlobCache,
     /// History objects the local repository holds (imported or written).
     seq: u64,
+    /// The repository is in memory ([`MEMORY_DIR`]) and goes with this value.
+    in_memory: bool,
+}
+
+impl Drop for History {
+    fn drop(&mut self) {
+        if self.in_memory {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Where a history kept in memory lives: a tmpfs every Linux node has.
+pub const MEMORY_DIR: &str = "/dev/shm";
+
+/// The name of a history directory in [`MEMORY_DIR`] starts with this, then the pid of the
+/// process that made it.
+const MEMORY_PREFIX: &str = "tierfs-history-";
+
+/// Removes the history directories of this user's processes that are gone (a `kill -9` drops
+/// no value): memory a tmpfs would otherwise hold until the node reboots.
+fn remove_dead_memory_dirs(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(MEMORY_PREFIX)).and_then(|r| r.split('-').next())
+        else {
+            continue;
+        };
+        let mine = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if mine && pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// A new private (0700) directory for a history in [`MEMORY_DIR`], refused when that is not a
+/// tmpfs (the history would reach a disk in plaintext).
+fn memory_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = Path::new(MEMORY_DIR);
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    let on_tmpfs = rustix::fs::statfs(base).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC);
+    if !on_tmpfs {
+        return Err(HistoryError::Io {
+            what: "keeping the history in memory (the cache is encrypted at rest) in",
+            path: base.to_path_buf(),
+            source: std::io::Error::other("not a tmpfs on this node"),
+        });
+    }
+    remove_dead_memory_dirs(base);
+    let name = format!("{MEMORY_PREFIX}{}-{}", std::process::id(), hex::encode(rand::random::<[u8; 8]>()));
+    let dir = base.join(name);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(HistoryError::io("creating", &dir))?;
+    Ok(dir)
 }
 
 impl History {
     /// Opens (or creates) the history repository of data dir `data_dir`, then imports the
     /// store's history objects it lacks. Blocking.
-    pub fn open(data_dir: &Path, ws: Arc<Workspace>, handle: Handle) -> Result<History> {
-        let dir = data_dir.join(REPO_DIR);
+    ///
+    /// `in_memory` (a data dir whose cache is encrypted at rest): the repository is kept in a
+    /// private directory of memory ([`MEMORY_DIR`], a tmpfs), never on the data dir's disk,
+    /// rebuilt from the store at first use and removed when the history is dropped; a copy
+    /// an older version left in the data dir is removed.
+    pub fn open(data_dir: &Path, in_memory: bool, ws: Arc<Workspace>, handle: Handle) -> Result<History> {
+        let dir = if in_memory {
+            let left = data_dir.join(REPO_DIR);
+            if left.exists() {
+                std::fs::remove_dir_all(&left).map_err(HistoryError::io("removing", &left))?;
+                info!("history: removed the plaintext copy {} (the cache is encrypted at rest)", left.display());
+            }
+            memory_dir()?
+        } else {
+            data_dir.join(REPO_DIR)
+        };
+        let opened = History::open_at(dir.clone(), ws, handle).map(|mut h| {
+            h.in_memory = in_memory;
+            h
+        });
+        if opened.is_err() && in_memory {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        opened
+    }
+
+    fn open_at(dir: PathBuf, ws: Arc<Workspace>, handle: Handle) -> Result<History> {
         let repo = if dir.join("HEAD").exists() {
             git2::Repository::open_bare(&dir).map_err(HistoryError::git(format!("opening {}", dir.display())))?
         } else {
@@ -289,7 +371,7 @@ impl History {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(HistoryError::Io { what: "reading", path: dir.join(STATE_FILE), source: e }),
         };
-        let mut h = History { repo, dir, ws, handle, cache: BlobCache::default(), seq };
+        let mut h = History { repo, dir, ws, handle, cache: BlobCache::default(), seq, in_memory: false };
         h.catch_up()?;
         Ok(h)
     }

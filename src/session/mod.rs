@@ -291,6 +291,8 @@ pub struct Session {
     /// The workspace in the store (`None` without a store), for its history.
     workspace: Option<Arc<Workspace>>,
     record_history: bool,
+    /// The cache is encrypted at rest: the history is kept in memory, not in the data dir.
+    encrypt_cache: bool,
     /// Opened on first use.
     history: Mutex<Option<History>>,
     /// The hot set: saved by a writing session, refilled from on a fresh node.
@@ -407,6 +409,7 @@ impl Session {
             data_dir: config.data_dir.clone(),
             workspace,
             record_history: config.history,
+            encrypt_cache: config.encrypt_cache,
             history: Mutex::new(None),
             hot,
         };
@@ -533,7 +536,7 @@ impl Session {
         let mut guard = self.history.lock().unwrap_or_else(PoisonError::into_inner);
         let history = match &mut *guard {
             Some(h) => h,
-            empty => empty.insert(History::open(&self.data_dir, ws.clone(), self.handle.clone())?),
+            empty => empty.insert(History::open(&self.data_dir, self.encrypt_cache, ws.clone(), self.handle.clone())?),
         };
         f(history, &self.vfs)
     }

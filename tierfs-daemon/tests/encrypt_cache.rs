@@ -1,7 +1,8 @@
 //! The hot tier encrypted at rest (`--encrypt-cache`, issue 23 item 7) on a real mount: no
 //! byte a program wrote is found in the data dir, every file reads back (resident, evicted and
 //! fetched back, after a remount and on a fresh node), and a data dir is never read with the
-//! wrong setting: an encrypted one needs the flag, a plain one with data refuses it.
+//! wrong setting: an encrypted one needs the flag, a plain one with data refuses it. The
+//! history of code is kept in memory then, never in the data dir.
 
 mod common;
 use tierfs_test_support::moto;
@@ -10,6 +11,7 @@ mod store_node;
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
+use std::time::Duration;
 
 use common::Rng;
 use store_node::Node;
@@ -24,6 +26,8 @@ fn write_tree(root: &Path, rng: &mut Rng) -> Vec<(String, Vec<u8>)> {
         ("text".to_string(), MARKER.repeat(20_000)),
         ("big".to_string(), rng.bytes(24 << 20)),
         ("tiny".to_string(), b"13 bytes here".to_vec()),
+        // Code: recorded in the history too.
+        ("train.py".to_string(), [&b"# "[..], MARKER, b"\n"].concat()),
     ];
     for (name, data) in &files {
         fs::write(root.join(name), data).expect("write");
@@ -53,6 +57,15 @@ fn holds_marker(dir: &Path) -> bool {
     })
 }
 
+/// Whether no git repository (a `HEAD` naming a branch) is under `dir`.
+fn no_repository(dir: &Path) -> bool {
+    !common::walk_tree(dir).iter().any(|(_, path, m)| {
+        m.is_file()
+            && path.file_name().is_some_and(|n| n == "HEAD")
+            && fs::read(path).is_ok_and(|d| d.starts_with(b"ref: refs/heads/"))
+    })
+}
+
 #[test]
 fn an_encrypted_cache_holds_no_plaintext_and_reads_back_everywhere() {
     common::require_fuse();
@@ -66,6 +79,14 @@ fn an_encrypted_cache_holds_no_plaintext_and_reads_back_everywhere() {
     let status = a.fx.status();
     assert!(evicted > 0, "nothing was evicted, so nothing is fetched back: {status}");
     assert_eq!(status["cache_encrypted"], true, "{status}");
+    // The history recorded train.py, and is read back, from memory: no repository is on
+    // the data dir's disk.
+    let mut log = store_node::env(a.fx.tierfs());
+    log.args(["--json", "log", "--mount"]).arg(&a.fx.mountpoint);
+    let log = common::run(&mut log, Duration::from_secs(60));
+    log.assert_success("tierfs log on an encrypted cache");
+    assert!(log.stdout.contains("\"tree\""), "{}", log.stdout);
+    assert!(no_repository(&a.fx.data_dir), "a git repository is in the encrypted data dir");
     a.fx.umount();
     assert!(!holds_marker(&a.fx.data_dir), "plaintext of a written file is in the encrypted data dir");
 
