@@ -11,12 +11,15 @@
 //!   only or on an empty data dir), as every caller's is;
 //! - a file is never silently short: a chunk that reads back shorter than its record is an
 //!   error;
+//! - the tree is a tree: a directory met a second time (a cycle, or a hard link to a
+//!   directory, which only a damaged or hostile store holds) fails the export with
+//!   `NotATree` before anything is written beneath it;
 //! - nothing is overwritten: every entry is created new (`create_new`, `mkdir`, `mknod`), so a
 //!   target that is not empty fails at the first name it already holds;
 //! - directories are made owner-only first and get their own mode after their entries, so a
 //!   read-only directory can still be filled.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
@@ -45,6 +48,10 @@ pub enum ExportError {
     },
     #[error("{}: read {got} of {want} bytes at offset {offset} from the store", path.display())]
     ShortRead { path: PathBuf, offset: u64, want: u64, got: u64 },
+    /// The workspace's tree is not a tree (a directory entered twice: a cycle, or a hard link
+    /// to a directory), which only a damaged or hostile store makes.
+    #[error("{}: {reason}", path.display())]
+    NotATree { path: PathBuf, reason: String },
 }
 
 impl ExportError {
@@ -52,7 +59,7 @@ impl ExportError {
         match self {
             ExportError::Workspace { source, .. } => source.kind(),
             ExportError::Io { source, .. } => crate::types::io_error_kind(source),
-            ExportError::ShortRead { .. } => ErrorKind::Corrupt,
+            ExportError::ShortRead { .. } | ExportError::NotATree { .. } => ErrorKind::Corrupt,
         }
     }
 
@@ -80,6 +87,29 @@ pub struct Written {
     pub other: u64,
     /// File data read from the workspace (the data chunks, not the holes).
     pub bytes: u64,
+    /// What was not restored because the export was not privileged.
+    pub left_out: LeftOut,
+}
+
+/// Attributes that give rights, left out of an export that is not privileged (as tar leaves
+/// them out without `--same-owner`): a store's word alone never makes a setuid-root file, a
+/// device node or a file capability.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LeftOut {
+    /// Entries whose owner (uid and gid) was not applied: they belong to the writer.
+    pub owners: u64,
+    /// Files and directories whose setuid or setgid bit was dropped.
+    pub setid_bits: u64,
+    /// Block and character devices not made.
+    pub devices: u64,
+    /// `security.*` and `trusted.*` extended attributes (file capabilities among them) not set.
+    pub xattrs: u64,
+}
+
+impl LeftOut {
+    pub fn is_empty(&self) -> bool {
+        *self == LeftOut::default()
+    }
 }
 
 /// Told of each entry once it is written in full (attributes set; a directory after all its
@@ -95,9 +125,18 @@ pub trait Visitor {
 }
 
 /// Writes every entry of `vfs` under `target`, an existing directory (the root's own
-/// attributes are left to the caller: see [`set_attrs`]).
-pub fn write_tree(vfs: &Vfs, target: &Path, visitor: &mut dyn Visitor) -> Result<Written> {
-    let mut w = Writer { vfs, visitor, links: HashMap::new(), written: Written::default() };
+/// attributes are left to the caller: see [`set_attrs`]). `privileged` (root only, when asked):
+/// owners, setuid/setgid bits, devices and `security.*`/`trusted.*` xattrs are restored as
+/// the workspace has them; otherwise they are left out and counted ([`LeftOut`]).
+pub fn write_tree(vfs: &Vfs, target: &Path, privileged: bool, visitor: &mut dyn Visitor) -> Result<Written> {
+    let mut w = Writer {
+        privileged,
+        vfs,
+        visitor,
+        links: HashMap::new(),
+        entered: HashSet::from([ROOT_INO]),
+        written: Written::default(),
+    };
     w.dir(ROOT_INO, target)?;
     Ok(w.written)
 }
@@ -121,9 +160,12 @@ pub fn entries(vfs: &Vfs, dir: Ino) -> Result<Vec<DirEntry>, VfsError> {
 
 struct Writer<'a> {
     vfs: &'a Vfs,
+    privileged: bool,
     visitor: &'a mut dyn Visitor,
     /// Inodes with several links: the first path written for each.
     links: HashMap<Ino, PathBuf>,
+    /// Directories entered: one met again is refused, so a cycle never recurses.
+    entered: HashSet<Ino>,
     written: Written,
 }
 
@@ -143,6 +185,11 @@ impl Writer<'_> {
             }
             match attr.kind {
                 FileKind::Dir => {
+                    if !self.entered.insert(e.ino) {
+                        let reason =
+                            format!("directory {} is already in the tree (a cycle or a hard link to it)", e.ino);
+                        return Err(ExportError::NotATree { path: p, reason });
+                    }
                     std::fs::DirBuilder::new().mode(0o700).create(&p).map_err(ExportError::io("mkdir", &p))?;
                     self.dir(e.ino, &p)?;
                     self.written.dirs += 1;
@@ -156,6 +203,11 @@ impl Writer<'_> {
                     std::os::unix::fs::symlink(OsStr::from_bytes(&target), &p)
                         .map_err(ExportError::io("symlink", &p))?;
                     self.written.symlinks += 1;
+                }
+                FileKind::CharDev | FileKind::BlockDev if !self.privileged => {
+                    self.written.left_out.devices += 1;
+                    self.links.remove(&e.ino);
+                    continue;
                 }
                 _ => {
                     let c = cstr(&p)?;
@@ -171,7 +223,7 @@ impl Writer<'_> {
             if attr.kind != FileKind::Symlink {
                 self.xattrs(e.ino, &p)?;
             }
-            set_attrs(&p, &attr)?;
+            self.attrs(&p, &attr)?;
             self.visitor.written(&p, e.ino, dir, &e.name)?;
             self.visitor.progress(&self.written);
         }
@@ -215,9 +267,30 @@ impl Writer<'_> {
         Ok(())
     }
 
-    fn xattrs(&self, ino: Ino, p: &Path) -> Result<()> {
+    /// Mode, owner and times of `p`, with what gives rights left out unless privileged.
+    fn attrs(&mut self, p: &Path, attr: &Attr) -> Result<()> {
+        let mut attr = attr.clone();
+        let chown = self.privileged && rustix::process::geteuid().is_root();
+        if !self.privileged {
+            if attr.kind != FileKind::Symlink && attr.perm & 0o6000 != 0 {
+                attr.perm &= !0o6000;
+                self.written.left_out.setid_bits += 1;
+            }
+            let me = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+            if (attr.uid, attr.gid) != me {
+                self.written.left_out.owners += 1;
+            }
+        }
+        set_attrs(p, &attr, chown)
+    }
+
+    fn xattrs(&mut self, ino: Ino, p: &Path) -> Result<()> {
         let names = self.vfs.listxattr(ino).map_err(ExportError::workspace(p))?;
         for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            if !self.privileged && (name.starts_with(b"security.") || name.starts_with(b"trusted.")) {
+                self.written.left_out.xattrs += 1;
+                continue;
+            }
             let value = self.vfs.getxattr(ino, name).map_err(ExportError::workspace(p))?;
             let c = cstr(p)?;
             let n = CString::new(name).map_err(|e| ExportError::Io {
@@ -251,13 +324,13 @@ fn timespec(t: Timestamp) -> libc::timespec {
     libc::timespec { tv_sec: t.secs as libc::time_t, tv_nsec: libc::c_long::from(t.nanos) }
 }
 
-/// Owner (as root; others keep their own), mode (not of a symlink) and times of `p` from
+/// Owner (with `chown`, which needs root), mode (not of a symlink) and times of `p` from
 /// `attr`.
-pub fn set_attrs(p: &Path, attr: &Attr) -> Result<()> {
+pub fn set_attrs(p: &Path, attr: &Attr, chown: bool) -> Result<()> {
     let c = cstr(p)?;
     // SAFETY: valid C string; lchown, chmod and utimensat read only it and `times`.
     unsafe {
-        if libc::geteuid() == 0 && libc::lchown(c.as_ptr(), attr.uid, attr.gid) != 0 {
+        if chown && libc::lchown(c.as_ptr(), attr.uid, attr.gid) != 0 {
             return Err(ExportError::Io { op: "chown", path: p.into(), source: std::io::Error::last_os_error() });
         }
         if attr.kind != FileKind::Symlink && libc::chmod(c.as_ptr(), u32::from(attr.perm)) != 0 {
@@ -273,4 +346,33 @@ pub fn set_attrs(p: &Path, attr: &Attr) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+mod tests {
+    use super::*;
+    use crate::meta::{JournalOp, codec};
+    use crate::vfs::VfsConfig;
+
+    struct Quiet;
+    impl Visitor for Quiet {}
+
+    #[test]
+    fn a_directory_met_twice_is_refused_and_nothing_recurses() {
+        let dir = tempfile::tempdir().unwrap();
+        let vfs = Vfs::new(VfsConfig::new(dir.path().join("data"))).unwrap();
+        let a = vfs.mkdir(&Caller::ROOT, ROOT_INO, b"a", 0o755, 0).unwrap();
+        // What only a store can hold: an entry of `a` naming the root, a cycle.
+        let up = JournalOp::Put {
+            key: codec::dentry_key(a.ino, b"up"),
+            value: codec::encode_dentry(ROOT_INO, FileKind::Dir).to_vec(),
+        };
+        vfs.meta().import(&[up], 1).unwrap();
+        let target = dir.path().join("out");
+        std::fs::create_dir(&target).unwrap();
+        let err = write_tree(&vfs, &target, false, &mut Quiet).unwrap_err();
+        assert!(matches!(err, ExportError::NotATree { .. }) && err.kind() == ErrorKind::Corrupt, "{err}");
+        assert!(!target.join("a/up/a").exists(), "the cycle was followed");
+    }
 }

@@ -15,7 +15,9 @@ use crate::types::Ino;
 impl Mirror {
     pub(super) fn restore(&mut self) -> Result<Counts> {
         let (root, vfs) = (self.root.clone(), self.vfs.clone());
-        let written = export::write_tree(&vfs, &root, &mut Learner { mirror: self })?;
+        // Privileged as before: the directory's owners and modes come back as they were. Under
+        // the root node daemon that is the store's word (docs/ARCHITECTURE.md, "Trust").
+        let written = export::write_tree(&vfs, &root, true, &mut Learner { mirror: self })?;
         Ok(Counts {
             created: written.files + written.dirs + written.symlinks + written.other,
             linked: written.hard_links,

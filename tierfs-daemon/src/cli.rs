@@ -380,6 +380,11 @@ pub struct RestoreCommand {
     /// Where to write the copy (created if missing; must be empty).
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
+    /// As root: also restore owners, setuid/setgid bits, device nodes and security.* and
+    /// trusted.* xattrs (file capabilities) as the store has them, like tar's --same-owner.
+    /// Without it they are left out, and the summary counts them.
+    #[arg(long)]
+    pub same_owner: bool,
 }
 
 /// `tierfs sync`.

@@ -152,7 +152,8 @@ fn gc(cli: &Cli, cmd: &GcCommand) -> Result<()> {
 fn restore(cli: &Cli, cmd: &RestoreCommand) -> Result<()> {
     let store = paths::command_store_file(cmd.store.as_deref())?;
     let dir = paths::absolute(&cmd.dir)?;
-    let report = crate::restore::restore(&store, &cmd.workspace, cmd.snapshot.as_deref(), &dir, cli.json)?;
+    let report =
+        crate::restore::restore(&store, &cmd.workspace, cmd.snapshot.as_deref(), &dir, cmd.same_owner, cli.json)?;
     if cli.json {
         return print_json(&report);
     }
@@ -166,6 +167,14 @@ fn restore(cli: &Cli, cmd: &RestoreCommand) -> Result<()> {
         dir.display(),
         report.millis
     );
+    let left = &report.written.left_out;
+    if !left.is_empty() {
+        println!(
+            "left out (--same-owner, as root, restores them): {} owners, {} setuid/setgid bits, {} device nodes, \
+             {} security/trusted xattrs",
+            left.owners, left.setid_bits, left.devices, left.xattrs
+        );
+    }
     Ok(())
 }
 

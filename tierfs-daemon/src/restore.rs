@@ -40,8 +40,14 @@ pub fn restore(
     workspace: &str,
     snapshot: Option<&str>,
     target: &Path,
+    same_owner: bool,
     json: bool,
 ) -> Result<RestoreReport> {
+    if same_owner && !rustix::process::geteuid().is_root() {
+        bail!(
+            "--same-owner restores owners, setuid/setgid bits and devices, which only root may set; run it as root or leave it out"
+        );
+    }
     if target.exists()
         && fs::read_dir(target).with_context(|| format!("reading {}", target.display()))?.next().is_some()
     {
@@ -71,8 +77,12 @@ pub fn restore(
         total: if json { 0 } else { total_bytes(vfs, ROOT_INO)? },
         last_shown: Instant::now(),
     };
-    let written = export::write_tree(vfs, target, &mut progress)?;
-    export::set_attrs(target, &vfs.getattr(ROOT_INO)?)?;
+    let written = export::write_tree(vfs, target, same_owner, &mut progress)?;
+    let mut root = vfs.getattr(ROOT_INO)?;
+    if !same_owner {
+        root.perm &= !0o6000;
+    }
+    export::set_attrs(target, &root, same_owner)?;
     if progress.show {
         eprintln!();
     }

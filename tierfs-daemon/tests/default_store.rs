@@ -345,3 +345,45 @@ fn objects_without_a_store_config_are_reported_not_overwritten() {
     assert!(!home.store_file().exists() && !home.key_file().exists(), "a store was created over the leftovers");
     assert_eq!(fs::read(&leftover).expect("the leftover object"), b"from an interrupted first mount");
 }
+
+/// What gives rights (a setuid file of another owner, a device node, a file capability) comes
+/// out of `tierfs restore` only when root asks with `--same-owner`; otherwise it is left out
+/// and counted in the summary.
+#[test]
+fn a_restore_leaves_out_what_gives_rights_unless_root_asks_for_it() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (chown, mknod)");
+        return;
+    }
+    let mut fx = Fixture::new();
+    let root = fx.mountpoint.parent().expect("the fixture's directory").to_path_buf();
+    let home = Home::new(&root);
+    home.mount(&mut fx, &[]);
+    let suid = fx.p("suid");
+    fs::write(&suid, b"#!/bin/sh\n").expect("write");
+    std::os::unix::fs::chown(&suid, Some(1234), Some(1234)).expect("chown");
+    fs::set_permissions(&suid, fs::Permissions::from_mode(0o4755)).expect("chmod");
+    let null = std::ffi::CString::new(fx.p("null").as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid C string; makes a device node like /dev/null (1, 3).
+    assert_eq!(unsafe { libc::mknod(null.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) }, 0, "mknod");
+    home.command(&fx, &["sync", "-m", "rights", &fx.mountpoint.display().to_string()]).assert_success("tierfs sync");
+
+    let plain = root.join("plain");
+    let out = home.command(&fx, &["restore", &plain.display().to_string()]);
+    out.assert_success("tierfs restore");
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("restore --json");
+    assert_eq!(json["left_out"]["devices"], 1, "{json}");
+    assert!(json["left_out"]["setid_bits"].as_u64() >= Some(1), "{json}");
+    assert!(json["left_out"]["owners"].as_u64() >= Some(1), "{json}");
+    let m = fs::metadata(plain.join("suid")).expect("restored");
+    assert_eq!((m.mode() & 0o7777, m.uid()), (0o755, 0), "a setuid file of uid 1234 came back as the store said");
+    assert!(fs::symlink_metadata(plain.join("null")).is_err(), "a device node was made");
+
+    let same = root.join("same");
+    home.command(&fx, &["restore", "--same-owner", &same.display().to_string()]).assert_success("--same-owner");
+    let m = fs::metadata(same.join("suid")).expect("restored");
+    assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o4755, 1234, 1234));
+    let n = fs::symlink_metadata(same.join("null")).expect("the device");
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(&n.file_type()) && n.rdev() == libc::makedev(1, 3));
+    fx.umount();
+}
