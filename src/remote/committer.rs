@@ -132,6 +132,11 @@ impl Committer {
             let local = meta.local_seq()?;
             let durable = meta.durable_seq()?;
             let workspace = ws.name().to_string();
+            // The store acknowledged batches up to `durable` to this node: holding fewer now,
+            // it went back in time, which no writer does. (A fresh node cannot tell.)
+            if state.remote_seq < durable {
+                return Err(RemoteError::RolledBack { workspace, seen: durable, store: state.remote_seq });
+            }
             if state.remote_seq > durable && local > durable {
                 return Err(RemoteError::Diverged { workspace, durable, local, remote: state.remote_seq });
             }

@@ -95,6 +95,14 @@ pub enum RemoteError {
          takes the store's state (this node's unsynced changes are then lost)"
     )]
     Diverged { workspace: String, durable: u64, local: u64, remote: u64 },
+    /// The store is behind what this node saw it hold: objects were deleted or put back
+    /// (a rolled-back bucket, a lagging replica, a deleter without the key).
+    #[error(
+        "workspace {workspace:?}: the store holds batches up to {store}, but this node saw it hold up to {seen}: it \
+         went back in time (objects deleted or put back). Nothing was changed. Find out why; `--accept-rollback` \
+         takes the store's state as it is now, dropping this node's copy"
+    )]
+    RolledBack { workspace: String, seen: u64, store: u64 },
     #[error("no snapshot {0:?} in this workspace")]
     NoSnapshot(String),
     #[error(
@@ -118,6 +126,7 @@ impl RemoteError {
                 ErrorKind::Fenced
             }
             RemoteError::StaleLocal { .. } | RemoteError::Diverged { .. } => ErrorKind::Conflict,
+            RemoteError::RolledBack { .. } => ErrorKind::Corrupt,
             RemoteError::NoSnapshot(_) => ErrorKind::NotFound,
         }
     }

@@ -156,6 +156,9 @@ pub struct SessionConfig {
     pub holder: String,
     /// Take the workspace over from a live lease.
     pub takeover: bool,
+    /// Mount even though the store holds less than this node saw it hold (see
+    /// `RemoteError::RolledBack`): this node's copy is dropped and the store's state taken.
+    pub accept_rollback: bool,
     /// The front end keeps mtime/ctime of written files (the FUSE writeback cache).
     pub kernel_owns_times: bool,
     /// Files of the front end in the data dir that clearing it keeps (a daemon's log).
@@ -206,6 +209,7 @@ impl SessionConfig {
             lease_ttl: LEASE_TTL,
             holder: holder_name(),
             takeover: false,
+            accept_rollback: false,
             kernel_owns_times: false,
             keep_files: Vec::new(),
             history: true,
@@ -340,10 +344,14 @@ impl Session {
             Some(store) if config.access == Access::ReadWrite => {
                 match open_remote(&config, store, &prepared, handle) {
                     Ok(c) => Some(c),
-                    Err(SessionError::Remote(e @ RemoteError::StaleLocal { .. })) => {
-                        // Another node wrote the workspace since, and everything this node
-                        // wrote is in the store: its copy is only an outdated cache.
-                        warn!("{e}; dropping this node's outdated copy and restoring the store's state");
+                    // Another node wrote the workspace since, and everything this node wrote is
+                    // in the store: its copy is only an outdated cache. Or the store went back
+                    // in time and the user accepts its state as it is now.
+                    Err(SessionError::Remote(e @ RemoteError::StaleLocal { .. }))
+                    | Err(SessionError::Remote(e @ RemoteError::RolledBack { .. }))
+                        if config.accept_rollback || matches!(e, RemoteError::StaleLocal { .. }) =>
+                    {
+                        warn!("{e}; dropping this node's copy and restoring the store's state");
                         drop(prepared);
                         clear_data_dir(&config.data_dir, &config.keep_files)?;
                         prepared = Vfs::prepare(&config.data_dir)?;

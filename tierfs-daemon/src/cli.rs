@@ -793,6 +793,12 @@ pub struct MountArgs {
     #[arg(long)]
     pub takeover: bool,
 
+    /// Mount even though the store holds less of the workspace than this node saw it hold
+    /// (objects deleted or put back: a rolled-back bucket). Refused without it; with it, the
+    /// store's state is taken as it is now and this node's copy is dropped.
+    #[arg(long)]
+    pub accept_rollback: bool,
+
     /// Record no history of code and configs at snapshots (`tierfs log` then shows only
     /// what earlier mounts recorded).
     #[arg(long)]
@@ -940,6 +946,7 @@ impl MountArgs {
             stream_above: self.stream_above.unwrap_or(StreamLimit::Default),
             dirty_age: self.dirty_age(),
             takeover: self.takeover,
+            accept_rollback: self.accept_rollback,
             watch: self.watch,
             no_history: self.no_history,
             no_refill: self.no_refill,
@@ -1011,6 +1018,9 @@ impl MountConfig {
         args.extend(["--dirty-age".into(), format_secs(self.dirty_age).into()]);
         if self.takeover {
             args.push("--takeover".into());
+        }
+        if self.accept_rollback {
+            args.push("--accept-rollback".into());
         }
         if self.no_history {
             args.push("--no-history".into());

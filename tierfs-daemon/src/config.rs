@@ -60,6 +60,8 @@ pub struct MountConfig {
     pub dirty_age: Duration,
     /// Take the workspace over from a live lease.
     pub takeover: bool,
+    /// Mount a store that went back in time (`--accept-rollback`).
+    pub accept_rollback: bool,
     /// Mount this snapshot read-only (its data dir is rebuilt from the store).
     pub snapshot: Option<String>,
     /// Watch mode: `mountpoint` is a plain directory kept in sync, not a FUSE mount.
@@ -102,6 +104,7 @@ impl MountConfig {
         config.stream_above = self.stream_above;
         config.fsync = if self.fsync_remote { FsyncMode::Remote } else { FsyncMode::Local };
         config.takeover = self.takeover;
+        config.accept_rollback = self.accept_rollback;
         config.kernel_owns_times = self.writeback_cache;
         config.keep_files = vec![DAEMON_LOG.into()];
         config.history = !self.no_history;

@@ -402,3 +402,51 @@ fn gc_after_forget_frees_what_only_old_snapshots_held_and_keeps_every_referenced
     out.assert_success("tierfs scrub after gc");
     assert_eq!(scrub["copies_missing"], 0, "{scrub}");
 }
+
+/// A store put back as it was (what deleting its newest objects does, with no key needed) is
+/// refused by the node that saw it hold more, naming both positions, and changes nothing;
+/// `--accept-rollback` takes the store's state as it is now, as a fresh node would.
+#[test]
+fn a_store_that_went_back_in_time_is_refused_by_a_node_that_saw_more() {
+    let mut a = Node::init_file();
+    let backend = a.fx.tmp.path().join("backend");
+    let backup = a.fx.tmp.path().join("backend-then");
+    a.mount(&[]);
+    fs::write(a.fx.p("first.txt"), b"one").expect("write");
+    a.sync("first").assert_success("sync");
+    // What the store held after the first sync.
+    a.fx.umount();
+    run(std::process::Command::new("cp").arg("-a").arg(&backend).arg(&backup), Duration::from_secs(60))
+        .assert_success("copying the store");
+    a.mount(&[]);
+    for i in 2..=6 {
+        fs::write(a.fx.p(&format!("file-{i}.txt")), format!("{i}")).expect("write");
+        a.sync(&format!("sync {i}")).assert_success("sync");
+    }
+    a.fx.umount();
+    fs::remove_dir_all(&backend).expect("rm");
+    run(std::process::Command::new("cp").arg("-a").arg(&backup).arg(&backend), Duration::from_secs(60))
+        .assert_success("putting the old store back");
+
+    let out = a.try_mount(&[]);
+    assert!(!out.success(), "a rolled-back store was mounted: {}", out.stdout);
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap_or_default();
+    assert_eq!(json["kind"], "corrupt", "{}\n{}", out.stdout, out.stderr);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(said.contains("went back in time") && said.contains("--accept-rollback"), "{said}");
+    assert!(!common::is_mounted(&a.fx.mountpoint));
+
+    let listing = |dir: &Path| common::walk_tree(dir).into_iter().map(|(rel, _, m)| (rel, m.len())).collect::<Vec<_>>();
+    assert_eq!(listing(&backend), listing(&backup), "the refused mount changed the store");
+    a.mount(&["--accept-rollback"]);
+    assert_eq!(fs::read_to_string(a.fx.p("first.txt")).expect("the store's state"), "one");
+    assert!(!a.fx.p("file-6.txt").exists(), "the dropped copy is still served");
+    a.fx.umount();
+    // The store is consistent again: a fresh node sees the same state, and its files read.
+    a.wipe_local_state();
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    assert_eq!(fs::read_to_string(b.fx.p("first.txt")).expect("on a fresh node"), "one");
+    assert!(!b.fx.p("file-2.txt").exists());
+    b.fx.umount();
+}
