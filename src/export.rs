@@ -14,17 +14,25 @@
 //! - the tree is a tree: a directory met a second time (a cycle, or a hard link to a
 //!   directory, which only a damaged or hostile store holds) fails the export with
 //!   `NotATree` before anything is written beneath it;
-//! - nothing is overwritten: every entry is created new (`create_new`, `mkdir`, `mknod`), so a
-//!   target that is not empty fails at the first name it already holds;
+//! - nothing is overwritten: every entry is created new (`O_EXCL`, `mkdirat`, `mknodat`), so
+//!   a target that is not empty fails at the first name it already holds;
+//! - nothing is written outside the target, whatever happens to it meanwhile: every entry is
+//!   made relative to a descriptor of its directory, opened again without following a
+//!   symlink (and checked to be what was made) before its attributes are set through that
+//!   descriptor, and a hard link finds its first name beneath the target with no symlink
+//!   followed (`openat2`). A directory swapped for a symlink while it is filled fails the
+//!   restore instead of leading it elsewhere;
 //! - directories are made owner-only first and get their own mode after their entries, so a
 //!   read-only directory can still be filled.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use serde::Serialize;
 
 use crate::block::{self, CHUNK_SIZE};
@@ -129,7 +137,12 @@ pub trait Visitor {
 /// owners, setuid/setgid bits, devices and `security.*`/`trusted.*` xattrs are restored as
 /// the workspace has them; otherwise they are left out and counted ([`LeftOut`]).
 pub fn write_tree(vfs: &Vfs, target: &Path, privileged: bool, visitor: &mut dyn Visitor) -> Result<Written> {
+    // The target itself is the caller's (a symlink to a directory is its choice); what is
+    // made beneath it is not followed.
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let root = rustix::fs::open(target, flags, Mode::empty()).map_err(io("open", target))?;
     let mut w = Writer {
+        root: root.try_clone().map_err(ExportError::io("open", target))?,
         privileged,
         vfs,
         visitor,
@@ -137,7 +150,7 @@ pub fn write_tree(vfs: &Vfs, target: &Path, privileged: bool, visitor: &mut dyn 
         entered: HashSet::from([ROOT_INO]),
         written: Written::default(),
     };
-    w.dir(ROOT_INO, target)?;
+    w.dir(ROOT_INO, &root, target, Path::new(""))?;
     Ok(w.written)
 }
 
@@ -159,10 +172,12 @@ pub fn entries(vfs: &Vfs, dir: Ino) -> Result<Vec<DirEntry>, VfsError> {
 }
 
 struct Writer<'a> {
+    /// The target directory: hard links find their first name beneath it.
+    root: OwnedFd,
     vfs: &'a Vfs,
     privileged: bool,
     visitor: &'a mut dyn Visitor,
-    /// Inodes with several links: the first path written for each.
+    /// Inodes with several links: the first path written for each, relative to the target.
     links: HashMap<Ino, PathBuf>,
     /// Directories entered: one met again is refused, so a cycle never recurses.
     entered: HashSet<Ino>,
@@ -170,79 +185,98 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    fn dir(&mut self, dir: Ino, path: &Path) -> Result<()> {
+    /// Writes the entries of workspace directory `dir` into the directory open as `dirfd`
+    /// (at `path`, for messages). Every entry is made relative to `dirfd` and opened again
+    /// without following a symlink, so a name swapped for a symlink meanwhile leads nowhere.
+    fn dir(&mut self, dir: Ino, dirfd: &OwnedFd, path: &Path, rel: &Path) -> Result<()> {
         for e in entries(self.vfs, dir).map_err(ExportError::workspace(path))? {
-            let p = path.join(OsStr::from_bytes(&e.name));
+            let name = OsStr::from_bytes(&e.name);
+            let (p, child_rel) = (path.join(name), rel.join(name));
             let attr = self.vfs.getattr(e.ino).map_err(ExportError::workspace(&p))?;
             if attr.kind != FileKind::Dir && attr.nlink > 1 {
                 if let Some(first) = self.links.get(&e.ino) {
-                    std::fs::hard_link(first, &p).map_err(ExportError::io("link", &p))?;
+                    self.link(first, dirfd, name, &p)?;
                     self.written.hard_links += 1;
                     self.visitor.written(&p, e.ino, dir, &e.name)?;
                     continue;
                 }
-                self.links.insert(e.ino, p.clone());
+                self.links.insert(e.ino, child_rel.clone());
             }
-            match attr.kind {
+            let made = match attr.kind {
                 FileKind::Dir => {
                     if !self.entered.insert(e.ino) {
                         let reason =
                             format!("directory {} is already in the tree (a cycle or a hard link to it)", e.ino);
                         return Err(ExportError::NotATree { path: p, reason });
                     }
-                    std::fs::DirBuilder::new().mode(0o700).create(&p).map_err(ExportError::io("mkdir", &p))?;
-                    self.dir(e.ino, &p)?;
+                    rustix::fs::mkdirat(dirfd, name, Mode::from_raw_mode(0o700)).map_err(io("mkdir", &p))?;
+                    let child = open_made(dirfd, name, FileKind::Dir, &p)?;
+                    self.dir(e.ino, &child, &p, &child_rel)?;
                     self.written.dirs += 1;
+                    Some(child)
                 }
                 FileKind::File => {
-                    self.file(e.ino, &attr, &p)?;
+                    let fd = self.file(e.ino, &attr, dirfd, name, &p)?;
                     self.written.files += 1;
+                    Some(fd)
                 }
                 FileKind::Symlink => {
                     let target = self.vfs.readlink(e.ino).map_err(ExportError::workspace(&p))?;
-                    std::os::unix::fs::symlink(OsStr::from_bytes(&target), &p)
-                        .map_err(ExportError::io("symlink", &p))?;
+                    rustix::fs::symlinkat(OsStr::from_bytes(&target), dirfd, name).map_err(io("symlink", &p))?;
                     self.written.symlinks += 1;
+                    None
                 }
                 FileKind::CharDev | FileKind::BlockDev if !self.privileged => {
                     self.written.left_out.devices += 1;
                     self.links.remove(&e.ino);
                     continue;
                 }
-                _ => {
-                    let c = cstr(&p)?;
-                    let mode = attr.kind.mode_bits() | u32::from(attr.perm);
-                    // SAFETY: `c` is a valid C string for the call.
-                    if unsafe { libc::mknod(c.as_ptr(), mode, libc::dev_t::from(attr.rdev)) } != 0 {
-                        return Err(ExportError::Io { op: "mknod", path: p, source: std::io::Error::last_os_error() });
-                    }
+                kind => {
+                    let file_type = rustix::fs::FileType::from_raw_mode(kind.mode_bits());
+                    let dev = rustix::fs::Dev::from(attr.rdev);
+                    rustix::fs::mknodat(dirfd, name, file_type, Mode::from_raw_mode(u32::from(attr.perm) & 0o777), dev)
+                        .map_err(io("mknod", &p))?;
                     self.written.other += 1;
+                    Some(open_made(dirfd, name, kind, &p)?)
                 }
+            };
+            match &made {
+                // Linux keeps user xattrs off symlinks.
+                Some(fd) => {
+                    self.xattrs(e.ino, fd, &p)?;
+                    self.attrs(Target::Fd(fd), &attr, &p)?;
+                }
+                None => self.attrs(Target::Symlink(dirfd, name), &attr, &p)?,
             }
-            // Linux keeps user xattrs off symlinks.
-            if attr.kind != FileKind::Symlink {
-                self.xattrs(e.ino, &p)?;
-            }
-            self.attrs(&p, &attr)?;
+            drop(made);
             self.visitor.written(&p, e.ino, dir, &e.name)?;
             self.visitor.progress(&self.written);
         }
         Ok(())
     }
 
-    fn file(&mut self, ino: Ino, attr: &Attr, p: &Path) -> Result<()> {
-        let out = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(p)
-            .map_err(ExportError::io("create", p))?;
+    /// A hard link `name` in `dirfd` to the entry written first at `first` (relative to the
+    /// target), found again beneath the target without following a symlink.
+    fn link(&self, first: &Path, dirfd: &OwnedFd, name: &OsStr, p: &Path) -> Result<()> {
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let confined = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let fd = rustix::fs::openat2(&self.root, first, flags, Mode::empty(), confined).map_err(io("link", p))?;
+        rustix::fs::linkat(rustix::fs::CWD, fd_path(&fd), dirfd, name, AtFlags::SYMLINK_FOLLOW).map_err(io("link", p))
+    }
+
+    /// Writes file `ino` as `name` in `dirfd`, a new file; returns it open.
+    fn file(&mut self, ino: Ino, attr: &Attr, dirfd: &OwnedFd, name: &OsStr, p: &Path) -> Result<OwnedFd> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let out = std::fs::File::from(
+            rustix::fs::openat(dirfd, name, flags, Mode::from_raw_mode(0o600)).map_err(io("create", p))?,
+        );
         let fh = self.vfs.open(&Caller::ROOT, ino, libc::O_RDONLY).map_err(ExportError::workspace(p))?;
         let copied = self.copy_chunks(ino, fh, attr.size, &out, p);
         let released = self.vfs.release(ino, fh).map_err(ExportError::workspace(p));
         copied?;
         released?;
-        out.set_len(attr.size).map_err(ExportError::io("truncate", p))
+        out.set_len(attr.size).map_err(ExportError::io("truncate", p))?;
+        Ok(OwnedFd::from(out))
     }
 
     /// The chunks of `ino` that hold data (those with a record), written into `out` with
@@ -267,8 +301,9 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// Mode, owner and times of `p`, with what gives rights left out unless privileged.
-    fn attrs(&mut self, p: &Path, attr: &Attr) -> Result<()> {
+    /// Mode, owner and times of an entry written, with what gives rights left out unless
+    /// privileged.
+    fn attrs(&mut self, target: Target<'_>, attr: &Attr, p: &Path) -> Result<()> {
         let mut attr = attr.clone();
         let chown = self.privileged && rustix::process::geteuid().is_root();
         if !self.privileged {
@@ -281,35 +316,85 @@ impl Writer<'_> {
                 self.written.left_out.owners += 1;
             }
         }
-        set_attrs(p, &attr, chown)
+        let ts = |t: Timestamp| rustix::fs::Timespec { tv_sec: t.secs, tv_nsec: t.nanos.into() };
+        let times = rustix::fs::Timestamps { last_access: ts(attr.atime), last_modification: ts(attr.mtime) };
+        let owner = || (Some(rustix::fs::Uid::from_raw(attr.uid)), Some(rustix::fs::Gid::from_raw(attr.gid)));
+        match target {
+            Target::Symlink(dirfd, name) => {
+                if chown {
+                    let (u, g) = owner();
+                    rustix::fs::chownat(dirfd, name, u, g, AtFlags::SYMLINK_NOFOLLOW).map_err(io("chown", p))?;
+                }
+                rustix::fs::utimensat(dirfd, name, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(io("set times of", p))?;
+            }
+            Target::Fd(fd) => {
+                // The descriptor's /proc entry names exactly the inode made (no symlink).
+                let at = fd_path(fd);
+                if chown {
+                    let (u, g) = owner();
+                    rustix::fs::chownat(rustix::fs::CWD, &at, u, g, AtFlags::empty()).map_err(io("chown", p))?;
+                }
+                rustix::fs::chmodat(rustix::fs::CWD, &at, Mode::from_raw_mode(u32::from(attr.perm)), AtFlags::empty())
+                    .map_err(io("chmod", p))?;
+                rustix::fs::utimensat(rustix::fs::CWD, &at, &times, AtFlags::empty()).map_err(io("set times of", p))?;
+            }
+        }
+        Ok(())
     }
 
-    fn xattrs(&mut self, ino: Ino, p: &Path) -> Result<()> {
+    fn xattrs(&mut self, ino: Ino, fd: &OwnedFd, p: &Path) -> Result<()> {
         let names = self.vfs.listxattr(ino).map_err(ExportError::workspace(p))?;
+        let at = fd_path(fd);
         for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
             if !self.privileged && (name.starts_with(b"security.") || name.starts_with(b"trusted.")) {
                 self.written.left_out.xattrs += 1;
                 continue;
             }
             let value = self.vfs.getxattr(ino, name).map_err(ExportError::workspace(p))?;
-            let c = cstr(p)?;
             let n = CString::new(name).map_err(|e| ExportError::Io {
                 op: "setxattr",
                 path: p.into(),
                 source: std::io::Error::other(e),
             })?;
-            // SAFETY: valid C strings and a buffer of `value.len()` bytes.
-            let r = unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-            if r != 0 {
-                return Err(ExportError::Io {
-                    op: "setxattr",
-                    path: p.into(),
-                    source: std::io::Error::last_os_error(),
-                });
-            }
+            rustix::fs::setxattr(&at, n.as_c_str(), &value, rustix::fs::XattrFlags::empty())
+                .map_err(io("setxattr", p))?;
         }
         Ok(())
     }
+}
+
+/// Where [`Writer::attrs`] sets attributes: an entry open without following a symlink, or a
+/// symlink by its name in its directory (attributes of the link itself).
+enum Target<'a> {
+    Fd(&'a OwnedFd),
+    Symlink(&'a OwnedFd, &'a OsStr),
+}
+
+/// `/proc/self/fd/N` of `fd`: a name for exactly the inode `fd` holds.
+fn fd_path(fd: &impl AsFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
+}
+
+/// The entry `name` of `dirfd` just made as a `kind`, opened without following a symlink (a
+/// directory to write into, anything else `O_PATH`), and refused if it is not what was made.
+fn open_made(dirfd: &OwnedFd, name: &OsStr, kind: FileKind, p: &Path) -> Result<OwnedFd> {
+    let flags = match kind {
+        FileKind::Dir => OFlags::RDONLY | OFlags::DIRECTORY,
+        _ => OFlags::PATH,
+    };
+    let fd = rustix::fs::openat(dirfd, name, flags | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+        .map_err(io("open", p))?;
+    let st = rustix::fs::fstat(&fd).map_err(io("stat", p))?;
+    if FileKind::from_mode(st.st_mode) != Some(kind) {
+        let source = std::io::Error::other("replaced by something else while it was restored");
+        return Err(ExportError::Io { op: "open", path: p.into(), source });
+    }
+    Ok(fd)
+}
+
+/// The mapper of a failed system call `op` on `p`, for `map_err`.
+fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(rustix::io::Errno) -> ExportError + 'a {
+    move |e| ExportError::Io { op, path: p.to_path_buf(), source: e.into() }
 }
 
 fn cstr(p: &Path) -> Result<CString> {
@@ -357,6 +442,47 @@ mod tests {
 
     struct Quiet;
     impl Visitor for Quiet {}
+
+    /// Swaps the directory being filled for a symlink to `outside` once `f1` is written.
+    struct Swapper {
+        target: PathBuf,
+        outside: PathBuf,
+    }
+
+    impl Visitor for Swapper {
+        fn written(&mut self, path: &Path, _ino: Ino, _parent: Ino, name: &[u8]) -> Result<()> {
+            if name == b"f1" {
+                let d = self.target.join("d");
+                std::fs::rename(&d, self.target.join("d.moved")).unwrap();
+                std::os::unix::fs::symlink(&self.outside, &d).unwrap();
+                assert!(path.starts_with(&d));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_symlink_while_it_is_filled_leads_nothing_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let vfs = Vfs::new(VfsConfig::new(dir.path().join("data"))).unwrap();
+        let d = vfs.mkdir(&Caller::ROOT, ROOT_INO, b"d", 0o755, 0).unwrap();
+        for name in [&b"f1"[..], b"f2", b"f3"] {
+            let (f, fh) = vfs.create(&Caller::ROOT, d.ino, name, 0o644, 0, libc::O_RDWR).unwrap();
+            vfs.write(f.ino, fh, 0, b"data").unwrap();
+            vfs.release(f.ino, fh).unwrap();
+        }
+        let (target, outside) = (dir.path().join("out"), dir.path().join("outside"));
+        std::fs::create_dir(&target).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        let mut swapper = Swapper { target: target.clone(), outside: outside.clone() };
+        let written = write_tree(&vfs, &target, false, &mut swapper).unwrap();
+        assert_eq!(written.files, 3);
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "a file was written through the symlink");
+        // (A Vfs without a store has no chunk records to copy: only the names and sizes count.)
+        for name in ["f1", "f2", "f3"] {
+            assert_eq!(std::fs::metadata(target.join("d.moved").join(name)).unwrap().len(), 4, "{name}");
+        }
+    }
 
     #[test]
     fn a_directory_met_twice_is_refused_and_nothing_recurses() {
