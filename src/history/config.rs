@@ -13,11 +13,28 @@ use super::HistoryError;
 /// The settings file's name, at the workspace root.
 pub const SETTINGS_FILE: &str = ".tierfshistory.toml";
 
-/// What the history records by default: code, configs, notebooks and small text.
-pub const DEFAULT_INCLUDE: [&str; 15] = [
+/// What the history records by default: code (in the languages ML work is written in),
+/// configs, notebooks and small text.
+pub const DEFAULT_INCLUDE: [&str; 31] = [
     "*.py",
     "*.ipynb",
     "*.sh",
+    "*.rs",
+    "*.c",
+    "*.cc",
+    "*.cpp",
+    "*.h",
+    "*.hpp",
+    "*.cu",
+    "*.cuh",
+    "*.js",
+    "*.ts",
+    "*.go",
+    "*.r",
+    "*.R",
+    "*.jl",
+    "*.sql",
+    "*.lua",
     "*.yaml",
     "*.yml",
     "*.json",
@@ -133,7 +150,11 @@ mod tests {
     #[test]
     fn defaults_match_code_and_configs_at_any_depth() {
         let c = HistoryConfig::defaults();
-        for p in ["train.py", "conf/model.yaml", "a/b/nb.ipynb", "requirements-dev.txt", "x/Dockerfile", "Makefile"] {
+        let code = ["src/lib.rs", "ops/kernel.cu", "ops/kernel.cuh", "csrc/op.cpp", "web/app.ts", "stats.R", "q.sql"];
+        for p in ["train.py", "conf/model.yaml", "a/b/nb.ipynb", "requirements-dev.txt", "x/Dockerfile", "Makefile"]
+            .into_iter()
+            .chain(code)
+        {
             assert!(c.includes(p), "{p}");
         }
         for p in ["model.pt", "data/shard.bin", "Dockerfile.bak"] {
