@@ -99,8 +99,9 @@ pub enum RemoteError {
     /// (a rolled-back bucket, a lagging replica, a deleter without the key).
     #[error(
         "workspace {workspace:?}: the store holds batches up to {store}, but this node saw it hold up to {seen}: it \
-         went back in time (objects deleted or put back). Nothing was changed. Find out why; `--accept-rollback` \
-         takes the store's state as it is now, dropping this node's copy"
+         went back in time (objects deleted or put back). Nothing was changed. Find out why; a writer mounted with \
+         `--accept-rollback` takes the store's state as it is now, dropping this node's copy (a follower keeps what \
+         it shows until it is mounted again)"
     )]
     RolledBack { workspace: String, seen: u64, store: u64 },
     #[error("no snapshot {0:?} in this workspace")]
@@ -730,8 +731,16 @@ impl Workspace {
     /// that segment or a checkpoint covered batches no segment holds, the newest checkpoint's
     /// whole state and the segments after it. `None`: nothing new (yet). Costs one listing of the journal while nothing changed, plus one of the
     /// checkpoints when the follower's next segment is not there.
+    ///
+    /// A store that went back in time past `at` is an error ([`RemoteError::RolledBack`]): the
+    /// segment `at` was read from is gone while no checkpoint covers `at.seq` (compaction
+    /// removes a segment only once a checkpoint covers it). The follower keeps what it has.
     pub async fn head_after(&self, at: ChainPoint) -> Result<Option<NewHead>> {
-        let listed = self.list_numbers_from("j/", at.next_segment).await?;
+        // From the segment `at` was read from, to see that it is still there: one listing.
+        let last_read = at.next_segment.checked_sub(1).filter(|_| at.seq > 0);
+        let mut listed = self.list_numbers_from("j/", last_read.unwrap_or(at.next_segment)).await?;
+        let last_read_there = last_read.is_none_or(|n| listed.first() == Some(&n));
+        listed.retain(|&n| n >= at.next_segment);
         if listed.first() == Some(&at.next_segment) {
             if let Some((point, ops)) = self.replay_dense(at).await? {
                 return Ok((point != at).then_some(NewHead { point, ops, whole: false }));
@@ -740,6 +749,10 @@ impl Workspace {
         } else {
             // Nobody wrote since, or the journal was compacted past this follower's place.
             let newest = self.list_numbers("cp/").await?.last().copied().unwrap_or(0);
+            if !last_read_there && newest < at.seq {
+                let workspace = self.name().to_string();
+                return Err(RemoteError::RolledBack { workspace, seen: at.seq, store: newest });
+            }
             if newest <= at.seq {
                 return Ok(None);
             }
@@ -924,6 +937,22 @@ mod tests {
         let head = ws.head_after(ChainPoint { next_segment: 2, seq: 6 }).await.expect("head").expect("a new head");
         assert!(!head.whole);
         assert_eq!(head.point, ChainPoint { next_segment: 3, seq: 7 });
+    }
+
+    #[tokio::test]
+    async fn a_follower_is_told_when_the_store_went_back_in_time() {
+        let (_dir, ws, _meta) = workspace_on_a_file_store().await;
+        let batch = |seq| JournalBatch { seq, ops: Vec::new() };
+        for n in 1..=3 {
+            assert!(ws.append_segment(n, "s", "h", &[batch(n)]).await.expect("append"));
+        }
+        let at = ChainPoint { next_segment: 4, seq: 3 };
+        assert!(ws.head_after(at).await.expect("a healthy store").is_none(), "nothing new");
+        // The newest segment deleted (no key needed): the store is behind the follower.
+        ws.store.backend().delete_object(&ws.segment_key(3)).await.expect("delete");
+        let err = ws.head_after(at).await.expect_err("a rolled-back store went unnoticed");
+        assert!(matches!(err, RemoteError::RolledBack { seen: 3, .. }), "{err}");
+        assert_eq!(err.kind(), ErrorKind::Corrupt);
     }
 
     #[test]
