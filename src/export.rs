@@ -142,8 +142,10 @@ pub fn write_tree(vfs: &Vfs, target: &Path, privileged: bool, visitor: &mut dyn 
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let root = rustix::fs::open(target, flags, Mode::empty()).map_err(io("open", target))?;
     let mut w = Writer {
-        root: root.try_clone().map_err(ExportError::io("open", target))?,
+        root: &root,
         privileged,
+        chown: privileged && rustix::process::geteuid().is_root(),
+        me: (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()),
         vfs,
         visitor,
         links: HashMap::new(),
@@ -173,9 +175,13 @@ pub fn entries(vfs: &Vfs, dir: Ino) -> Result<Vec<DirEntry>, VfsError> {
 
 struct Writer<'a> {
     /// The target directory: hard links find their first name beneath it.
-    root: OwnedFd,
+    root: &'a OwnedFd,
     vfs: &'a Vfs,
     privileged: bool,
+    /// Owners are applied (privileged, as root).
+    chown: bool,
+    /// This process's uid and gid: the owner of what it makes.
+    me: (u32, u32),
     visitor: &'a mut dyn Visitor,
     /// Inodes with several links: the first path written for each, relative to the target.
     links: HashMap<Ino, PathBuf>,
@@ -259,8 +265,7 @@ impl Writer<'_> {
     /// target), found again beneath the target without following a symlink.
     fn link(&self, first: &Path, dirfd: &OwnedFd, name: &OsStr, p: &Path) -> Result<()> {
         let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let confined = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        let fd = rustix::fs::openat2(&self.root, first, flags, Mode::empty(), confined).map_err(io("link", p))?;
+        let fd = rustix::fs::openat2(self.root, first, flags, Mode::empty(), CONFINED).map_err(io("link", p))?;
         rustix::fs::linkat(rustix::fs::CWD, fd_path(&fd), dirfd, name, AtFlags::SYMLINK_FOLLOW).map_err(io("link", p))
     }
 
@@ -301,45 +306,19 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// Mode, owner and times of an entry written, with what gives rights left out unless
-    /// privileged.
+    /// Mode, owner and times of an entry written, with what gives rights left out (and
+    /// counted) unless privileged.
     fn attrs(&mut self, target: Target<'_>, attr: &Attr, p: &Path) -> Result<()> {
         let mut attr = attr.clone();
-        let chown = self.privileged && rustix::process::geteuid().is_root();
         if !self.privileged {
-            if attr.kind != FileKind::Symlink && attr.perm & 0o6000 != 0 {
-                attr.perm &= !0o6000;
+            if drop_setid_bits(&mut attr) {
                 self.written.left_out.setid_bits += 1;
             }
-            let me = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
-            if (attr.uid, attr.gid) != me {
+            if (attr.uid, attr.gid) != self.me {
                 self.written.left_out.owners += 1;
             }
         }
-        let ts = |t: Timestamp| rustix::fs::Timespec { tv_sec: t.secs, tv_nsec: t.nanos.into() };
-        let times = rustix::fs::Timestamps { last_access: ts(attr.atime), last_modification: ts(attr.mtime) };
-        let owner = || (Some(rustix::fs::Uid::from_raw(attr.uid)), Some(rustix::fs::Gid::from_raw(attr.gid)));
-        match target {
-            Target::Symlink(dirfd, name) => {
-                if chown {
-                    let (u, g) = owner();
-                    rustix::fs::chownat(dirfd, name, u, g, AtFlags::SYMLINK_NOFOLLOW).map_err(io("chown", p))?;
-                }
-                rustix::fs::utimensat(dirfd, name, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(io("set times of", p))?;
-            }
-            Target::Fd(fd) => {
-                // The descriptor's /proc entry names exactly the inode made (no symlink).
-                let at = fd_path(fd);
-                if chown {
-                    let (u, g) = owner();
-                    rustix::fs::chownat(rustix::fs::CWD, &at, u, g, AtFlags::empty()).map_err(io("chown", p))?;
-                }
-                rustix::fs::chmodat(rustix::fs::CWD, &at, Mode::from_raw_mode(u32::from(attr.perm)), AtFlags::empty())
-                    .map_err(io("chmod", p))?;
-                rustix::fs::utimensat(rustix::fs::CWD, &at, &times, AtFlags::empty()).map_err(io("set times of", p))?;
-            }
-        }
-        Ok(())
+        apply(target, &attr, self.chown, p)
     }
 
     fn xattrs(&mut self, ino: Ino, fd: &OwnedFd, p: &Path) -> Result<()> {
@@ -370,8 +349,13 @@ enum Target<'a> {
     Symlink(&'a OwnedFd, &'a OsStr),
 }
 
+/// How a path beneath a directory descriptor is resolved where nothing may lead out of it:
+/// no `..` above it, no absolute path, no symlink on any component (`openat2`).
+pub(crate) const CONFINED: ResolveFlags =
+    ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS).union(ResolveFlags::NO_MAGICLINKS);
+
 /// `/proc/self/fd/N` of `fd`: a name for exactly the inode `fd` holds.
-fn fd_path(fd: &impl AsFd) -> PathBuf {
+pub(crate) fn fd_path(fd: &impl AsFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
 }
 
@@ -397,40 +381,51 @@ fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(rustix::io::Errno) -> Ex
     move |e| ExportError::Io { op, path: p.to_path_buf(), source: e.into() }
 }
 
-fn cstr(p: &Path) -> Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|e| ExportError::Io {
-        op: "name",
-        path: p.into(),
-        source: std::io::Error::other(e),
-    })
+/// Clears the setuid and setgid bits of `attr` (not of a symlink, which has no mode);
+/// whether it had any.
+fn drop_setid_bits(attr: &mut Attr) -> bool {
+    let had = attr.kind != FileKind::Symlink && attr.perm & 0o6000 != 0;
+    attr.perm &= !0o6000;
+    had
 }
 
-fn timespec(t: Timestamp) -> libc::timespec {
-    libc::timespec { tv_sec: t.secs as libc::time_t, tv_nsec: libc::c_long::from(t.nanos) }
-}
-
-/// Owner (with `chown`, which needs root), mode (not of a symlink) and times of `p` from
-/// `attr`.
-pub fn set_attrs(p: &Path, attr: &Attr, chown: bool) -> Result<()> {
-    let c = cstr(p)?;
-    // SAFETY: valid C string; lchown, chmod and utimensat read only it and `times`.
-    unsafe {
-        if chown && libc::lchown(c.as_ptr(), attr.uid, attr.gid) != 0 {
-            return Err(ExportError::Io { op: "chown", path: p.into(), source: std::io::Error::last_os_error() });
+/// Sets owner (with `chown`, which needs root), mode (not of a symlink) and times of `target`
+/// from `attr`.
+fn apply(target: Target<'_>, attr: &Attr, chown: bool, p: &Path) -> Result<()> {
+    let ts = |t: Timestamp| rustix::fs::Timespec { tv_sec: t.secs, tv_nsec: t.nanos.into() };
+    let times = rustix::fs::Timestamps { last_access: ts(attr.atime), last_modification: ts(attr.mtime) };
+    let (uid, gid) = (Some(rustix::fs::Uid::from_raw(attr.uid)), Some(rustix::fs::Gid::from_raw(attr.gid)));
+    match target {
+        Target::Symlink(dirfd, name) => {
+            if chown {
+                rustix::fs::chownat(dirfd, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW).map_err(io("chown", p))?;
+            }
+            rustix::fs::utimensat(dirfd, name, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(io("set times of", p))?;
         }
-        if attr.kind != FileKind::Symlink && libc::chmod(c.as_ptr(), u32::from(attr.perm)) != 0 {
-            return Err(ExportError::Io { op: "chmod", path: p.into(), source: std::io::Error::last_os_error() });
-        }
-        let times = [timespec(attr.atime), timespec(attr.mtime)];
-        if libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) != 0 {
-            return Err(ExportError::Io {
-                op: "set times of",
-                path: p.into(),
-                source: std::io::Error::last_os_error(),
-            });
+        Target::Fd(fd) => {
+            // The descriptor's /proc entry names exactly the inode it holds (no symlink).
+            let at = fd_path(fd);
+            if chown {
+                rustix::fs::chownat(rustix::fs::CWD, &at, uid, gid, AtFlags::empty()).map_err(io("chown", p))?;
+            }
+            rustix::fs::chmodat(rustix::fs::CWD, &at, Mode::from_raw_mode(u32::from(attr.perm)), AtFlags::empty())
+                .map_err(io("chmod", p))?;
+            rustix::fs::utimensat(rustix::fs::CWD, &at, &times, AtFlags::empty()).map_err(io("set times of", p))?;
         }
     }
     Ok(())
+}
+
+/// Owner, mode and times of the target directory `p` itself from `attr` (the workspace
+/// root's), by the rules of [`write_tree`]: owner and setuid/setgid bits only when
+/// `privileged`.
+pub fn set_attrs(p: &Path, attr: &Attr, privileged: bool) -> Result<()> {
+    let fd = rustix::fs::open(p, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).map_err(io("open", p))?;
+    let mut attr = attr.clone();
+    if !privileged {
+        drop_setid_bits(&mut attr);
+    }
+    apply(Target::Fd(&fd), &attr, privileged && rustix::process::geteuid().is_root(), p)
 }
 
 #[cfg(test)]

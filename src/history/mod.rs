@@ -114,7 +114,7 @@ pub struct Published {
 
 /// The whole history as one git pack, for a client to write with its own rights
 /// (`history export`, `history push`): the serving process, which may run as root, never
-/// writes outside its data dir on a caller's behalf (docs/ARCHITECTURE.md, "Who writes
+/// writes outside its data dir on a caller's behalf (docs/ARCHITECTURE.md, "Trust: who writes
 /// where").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bundle {
@@ -187,16 +187,29 @@ impl Bundle {
             source: git2::Error::from_str(&reason),
         };
         let head = git2::Oid::from_str(&self.head).map_err(|e| bad(e.to_string()))?;
-        {
-            let odb = repo.odb().map_err(HistoryError::git("opening the object database"))?;
-            let mut w = odb.packwriter().map_err(HistoryError::git("writing the pack"))?;
-            std::io::Write::write_all(&mut w, &self.pack).map_err(|e| bad(e.to_string()))?;
-            w.commit().map_err(|e| bad(format!("the pack does not index: {e}")))?;
-            repo.find_commit(head).map_err(|e| bad(format!("head {head} not in the pack: {e}")))?;
-        }
-        repo.reference(BRANCH, head, true, "tierfs history").map_err(HistoryError::git("setting the branch"))?;
+        add_pack(&repo, &self.pack, head, "tierfs history", &bad)?;
         Ok(repo)
     }
+}
+
+/// Adds git pack `pack` to `repo` and moves [`BRANCH`] to `head`, which the pack must bring;
+/// what is wrong with the pack is told by `bad`.
+fn add_pack(
+    repo: &git2::Repository,
+    pack: &[u8],
+    head: git2::Oid,
+    reflog: &str,
+    bad: &dyn Fn(String) -> HistoryError,
+) -> Result<()> {
+    {
+        let odb = repo.odb().map_err(HistoryError::git("opening the object database"))?;
+        let mut w = odb.packwriter().map_err(HistoryError::git("importing a pack"))?;
+        std::io::Write::write_all(&mut w, pack).map_err(|e| bad(e.to_string()))?;
+        w.commit().map_err(|e| bad(format!("pack does not index: {e}")))?;
+        repo.find_commit(head).map_err(|e| bad(format!("head {head} not in the pack: {e}")))?;
+    }
+    repo.reference(BRANCH, head, true, reflog).map_err(HistoryError::git("moving the branch"))?;
+    Ok(())
 }
 
 /// `url` as it may be shown: a user name or password in it (`https://user:token@host/...`)
@@ -347,17 +360,14 @@ impl History {
         } else {
             data_dir.join(REPO_DIR)
         };
-        let opened = History::open_at(dir.clone(), ws, handle).map(|mut h| {
-            h.in_memory = in_memory;
-            h
-        });
+        let opened = History::open_at(dir.clone(), in_memory, ws, handle);
         if opened.is_err() && in_memory {
             let _ = std::fs::remove_dir_all(&dir);
         }
         opened
     }
 
-    fn open_at(dir: PathBuf, ws: Arc<Workspace>, handle: Handle) -> Result<History> {
+    fn open_at(dir: PathBuf, in_memory: bool, ws: Arc<Workspace>, handle: Handle) -> Result<History> {
         let repo = if dir.join("HEAD").exists() {
             git2::Repository::open_bare(&dir).map_err(HistoryError::git(format!("opening {}", dir.display())))?
         } else {
@@ -371,7 +381,7 @@ impl History {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(HistoryError::Io { what: "reading", path: dir.join(STATE_FILE), source: e }),
         };
-        let mut h = History { repo, dir, ws, handle, cache: BlobCache::default(), seq, in_memory: false };
+        let mut h = History { repo, dir, ws, handle, cache: BlobCache::default(), seq, in_memory };
         h.catch_up()?;
         Ok(h)
     }
@@ -413,16 +423,7 @@ impl History {
             )));
         }
         let head = git2::Oid::from_str(&header.head).map_err(|e| corrupt(e.to_string()))?;
-        {
-            let odb = self.repo.odb().map_err(HistoryError::git("opening the object database"))?;
-            let mut w = odb.packwriter().map_err(HistoryError::git("importing a pack"))?;
-            std::io::Write::write_all(&mut w, pack).map_err(|e| corrupt(e.to_string()))?;
-            w.commit().map_err(|e| corrupt(format!("pack does not index: {e}")))?;
-            self.repo.find_commit(head).map_err(|e| corrupt(format!("head {head} not in the pack: {e}")))?;
-        }
-        self.repo
-            .reference(BRANCH, head, true, &format!("import {n}"))
-            .map_err(HistoryError::git("moving the branch"))?;
+        add_pack(&self.repo, pack, head, &format!("import {n}"), &corrupt)?;
         self.set_seq(n)
     }
 

@@ -91,11 +91,10 @@ fn check_dentry(key: &[u8], value: &[u8]) -> Result<()> {
         _ => None,
     };
     if let Some(bad) = bad {
-        let parent = key.get(1..9).map(|b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
         return Err(MetaError::Corrupt(format!(
             "the store holds a directory entry with {bad} ({:?} in directory {})",
             String::from_utf8_lossy(name),
-            parent.unwrap_or_default()
+            codec::key_ino(key)?
         )));
     }
     codec::decode_dentry(value)?;

@@ -164,7 +164,8 @@ impl StoreConfig {
         Ok(())
     }
 
-    /// A store file that users other than its owner may read, write or run is refused, as ssh
+    /// A store file that users other than its owner may read, write or run is refused
+    /// ([`private_mode`]), as ssh
     /// refuses such a private key: it names the backends and the key file, and may hold
     /// credentials (`save_new` writes it 0600).
     pub fn load(path: &Path) -> Result<StoreConfig, StoreError> {
@@ -173,14 +174,8 @@ impl StoreConfig {
         let cannot_read =
             |e: std::io::Error| StoreError::Config(format!("cannot read store file {}: {e}", path.display()));
         let mut file = std::fs::File::open(path).map_err(cannot_read)?;
-        let mode = file.metadata().map_err(cannot_read)?.mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(StoreError::Config(format!(
-                "store file {} is open to other users (mode {mode:04o}); run `chmod 600 {}` and try again",
-                path.display(),
-                path.display()
-            )));
-        }
+        let mode = file.metadata().map_err(cannot_read)?.mode();
+        private_mode(path, mode, "store file").map_err(StoreError::Config)?;
         let mut text = String::new();
         file.read_to_string(&mut text).map_err(cannot_read)?;
         let cfg: StoreConfig = toml::from_str(&text)
@@ -207,6 +202,22 @@ impl StoreConfig {
             .and_then(|()| f.sync_all())
             .map_err(|e| StoreError::Config(format!("cannot write store file {}: {e}", path.display())))
     }
+}
+
+/// Refuses a secret file (`what`: "store file", "key file") at `path` whose `mode` lets users
+/// other than its owner read, write or run it, with the `chmod` that fixes it: the one check
+/// of the files that unlock a store.
+pub fn private_mode(path: &Path, mode: u32, what: &str) -> Result<(), String> {
+    let mode = mode & 0o777;
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} {} is open to other users (mode {mode:04o}), who could unlock the store with it; run `chmod 600 {}` \
+         and try again",
+        path.display(),
+        path.display()
+    ))
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redunda
 use crate::block::{self, BlockError, BlockId, BlockLoc, PackBuilder};
 use crate::crypto::{self, CryptoError, DataKey, KdfParams, Keys, Secret, WrappedKey};
 use crate::types::ErrorKind;
-pub use config::{Fencing, StoreConfig};
+pub use config::{Fencing, StoreConfig, private_mode};
 
 /// Format version of the store layout (the `config` object).
 pub const STORE_FORMAT: u32 = 1;

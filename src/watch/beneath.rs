@@ -16,21 +16,19 @@
 
 use std::fs::{File, Metadata, ReadDir};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::fs::{Mode, OFlags};
+
+use crate::export::{CONFINED, fd_path};
 
 /// A descriptor of the watched directory, from which every path of it is resolved.
 #[derive(Debug)]
 pub(super) struct Beneath {
     root: OwnedFd,
 }
-
-/// How every path is resolved: beneath the root, with no symlink anywhere.
-const CONFINED: ResolveFlags =
-    ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS).union(ResolveFlags::NO_MAGICLINKS);
 
 impl Beneath {
     /// Opens the watched directory `dir` (already resolved by the caller).
@@ -42,8 +40,13 @@ impl Beneath {
     /// `rel` (relative to the watched directory; empty: the directory itself) opened with
     /// `flags`, confined.
     fn at(&self, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
+        self.at_mode(rel, flags, Mode::empty())
+    }
+
+    /// [`Beneath::at`] with the `mode` of a file it makes.
+    fn at_mode(&self, rel: &Path, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
         let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
-        Ok(rustix::fs::openat2(&self.root, rel, flags | OFlags::CLOEXEC, Mode::empty(), CONFINED)?)
+        Ok(rustix::fs::openat2(&self.root, rel, flags | OFlags::CLOEXEC, mode, CONFINED)?)
     }
 
     /// The entry at `rel` itself (a symlink as a symlink).
@@ -67,9 +70,8 @@ impl Beneath {
     /// An unnamed file (`O_TMPFILE`, gone when closed) in the directory at `rel`, private to
     /// this process's user.
     pub fn tmpfile_in(&self, rel: &Path) -> io::Result<File> {
-        let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
-        let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        Ok(File::from(rustix::fs::openat2(&self.root, rel, flags, Mode::from_raw_mode(0o600), CONFINED)?))
+        let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::NOFOLLOW;
+        Ok(File::from(self.at_mode(rel, flags, Mode::from_raw_mode(0o600))?))
     }
 
     /// The target of the symlink at `rel`.
@@ -113,11 +115,6 @@ impl Beneath {
         }
         Ok(out)
     }
-}
-
-/// `/proc/self/fd/N` of `fd`: a name for exactly the inode `fd` holds.
-fn fd_path(fd: &impl AsFd) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
 }
 
 /// `rel`'s parent (empty for a top-level name) and its last name.

@@ -199,9 +199,9 @@ pub(super) fn unchanged(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
 
 /// A copy of `file` taken in one step, where the filesystem shares extents (xfs, btrfs):
 /// `FICLONE` into `tmp`, an unnamed `O_TMPFILE` in the file's own directory (so the same
-/// filesystem; `Beneath::tmpfile_in`), which shares the file's blocks, costs no data on disk and is gone when
-/// closed. `None` where the filesystem cannot (ext4, tmpfs: then the caller reads the file
-/// itself and verifies). The clone is one version of the file if the file's metadata did not
+/// filesystem; `Beneath::tmpfile_in`), which shares the file's blocks, costs no data on disk
+/// and is gone when closed. `None` where the filesystem cannot (ext4, tmpfs: then the caller
+/// reads the file itself and verifies). The clone is one version of the file if the file's metadata did not
 /// move between the caller's `fstat` before it and one after it.
 pub(super) fn clone_of(file: &File, tmp: File) -> Option<File> {
     // SAFETY: ioctl(2) FICLONE between two descriptors this function holds.

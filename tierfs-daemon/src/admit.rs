@@ -53,6 +53,12 @@ impl Admission {
         Ok(Permit { admission: self.clone(), uid })
     }
 
+    /// A place for the connection `stream`, by its peer's uid (`SO_PEERCRED`).
+    pub fn admit_peer(self: &Arc<Self>, stream: &tokio::net::UnixStream) -> Result<Permit, String> {
+        let uid = stream.peer_cred().map_err(|e| format!("reading the caller's credentials: {e}"))?.uid();
+        self.admit(uid)
+    }
+
     /// Connections held now, in all.
     pub fn held(&self) -> usize {
         self.held.lock().unwrap_or_else(PoisonError::into_inner).values().sum()

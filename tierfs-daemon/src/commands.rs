@@ -334,6 +334,8 @@ struct MountOutput<'a> {
 
 /// `tierfs mount`, and with `watch` `tierfs watch`.
 fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
+    // The embedded store made here, like all a serving process makes, is private.
+    crate::private::private_umask();
     store_link::prepare_mount_store(&cmd.mount)?;
     let mut config = cmd.mount.resolve(cli.runtime_dir.as_deref())?;
     config.watch |= watch;

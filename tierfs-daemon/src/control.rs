@@ -377,8 +377,7 @@ pub async fn serve(
     loop {
         match listener.accept().await {
             Ok((stream, _addr)) => {
-                let permit = match stream.peer_cred().map_err(|e| e.to_string()).and_then(|c| admission.admit(c.uid()))
-                {
+                let permit = match admission.admit_peer(&stream) {
                     Ok(permit) => permit,
                     Err(refusal) => {
                         debug!("refused a control connection: {refusal}");

@@ -193,7 +193,6 @@ fn flag(key: &str) -> String {
 
 /// Serves every mount of `node` until SIGTERM or SIGINT (see the module documentation).
 pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
-    crate::private::private_umask();
     let _rt_context = rt.enter();
     let mut stop = Stop::signals()?;
     crate::paths::ensure_runtime_dir(&node.runtime_dir, true)?;
@@ -360,7 +359,7 @@ async fn serve_handoffs(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let admitted = stream.peer_cred().map_err(|e| e.to_string()).and_then(|c| admission.admit(c.uid()));
+                    let admitted = admission.admit_peer(&stream);
                     connections.push(async move {
                     let mut stream = AsyncBufReader::new(stream);
                     let _permit = match admitted {

@@ -9,8 +9,8 @@
 //!   mounted, and the log says so ([`tighten_data_dir`]): another user cannot reach anything
 //!   beneath it;
 //! - a key file that another user can read, write or run is refused with the `chmod` that
-//!   fixes it, as ssh refuses such a private key ([`check_secret_file`]); the core refuses a
-//!   store file the same way when it loads one.
+//!   fixes it, as ssh refuses such a private key ([`check_secret_file`]); the core's
+//!   `StoreConfig::load` refuses a store file by the same check (`tierfs::store::private_mode`).
 //!
 //! Sockets and the directories that hold them are the exception: they are reachable on
 //! purpose, with the modes `paths` and `control` give them, and every connection is checked
@@ -53,16 +53,7 @@ pub fn tighten_data_dir(dir: &Path) -> Result<()> {
 /// write or run, naming the command that fixes it.
 pub fn check_secret_file(path: &Path, what: &str) -> Result<()> {
     let meta = std::fs::metadata(path).with_context(|| format!("reading {what} {}", path.display()))?;
-    let mode = meta.mode() & 0o777;
-    if mode & 0o077 != 0 {
-        bail!(
-            "{what} {} is open to other users (mode {mode:04o}), who could unlock the store with it; \
-             run `chmod 600 {}` and try again",
-            path.display(),
-            path.display()
-        );
-    }
-    Ok(())
+    tierfs::store::private_mode(path, meta.mode(), what).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

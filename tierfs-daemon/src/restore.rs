@@ -78,11 +78,7 @@ pub fn restore(
         last_shown: Instant::now(),
     };
     let written = export::write_tree(vfs, target, same_owner, &mut progress)?;
-    let mut root = vfs.getattr(ROOT_INO)?;
-    if !same_owner {
-        root.perm &= !0o6000;
-    }
-    export::set_attrs(target, &root, same_owner)?;
+    export::set_attrs(target, &vfs.getattr(ROOT_INO)?, same_owner)?;
     if progress.show {
         eprintln!();
     }
