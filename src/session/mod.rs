@@ -93,7 +93,7 @@ pub enum FsyncMode {
 }
 
 /// Reads of files larger than a size bypass the cache, or never do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StreamLimit {
     /// The cold tier's default (half the cache).
     Default,

@@ -22,8 +22,11 @@ pub const DAEMON_LOG: &str = "daemon.log";
 /// The configuration file the node daemon (`tierfs-daemon node`) reads unless told otherwise.
 pub const NODE_CONFIG: &str = "/etc/tierfs/config.toml";
 
-/// A fully resolved mount configuration (see `cli::MountArgs::resolve`).
-#[derive(Debug, Clone, PartialEq)]
+/// A fully resolved mount configuration (see `cli::MountArgs::resolve`). It is data: the
+/// node daemon hands it to a worker serving a mount as its owner (`crate::worker`) as JSON,
+/// never as a command line to parse again, and a field it does not know is refused.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MountConfig {
     /// Absolute; canonical when it existed at resolution time.
     pub mountpoint: PathBuf,

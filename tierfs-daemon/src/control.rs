@@ -204,7 +204,7 @@ pub struct Pong {
 }
 
 /// The state of one mount: the answer to `status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusReport {
     pub version: String,
     pub pid: u32,
@@ -350,6 +350,11 @@ pub trait ControlHandler: Send + Sync + 'static {
     fn pong(&self) -> Pong;
     /// May block briefly (it reads metadata); called from a blocking-capable thread.
     fn status(&self) -> StatusReport;
+    /// [`ControlHandler::status`], or `None` when it cannot be had (a worker that does not
+    /// answer): the node's metrics then show the mount without its status.
+    fn try_status(&self) -> Option<StatusReport> {
+        Some(self.status())
+    }
     /// Blocks until the barrier is done; called from a blocking-capable thread.
     fn sync(&self, _message: Option<String>, _timeout: Duration) -> Result<SyncReport, String> {
         Err("this mount cannot take snapshots".into())

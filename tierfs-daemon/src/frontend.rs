@@ -8,6 +8,7 @@ use tokio::runtime::Runtime;
 
 use crate::config::MountConfig;
 use crate::launch::Readiness;
+use crate::serve::Supplied;
 use crate::stop::Stop;
 
 /// Serves `config` until it is unmounted or unwatched, or until SIGTERM or SIGINT (see
@@ -22,11 +23,22 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
 
 /// [`run`] with the stop given, for the node daemon, which owns the signals.
 pub fn run_until(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
+    run_supplied(rt, config, readiness, stop, None)
+}
+
+/// [`run_until`], with what the node daemon `supplied` to a worker (`crate::worker`).
+pub(crate) fn run_supplied(
+    rt: &Runtime,
+    config: &MountConfig,
+    readiness: &mut Readiness,
+    stop: Stop,
+    supplied: Option<Supplied>,
+) -> Result<()> {
     crate::private::private_umask();
     crate::private::tighten_data_dir(&config.data_dir)?;
     if config.watch {
-        crate::watch::run(rt, config, readiness, stop)
+        crate::watch::run_with(rt, config, readiness, stop, supplied)
     } else {
-        crate::serve::run(rt, config, readiness, stop)
+        crate::serve::run_with(rt, config, readiness, stop, supplied)
     }
 }

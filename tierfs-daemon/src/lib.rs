@@ -25,9 +25,11 @@
 //! - [`stop`]: what ends a front end (its own signals, or the node daemon's stop);
 //! - [`node`]: `tierfs-daemon node`, one process serving every mount of a node's
 //!   configuration file, with [`metrics`] (Prometheus `/metrics`, `/healthz`) and
-//!   [`notify`] (systemd readiness), and the mounts [`handoff`] brings it from `tierfs mount`.
+//!   [`notify`] (systemd readiness), and the mounts [`handoff`] brings it from `tierfs mount`;
+//! - [`worker`]: a node mount with an owner, served by a worker process running as that owner.
 //!
-//! Every mount is served by exactly one process (its own, or the node daemon), which holds the data directory's lock (taken
+//! Every mount is served by exactly one process (its own, the node daemon, or the node
+//! daemon's worker running as the mount's owner), which holds the data directory's lock (taken
 //! by `Vfs::new`) and the mountpoint's control socket for as long as it serves.
 
 pub mod admit;
@@ -51,3 +53,4 @@ pub mod serve;
 pub mod stop;
 pub mod store_link;
 pub mod watch;
+pub mod worker;

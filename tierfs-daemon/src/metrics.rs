@@ -165,8 +165,8 @@ impl Registry {
                 phase,
                 detail,
                 restarts,
-                status: h.map(|h| {
-                    let status = h.status();
+                status: h.and_then(|h| {
+                    let status = h.try_status();
                     release(h);
                     status
                 }),

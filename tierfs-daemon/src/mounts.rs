@@ -31,8 +31,9 @@ impl MountEntry {
     }
 }
 
-/// Why an unmount failed.
-#[derive(Debug, thiserror::Error)]
+/// Why an unmount failed. It crosses from the node daemon to a worker (`crate::worker`)
+/// as data, so a worker tells a busy mount from a failed unmount as a local caller does.
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum UnmountError {
     #[error(
         "{0} is busy: a process has a file open there or its working directory inside; \
@@ -137,6 +138,8 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<UnmountMethod, UnmountError> {
 pub enum UnmountMethod {
     Umount2,
     Fusermount(&'static str),
+    /// By the node daemon, for a worker that serves the mount as its owner.
+    NodeDaemon,
 }
 
 impl std::fmt::Display for UnmountMethod {
@@ -144,6 +147,7 @@ impl std::fmt::Display for UnmountMethod {
         match self {
             UnmountMethod::Umount2 => f.write_str("umount2"),
             UnmountMethod::Fusermount(helper) => f.write_str(helper),
+            UnmountMethod::NodeDaemon => f.write_str("by the node daemon"),
         }
     }
 }

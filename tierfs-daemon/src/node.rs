@@ -51,7 +51,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::{oneshot, watch};
 use tracing::{error, info, warn};
 
-use crate::cli::MountArgs;
+use crate::cli::{MountArgs, MountStore};
 use crate::config::MountConfig;
 use crate::handoff;
 use crate::launch::{NodeReady, Readiness, ReadyMessage};
@@ -135,6 +135,16 @@ impl NodeConfig {
             // Every mount of the node has an owner (root by default), so that its socket is
             // reachable and a refusal is a message, not a bare EACCES.
             config.owner = Some(owner.unwrap_or(0));
+            // A worker serves an owner's mount with the owner's rights: root's embedded store
+            // and data dir under root's home are not theirs to reach.
+            if owner.is_some_and(|uid| uid != 0) && matches!(mount_args.store_choice(), MountStore::Embedded { .. }) {
+                bail!(
+                    "{at}: mount {} ({}): a mount with an owner needs `store` and `data_dir` (or `no_store = true` \
+                     and `data_dir`): the embedded default store is root's",
+                    i + 1,
+                    mount_args.mountpoint.display()
+                );
+            }
             config.metered = true;
             mounts.push(config);
             args.push(mount_args);
@@ -416,8 +426,12 @@ fn serve_mount(
     registry: &Registry,
 ) -> Served {
     let mut readiness = Readiness::Node(Some(ready));
-    let result = crate::store_link::prepare_mount_store(args)
-        .and_then(|()| crate::frontend::run_until(rt, config, &mut readiness, stop));
+    let result = crate::store_link::prepare_mount_store(args).and_then(|()| match config.owner {
+        // An owner's mount is served with the owner's rights, never root's.
+        Some(uid) if uid != 0 && crate::mounts::is_root() => crate::worker::Owner::lookup(uid)
+            .and_then(|owner| crate::worker::supervise(rt, config, &owner, &mut readiness, stop)),
+        _ => crate::frontend::run_until(rt, config, &mut readiness, stop),
+    });
     let started = matches!(readiness, Readiness::Node(None));
     let outcome = result.map_err(|err| {
         let message = crate::logging::error_message(&err);

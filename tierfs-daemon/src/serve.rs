@@ -25,6 +25,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use tierfs::session::{Session, SessionError};
+use tierfs::store::Store;
 use tierfs_mount::SessionUnmounter;
 use tierfs_mount::meter::FuseStats;
 use tokio::runtime::Runtime;
@@ -60,18 +62,59 @@ const ANSWER_GRACE: Duration = Duration::from_secs(5);
 /// Serves the mount described by `config` until it is unmounted. Returns an error when
 /// the mount could not be set up, or when the final flush did not complete.
 pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
+    run_with(rt, config, readiness, stop, None)
+}
+
+/// What the node daemon prepared with root's rights for a worker that serves a mount as its
+/// owner (`crate::worker`): with these the worker opens no path of root's and mounts nothing.
+pub(crate) struct Supplied {
+    /// The `/dev/fuse` descriptor the node daemon mounted at `config.mountpoint` (none for
+    /// a watch).
+    pub fuse: Option<OwnedFd>,
+    /// The control socket, bound by the node daemon (which removes it at the end).
+    pub socket: GivenSocket,
+    /// The store, opened from the configuration and secret the node daemon read.
+    pub store: Option<Store>,
+    /// Unmounts the mount: the node daemon does it, as unmounting needs root.
+    pub unmount: SupervisorUnmount,
+}
+
+/// A control socket someone else bound at `path`.
+pub(crate) struct GivenSocket {
+    pub listener: StdUnixListener,
+    pub path: PathBuf,
+}
+
+/// An unmount the node daemon makes for a worker: `lazy` as for [`mounts::unmount`].
+pub(crate) type SupervisorUnmount = Arc<dyn Fn(bool) -> Result<mounts::UnmountMethod, UnmountError> + Send + Sync>;
+
+/// [`run`], with what the node daemon `supplied` when a worker serves the mount.
+pub(crate) fn run_with(
+    rt: &Runtime,
+    config: &MountConfig,
+    readiness: &mut Readiness,
+    stop: Stop,
+    supplied: Option<Supplied>,
+) -> Result<()> {
     // Everything fallible, including the tokio listener and signal handlers, is set up before
     // the mount, so an error never leaves a mount behind.
     let _rt_context = rt.enter();
-    let mountpoint = prepare_mountpoint(config)?;
-    mounts::check_fuse_device()?;
-    let store = match &config.store {
-        Some(file) => Some(Arc::new(crate::store_link::open_store(rt.handle(), file)?.0)),
-        None => None,
+    let (mountpoint, store, given) = match supplied {
+        // The node daemon checked the mountpoint and mounted it.
+        Some(s) => (config.mountpoint.clone(), s.store.map(Arc::new), Some((s.fuse, s.socket, s.unmount))),
+        None => {
+            let mountpoint = prepare_mountpoint(config)?;
+            mounts::check_fuse_device()?;
+            let store = match &config.store {
+                Some(file) => Some(Arc::new(crate::store_link::open_store(rt.handle(), file)?.0)),
+                None => None,
+            };
+            (mountpoint, store, None)
+        }
     };
     let session = Session::open(config.session_config(store), rt.handle()).map_err(|e| session_context(e, config))?;
     let session = Arc::new(session);
-    let served = serve(rt, config, readiness, stop, &session, &mountpoint);
+    let served = serve(rt, config, readiness, stop, &session, &mountpoint, given);
     if served.is_err() {
         // Set-up failed after the session opened, or the final flush did: give the lease back
         // (a no-op when the session was closed already).
@@ -92,22 +135,32 @@ fn serve(
     mut stop: Stop,
     session: &Arc<Session>,
     mountpoint: &Path,
+    given: Option<(Option<OwnedFd>, GivenSocket, SupervisorUnmount)>,
 ) -> Result<()> {
-    let (listener, socket_guard) = bind_control_socket(config, mountpoint)?;
-    let socket = socket_guard.path.clone();
+    let (given_fuse, given_socket, given_unmount) = match given {
+        Some((fuse, socket, unmount)) => (Some(fuse), Some(socket), Some(unmount)),
+        None => (None, None, None),
+    };
+    let (listener, socket_guard) = control_listener(config, mountpoint, given_socket)?;
+    let socket = socket_guard.path().to_path_buf();
 
     let fuse_stats = config.metered.then(|| Arc::new(FuseStats::default()));
     let vfs = session.vfs().clone();
-    let fuse = match &fuse_stats {
-        Some(stats) => tierfs_mount::session_metered(vfs, mountpoint, &config.mount_options(), stats.clone()),
-        None => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
+    let fuse = match (given_fuse, &fuse_stats) {
+        (Some(Some(fd)), stats) => tierfs_mount::session_from_fd(vfs, fd, &config.mount_options(), stats.clone()),
+        (Some(None), _) => bail!("the node daemon handed over no FUSE descriptor for {}", mountpoint.display()),
+        (None, Some(stats)) => tierfs_mount::session_metered(vfs, mountpoint, &config.mount_options(), stats.clone()),
+        (None, None) => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
     };
     let mut fuse = fuse.map_err(|err| explain_mount_error(err, config, mountpoint))?;
     // A follower's new heads reach the kernel's caches, which otherwise keep names,
     // attributes and pages for their TTLs (file pages for as long as the kernel likes).
     let notifier = fuse.notifier();
     session.on_new_head(move |change| tierfs_mount::invalidate(&notifier, change));
-    let fuser_mount: FuserMount = Arc::new(Mutex::new(fuse.unmount_callable()));
+    let unmounter = match given_unmount {
+        Some(unmount) => Unmounter::NodeDaemon(unmount),
+        None => Unmounter::Fuser(Arc::new(Mutex::new(fuse.unmount_callable()))),
+    };
     let (session_tx, session_done) = oneshot::channel();
     let session_thread = std::thread::Builder::new().name("tierfs-session".into()).spawn(move || {
         let result = fuse.run();
@@ -115,7 +168,10 @@ fn serve(
     });
     // On an error the FUSE session (and with it the mount) was moved into the closure and dropped.
     let session_thread = session_thread.context("starting the FUSE session thread")?;
-    set_read_ahead(mountpoint, config.mount_options().read_ahead_kib);
+    if matches!(unmounter, Unmounter::Fuser(_)) {
+        // (The node daemon sets a worker's: the window is writable by root only.)
+        set_read_ahead(mountpoint, config.mount_options().read_ahead_kib);
+    }
 
     let handler: Arc<dyn ControlHandler> =
         Arc::new(Served::new(session.clone(), config.clone(), mountpoint.to_path_buf(), socket.clone(), fuse_stats));
@@ -145,7 +201,7 @@ fn serve(
         loop {
             tokio::select! {
                 reason = stop.wait() => {
-                    signal_unmount(mountpoint, reason, &fuser_mount, config.flush_timeout).await;
+                    signal_unmount(mountpoint, reason, &unmounter, config.flush_timeout).await;
                     break;
                 }
                 ended = &mut session_done => {
@@ -155,7 +211,7 @@ fn serve(
                 }
                 Some(request) = unmount_rx.recv() => {
                     info!(lazy = request.lazy, "unmount requested over the control socket");
-                    match unmount_blocking(mountpoint, request.lazy, &fuser_mount).await {
+                    match unmount_blocking(mountpoint, request.lazy, &unmounter).await {
                         Ok(method) => {
                             info!("unmounted {} ({method})", mountpoint.display());
                             requester = Some(request);
@@ -207,7 +263,7 @@ pub(crate) fn session_context(err: SessionError, config: &MountConfig) -> anyhow
 
 /// Makes sure `config.mountpoint` is a directory we may mount on, creating it if missing,
 /// and returns its canonical path.
-fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
+pub(crate) fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
     let path = &config.mountpoint;
     match fs::metadata(path) {
         Ok(meta) if !meta.is_dir() => bail!("mountpoint {} is not a directory", path.display()),
@@ -284,10 +340,7 @@ fn clear_stale_mount(path: &Path) -> Result<()> {
 
 /// Binds the mount's control socket owner-only, replacing a socket file left behind by a
 /// dead process but never one that still answers.
-pub(crate) fn bind_control_socket(
-    config: &MountConfig,
-    mountpoint: &Path,
-) -> Result<(tokio::net::UnixListener, SocketFile)> {
+pub(crate) fn bind_control_socket(config: &MountConfig, mountpoint: &Path) -> Result<(StdUnixListener, SocketFile)> {
     // A mount with an owner (node daemon) is controlled by that user too: its socket is
     // reachable by everyone and each connection is checked (`control::serve`).
     let shared = config.owner.is_some();
@@ -310,9 +363,43 @@ pub(crate) fn bind_control_socket(
     let mode = if shared { 0o666 } else { 0o600 };
     fs::set_permissions(&guard.path, fs::Permissions::from_mode(mode))
         .with_context(|| format!("setting the mode of {} to {mode:o}", guard.path.display()))?;
+    Ok((listener, guard))
+}
+
+/// The control socket of a mount: the one the node daemon bound for a worker (`given`), or
+/// one bound here ([`bind_control_socket`]), which is removed when the guard is dropped.
+pub(crate) fn control_listener(
+    config: &MountConfig,
+    mountpoint: &Path,
+    given: Option<GivenSocket>,
+) -> Result<(tokio::net::UnixListener, ControlSocket)> {
+    let (listener, socket) = match given {
+        Some(GivenSocket { listener, path }) => (listener, ControlSocket::Given(path)),
+        None => {
+            let (listener, file) = bind_control_socket(config, mountpoint)?;
+            (listener, ControlSocket::Bound(file))
+        }
+    };
     listener.set_nonblocking(true).context("configuring the control socket")?;
     let listener = tokio::net::UnixListener::from_std(listener).context("registering the control socket")?;
-    Ok((listener, guard))
+    Ok((listener, socket))
+}
+
+/// Where the control socket is, and whether this process removes it at the end.
+pub(crate) enum ControlSocket {
+    /// Bound by the node daemon, which removes it.
+    Given(PathBuf),
+    /// Bound here: removed when dropped.
+    Bound(SocketFile),
+}
+
+impl ControlSocket {
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            ControlSocket::Given(path) => path,
+            ControlSocket::Bound(file) => &file.path,
+        }
+    }
 }
 
 /// Adds what a user needs to fix a failed mount.
@@ -332,9 +419,9 @@ fn explain_mount_error(err: io::Error, config: &MountConfig, mountpoint: &Path) 
 
 /// Unmount on a signal: the process is asked to go away, so a busy mount is detached
 /// lazily rather than kept.
-async fn signal_unmount(mountpoint: &Path, signal: &str, fuser_mount: &FuserMount, flush_timeout: Duration) {
+async fn signal_unmount(mountpoint: &Path, signal: &str, unmounter: &Unmounter, flush_timeout: Duration) {
     info!("{signal} received: unmounting {}", mountpoint.display());
-    match unmount_blocking(mountpoint, false, fuser_mount).await {
+    match unmount_blocking(mountpoint, false, unmounter).await {
         Ok(method) => info!("unmounted {} ({method})", mountpoint.display()),
         Err(UnmountError::Busy(_)) => {
             warn!(
@@ -353,7 +440,7 @@ async fn signal_unmount(mountpoint: &Path, signal: &str, fuser_mount: &FuserMoun
                 Ok(Err(err)) => warn!("syncfs task failed: {err}"),
                 Err(_) => warn!("syncfs {} did not finish within the flush timeout", mountpoint.display()),
             }
-            if let Err(err) = unmount_blocking(mountpoint, true, fuser_mount).await {
+            if let Err(err) = unmount_blocking(mountpoint, true, unmounter).await {
                 error!("lazy unmount failed: {err}");
             }
         }
@@ -369,22 +456,34 @@ async fn signal_unmount(mountpoint: &Path, signal: &str, fuser_mount: &FuserMoun
 /// fails harmlessly (EINVAL) and the session's end has nothing left to unmount.
 type FuserMount = Arc<Mutex<SessionUnmounter>>;
 
+/// Who unmounts this process's mount.
+#[derive(Clone)]
+enum Unmounter {
+    /// This process mounted: it unmounts with [`mounts::unmount`], then uses fuser's handle up.
+    Fuser(FuserMount),
+    /// A worker: the node daemon mounted as root, and unmounts when asked.
+    NodeDaemon(SupervisorUnmount),
+}
+
 /// Unmounts with [`mounts::unmount`] (whose busy refusal can be retried, unlike fuser's
-/// one-shot unmounter) on a blocking thread.
+/// one-shot unmounter), or through the node daemon, on a blocking thread.
 async fn unmount_blocking(
     mountpoint: &Path,
     lazy: bool,
-    fuser_mount: &FuserMount,
+    unmounter: &Unmounter,
 ) -> Result<mounts::UnmountMethod, UnmountError> {
     let path = mountpoint.to_path_buf();
-    let fuser_mount = fuser_mount.clone();
-    let task = tokio::task::spawn_blocking(move || {
-        let method = mounts::unmount(&path, lazy)?;
-        let mut unmounter = fuser_mount.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Err(err) = unmounter.unmount() {
-            debug!("fuser's own unmount after ours: {err} (expected)");
+    let unmounter = unmounter.clone();
+    let task = tokio::task::spawn_blocking(move || match unmounter {
+        Unmounter::NodeDaemon(unmount) => unmount(lazy),
+        Unmounter::Fuser(fuser_mount) => {
+            let method = mounts::unmount(&path, lazy)?;
+            let mut unmounter = fuser_mount.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(err) = unmounter.unmount() {
+                debug!("fuser's own unmount after ours: {err} (expected)");
+            }
+            Ok(method)
         }
-        Ok(method)
     });
     match task.await {
         Ok(result) => result,

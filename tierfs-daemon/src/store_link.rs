@@ -30,8 +30,9 @@ pub const PASSPHRASE_ENV: &str = "TIERFS_PASSPHRASE";
 /// for real data.
 pub const KDF_ENV: &str = "TIERFS_TEST_FAST_KDF";
 
-/// An owned secret, wiped from memory when dropped.
-#[derive(zeroize::Zeroize, zeroize::ZeroizeOnDrop)]
+/// An owned secret, wiped from memory when dropped. The node daemon hands it to a worker
+/// (`crate::worker`) as data.
+#[derive(zeroize::Zeroize, zeroize::ZeroizeOnDrop, serde::Serialize, serde::Deserialize)]
 pub enum SecretBytes {
     Passphrase(Vec<u8>),
     KeyFile(Vec<u8>),

@@ -33,7 +33,7 @@ use crate::control::{
 };
 use crate::launch::{Readiness, ReadyInfo};
 use crate::logging::Reported;
-use crate::serve::{Served, bind_control_socket, session_context};
+use crate::serve::{GivenSocket, Served, Supplied, control_listener, session_context};
 use crate::stop::Stop;
 
 /// Quiet time after an event before its directories are passed again.
@@ -56,6 +56,18 @@ enum Msg {
 
 /// Serves `config.mountpoint` as a watched directory until SIGTERM, SIGINT or `unwatch`.
 pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
+    run_with(rt, config, readiness, stop, None)
+}
+
+/// [`run`], with the store and control socket the node daemon `supplied` when a worker
+/// serves the watch as its owner (`crate::worker`).
+pub(crate) fn run_with(
+    rt: &Runtime,
+    config: &MountConfig,
+    readiness: &mut Readiness,
+    stop: Stop,
+    supplied: Option<Supplied>,
+) -> Result<()> {
     let _rt_context = rt.enter();
     let dir = &config.mountpoint;
     if config.read_only || config.snapshot.is_some() {
@@ -64,11 +76,15 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: 
     let Some(file) = &config.store else {
         bail!("watch mode needs a store: the bytes of {} live there and in the directory only", dir.display());
     };
-    let store = Arc::new(crate::store_link::open_store(rt.handle(), file)?.0);
-    let session =
-        Session::open(config.session_config(Some(store)), rt.handle()).map_err(|e| session_context(e, config))?;
+    let (store, socket) = match supplied {
+        Some(Supplied { store: Some(store), socket, .. }) => (store, Some(socket)),
+        Some(Supplied { store: None, .. }) => bail!("the node daemon handed over no store for {}", dir.display()),
+        None => (crate::store_link::open_store(rt.handle(), file)?.0, None),
+    };
+    let session = Session::open(config.session_config(Some(Arc::new(store))), rt.handle())
+        .map_err(|e| session_context(e, config))?;
     let session = Arc::new(session);
-    let served = serve(rt, config, readiness, stop, &session);
+    let served = serve(rt, config, readiness, stop, &session, socket);
     if served.is_err() {
         let deadline = tokio::time::Instant::now() + config.flush_timeout;
         if let Err(e) = rt.block_on(session.close(deadline)) {
@@ -84,6 +100,7 @@ fn serve(
     readiness: &mut Readiness,
     mut stop: Stop,
     session: &Arc<Session>,
+    given_socket: Option<GivenSocket>,
 ) -> Result<()> {
     let mut mirror = Mirror::new(session.vfs().clone(), &config.mountpoint)?;
     let dir = mirror.root().to_path_buf();
@@ -132,8 +149,8 @@ fn serve(
         ..WatchStatus::default()
     }));
 
-    let (listener, socket_guard) = bind_control_socket(config, &dir)?;
-    let socket = socket_guard.path.clone();
+    let (listener, socket_guard) = control_listener(config, &dir, given_socket)?;
+    let socket = socket_guard.path().to_path_buf();
     let worker = {
         let state = state.clone();
         std::thread::Builder::new()

@@ -289,6 +289,8 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     // The second user must reach the node's runtime dir (0755, made by the daemon) through
     // the temporary directory.
     fs::set_permissions(a.fx.tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod the temp dir");
+    // b is served by a worker running as its owner, who must reach b's data dir.
+    fs::set_permissions(b.fx.tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod the temp dir");
     let root = a.fx.tmp.path().to_path_buf();
     let runtime_dir = root.join("node-run");
     let port = free_port();
@@ -716,24 +718,42 @@ fn an_owner_cannot_turn_the_root_daemon_against_the_node_and_others_read_nothing
     // Both users must reach the mountpoint and the sockets through the temporary directory.
     fs::set_permissions(a.fx.tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod the temp dir");
     let root = a.fx.tmp.path().to_path_buf();
+    // The worker serving the mount runs as its owner: the store's objects must be theirs.
+    chown_tree(&root.join("backend"), owner);
     let runtime_dir = root.join("node-run");
     let data_dir = root.join("data");
+    // A data dir root made before is handed over to the owner whole.
+    fs::create_dir_all(data_dir.join("data")).expect("mkdir");
+    // The owner's watched directory, in which root's secret appears (a hard link only root
+    // could make there): the watch reads with the owner's rights, so it never uploads it.
+    let watched = root.join("watched");
+    fs::create_dir(&watched).expect("mkdir");
+    fs::write(watched.join("notes.txt"), "the owner's notes\n").expect("writing");
+    chown_tree(&watched, owner);
+    let root_secret = root.join("root-secret");
+    fs::write(&root_secret, "marker-root-7d2e\n").expect("writing");
+    fs::set_permissions(&root_secret, fs::Permissions::from_mode(0o600)).expect("chmod");
+    fs::hard_link(&root_secret, watched.join("linked-secret")).expect("hard link");
     let config = root.join("config.toml");
     fs::write(
         &config,
         format!(
             "[node]\nruntime_dir = {runtime_dir:?}\nmetrics_addr = \"\"\n\n[[mount]]\nmountpoint = {m:?}\nowner = {o}\n\
-             store = {s:?}\nworkspace = \"team\"\ndata_dir = {data_dir:?}\n",
+             store = {s:?}\nworkspace = \"team\"\ndata_dir = {data_dir:?}\n\n\
+             [[mount]]\nmountpoint = {w:?}\nwatch = true\nowner = {o}\nstore = {s:?}\nworkspace = \"watched\"\n\
+             data_dir = {wd:?}\n",
             m = a.fx.mountpoint,
             o = owner.0,
             s = a.store_file,
+            w = watched,
+            wd = root.join("watch-data"),
         ),
     )
     .expect("writing the node config");
     let (mut daemon, notify) = NodeDaemon::start(&config, &root, vec![a.fx.mountpoint.clone()]);
     let mut buf = [0u8; 512];
     let n = notify.recv(&mut buf).unwrap_or_else(|e| panic!("no READY=1: {e}; log:\n{}", daemon.log_text()));
-    assert!(String::from_utf8_lossy(&buf[..n]).contains("1 of 1 mounts live"), "log:\n{}", daemon.log_text());
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("2 of 2 mounts live"), "log:\n{}", daemon.log_text());
     let m = a.fx.mountpoint.to_str().expect("utf-8").to_owned();
     let tierfs = |user: (u32, u32), args: &[&str]| {
         let run_dir = root.join(format!("run-{}", user.0));
@@ -744,6 +764,44 @@ fn an_owner_cannot_turn_the_root_daemon_against_the_node_and_others_read_nothing
         cmd.args(args).uid(user.0).gid(user.1);
         run(&mut cmd, Duration::from_secs(120))
     };
+
+    // 0. The mount is served by a process running as its owner, not as root; the data dir
+    // is the owner's and nobody else's.
+    let status = tierfs(owner, &["--json", "status", &m]);
+    status.assert_success("the owner's status");
+    let pid = serde_json::from_str::<serde_json::Value>(status.stdout.trim()).expect("status JSON")["pid"]
+        .as_u64()
+        .expect("pid");
+    assert_ne!(pid, u64::from(daemon.child.id()), "the root node daemon serves the owner's mount itself");
+    let proc_status = fs::read_to_string(format!("/proc/{pid}/status")).expect("the worker's status");
+    let uids = proc_status.lines().find(|l| l.starts_with("Uid:")).expect("Uid line").to_owned();
+    let want = format!("Uid:\t{o}\t{o}\t{o}\t{o}", o = owner.0);
+    assert_eq!(uids, want, "the worker's real, effective, saved and fs uids");
+    assert!(proc_status.lines().any(|l| l == format!("Gid:\t{g}\t{g}\t{g}\t{g}", g = owner.1)), "{proc_status}");
+    let dumpable = as_user(owner, "cat", &[&format!("/proc/{pid}/environ")]);
+    assert!(!dumpable.success(), "the owner reads the worker's environment: {}", dumpable.stdout);
+    for entry in walkdir::WalkDir::new(&data_dir) {
+        let entry = entry.expect("walking the data dir");
+        let meta = entry.path().symlink_metadata().expect("stat");
+        assert_eq!(meta.uid(), owner.0, "{} is not the owner's", entry.path().display());
+    }
+
+    // The watch: synced with the owner's rights; root's secret is reported unreadable and
+    // was never uploaded.
+    let w = watched.to_str().expect("utf-8");
+    tierfs(owner, &["sync", "-m", "watched", w]).assert_success("the owner's sync of the watch");
+    let status = tierfs(owner, &["--json", "status", w]);
+    status.assert_success("the watch's status");
+    let json: serde_json::Value = serde_json::from_str(status.stdout.trim()).expect("status JSON");
+    let unreadable = json["watch"]["unreadable"].to_string();
+    assert!(unreadable.contains("linked-secret"), "root's file was read: {}", status.stdout);
+    let restored = root.join("restored-watch");
+    let mut restore = store_node::env(a.fx.tierfs());
+    restore.args(["restore", "--store"]).arg(&a.store_file).args(["--workspace", "watched"]).arg(&restored);
+    run(&mut restore, Duration::from_secs(60)).assert_success("restoring the watched workspace");
+    assert_eq!(fs::read_to_string(restored.join("notes.txt")).expect("restored"), "the owner's notes\n");
+    let leaked = fs::read_to_string(restored.join("linked-secret")).unwrap_or_default();
+    assert!(!leaked.contains("marker-root"), "root's secret was uploaded by the watch");
 
     // The owner's secret, mode 0600, and what the history records.
     let secret = a.fx.mountpoint.join("secret.py");
@@ -828,6 +886,14 @@ fn an_owner_cannot_turn_the_root_daemon_against_the_node_and_others_read_nothing
     let _ = flooder.wait();
 
     assert!(daemon.terminate().success(), "log:\n{}", daemon.log_text());
+}
+
+/// Gives `dir` and everything beneath it to `user`.
+fn chown_tree(dir: &Path, user: (u32, u32)) {
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry.expect("walking");
+        std::os::unix::fs::lchown(entry.path(), Some(user.0), Some(user.1)).expect("chown");
+    }
 }
 
 /// A key file or a store file that other users can read is refused with the `chmod` that

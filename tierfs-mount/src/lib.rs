@@ -177,6 +177,35 @@ pub fn session_metered(
     Session::new(TierFuse::new(vfs, opts.clone())?.metered(stats), mountpoint, &fuser_config(opts))
 }
 
+/// Serves `vfs` on a `/dev/fuse` descriptor that someone else mounted (the node daemon,
+/// which mounts as root and hands the descriptor to a worker running as the mount's owner),
+/// completing the FUSE handshake, without serving yet. Requests are admitted from root and
+/// from this process's user, or from everyone with `opts.allow_other`: the mount was made
+/// with the kernel's `allow_other`, so this check is the only one. Counts every request in
+/// `stats` when given (see [`meter`]). Nothing here can unmount: the one who mounted does.
+pub fn session_from_fd(
+    vfs: Arc<Vfs>,
+    fd: std::os::fd::OwnedFd,
+    opts: &MountOptions,
+    stats: Option<Arc<meter::FuseStats>>,
+) -> io::Result<Session<TierFuse>> {
+    let fs = TierFuse::new(vfs, opts.clone())?;
+    let fs = match stats {
+        Some(stats) => fs.metered(stats),
+        None => fs,
+    };
+    let acl = if opts.allow_other { SessionACL::All } else { SessionACL::RootAndOwner };
+    Session::from_fd(fs, fd, acl, fuser_config(opts))
+}
+
+/// The kernel's mount options (the `data` of mount(2)) for a FUSE mount of `opts` on the
+/// `/dev/fuse` descriptor `fd`, served for `uid`/`gid`: those [`session`] would have fuser
+/// pass. The kernel admits every user (`allow_other`) and [`session_from_fd`] admits whom
+/// `opts` say.
+pub fn kernel_mount_data(fd: i32, uid: u32, gid: u32) -> String {
+    format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid},default_permissions,allow_other")
+}
+
 /// Mounts `vfs` at `mountpoint` and serves it from a background thread.
 ///
 /// `BackgroundSession::umount_and_join` unmounts and waits for the session to end;

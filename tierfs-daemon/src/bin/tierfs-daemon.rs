@@ -22,6 +22,17 @@ fn main() -> ExitCode {
     // creates is private to its user (tierfs_daemon::private).
     store_link::take_passphrase_env();
     tierfs_daemon::private::private_umask();
+    if std::env::args_os().nth(1).is_some_and(|a| a == tierfs_daemon::worker::WORKER_COMMAND) {
+        // A node daemon's worker, started by the node daemon (tierfs_daemon::worker).
+        logging::init("info,fuser=error");
+        return match tierfs_daemon::worker::run_worker() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                error!("{}", logging::error_message(&err));
+                ExitCode::FAILURE
+            }
+        };
+    }
     if std::env::args_os().nth(1).is_some_and(|a| a == "node") {
         let cli = NodeCli::parse_from(std::env::args_os().skip(1));
         logging::init("info,fuser=error");
