@@ -4,21 +4,21 @@
 //! Invariants:
 //! - Both binaries take the *same* mount options ([`MountArgs`]): `tierfs mount` resolves
 //!   them once ([`MountArgs::resolve`]: default data dir, `allow_other` default, absolute
-//!   paths) and hands the resolved [`MountConfig`] to the background daemon as explicit
-//!   arguments ([`MountConfig::to_daemon_args`]), so parent and daemon can never disagree
-//!   about a default. A unit test round-trips config → arguments → config.
+//!   paths) and hands the resolved [`MountConfig`] to the background daemon (or the node
+//!   daemon) as data, one JSON line (`launch::SERVE_COMMAND`), so parent and daemon can
+//!   never disagree about a default. A unit test round-trips config → JSON → config.
 //! - Which store a mount uses is decided in one place ([`MountArgs::store_choice`]):
 //!   `--store FILE`; else, with neither `--data-dir` nor `--no-store` (or with `--snapshot`,
 //!   which needs a store), the embedded default store of the data home; else none (hot tier
-//!   only). The daemon always gets the outcome explicitly (`--store FILE` or `--no-store`).
+//!   only). The daemon always gets the outcome explicitly (the store file, or none).
 //! - Usage errors exit with status 2 (clap's convention), every other failure with 1.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
 
 use crate::config::{MountConfig, StreamLimit};
 use crate::mounts;
@@ -606,6 +606,17 @@ pub struct DaemonCli {
     pub mount: MountArgs,
 }
 
+/// `tierfs-daemon serve`: serve the resolved configuration `tierfs mount` writes on stdin
+/// (`launch::SERVE_COMMAND`). Not for people: they run `tierfs mount` or `tierfs-daemon
+/// [OPTIONS] MOUNTPOINT`.
+#[derive(Debug, Parser)]
+#[command(name = "tierfs-daemon serve", hide = true)]
+pub struct ServeCli {
+    /// Inherited file descriptor on which to report readiness (one JSON line), then close.
+    #[arg(long, value_name = "FD")]
+    pub ready_fd: Option<i32>,
+}
+
 /// `tierfs-daemon node`: every mount of the node configuration in one process. Told apart
 /// from a mount by its first argument (`tierfs-daemon node …`; a mountpoint named `node` is
 /// written `./node`), since a subcommand beside the mount's required MOUNTPOINT would make
@@ -645,18 +656,25 @@ pub struct NodeCli {
     pub check: bool,
 }
 
-/// Options of one mount, shared by `tierfs mount` and `tierfs-daemon`.
-#[derive(Debug, Clone, PartialEq, Args)]
+/// Options of one mount, shared by `tierfs mount` and `tierfs-daemon`, and the keys of a
+/// `[[mount]]` table of the node's configuration (serde, written with `_` for `-`): one type,
+/// so a key means in the file what its flag means on the command line, defaults included. A
+/// key the file does not know is refused, and what clap's `conflicts_with` refuses on the
+/// command line [`MountArgs::check_conflicts`] refuses in the file.
+#[derive(Debug, Clone, PartialEq, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MountArgs {
     /// Local data directory (hot tier and metadata). Only one mount may use a data
     /// directory at a time; given without --store, the mount is hot tier only
     /// [default: $XDG_DATA_HOME/tierfs/default, else ~/.local/share/tierfs/default].
     #[arg(long, value_name = "DIR", env = "TIERFS_DATA_DIR")]
+    #[serde(default)]
     pub data_dir: Option<PathBuf>,
 
     /// Size of the local cache, in bytes or with a binary unit: 512M, 10G, 1.5T
     /// (K, M, G, T, P are powers of 1024; a trailing B or iB is accepted).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[serde(default, deserialize_with = "de::opt_size")]
     pub cache_size: Option<u64>,
 
     /// Free space on the data dir's disk that file data never takes, so that the metadata
@@ -664,20 +682,24 @@ pub struct MountArgs {
     /// full: a write that would dip into it fails with ENOSPC ("No space left on device").
     /// Same units as --cache-size [default: 256M].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[serde(default, deserialize_with = "de::opt_size")]
     pub reserve: Option<u64>,
 
     /// Store file (from `tierfs init`): sealed data is uploaded there, and the cache is kept
     /// under --cache-size by evicting what is stored [default without --data-dir: the
     /// embedded local store ~/.local/share/tierfs/store.toml, created on first use].
     #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
+    #[serde(default)]
     pub store: Option<PathBuf>,
 
     /// Hot tier only: no store, not even the embedded local one; data stays in the data dir.
     #[arg(long, conflicts_with_all = ["store", "snapshot"])]
+    #[serde(default)]
     pub no_store: bool,
 
     /// Workspace of the store to mount.
     #[arg(long, value_name = "NAME", default_value = "default")]
+    #[serde(default = "de::default_workspace")]
     pub workspace: String,
 
     /// Let other users (and root) access the mount. Default: on when running as root (a
@@ -690,22 +712,26 @@ pub struct MountArgs {
         require_equals = true,
         default_missing_value = "true"
     )]
+    #[serde(default)]
     pub allow_other: Option<bool>,
 
     /// Same as --allow-other=false.
     #[arg(long, conflicts_with = "allow_other")]
+    #[serde(default)]
     pub no_allow_other: bool,
 
     /// Threads reading FUSE requests [default: 1]. One answers a program's file operations
     /// fastest (the thread that just ran answers the next request); more let many programs'
     /// metadata operations run side by side on a machine with many cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[serde(default, deserialize_with = "de::opt_in_range::<_, u16, 1, 1024>")]
     pub threads: Option<u16>,
 
     /// Threads for the FUSE operations that may wait for the store (fsync, reads of evicted
     /// data, writes past the dirty bound, truncation) [default: 8]; 0 runs them on the
     /// request threads, where one such wait holds up every other operation.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
+    #[serde(default, deserialize_with = "de::opt_in_range::<_, u16, 0, 1024>")]
     pub io_threads: Option<u16>,
 
     /// The kernel's readahead window for the mount, in KiB [default: 1024]. A page fault in
@@ -714,6 +740,7 @@ pub struct MountArgs {
     /// /sys/class/bdi/*/read_ahead_kb); otherwise the kernel's 128 KiB stays, with a note in
     /// the log. 0 leaves the kernel's window.
     #[arg(long, value_name = "KIB", value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    #[serde(default, deserialize_with = "de::opt_in_range::<_, u32, 0, 1_048_576>")]
     pub read_ahead_kib: Option<u32>,
 
     /// Let the kernel buffer writes in its page cache (FUSE writeback cache). Faster for
@@ -721,33 +748,40 @@ pub struct MountArgs {
     /// the kernel then asks for the attributes of every closed file again and sends a
     /// timestamp update after each rename, unlink and link. Off by default.
     #[arg(long, conflicts_with = "no_writeback_cache")]
+    #[serde(default)]
     pub writeback_cache: bool,
 
     /// The default: each write() reaches tierfs at once (kept for scripts that pass it).
     #[arg(long, hide = true)]
+    #[serde(default)]
     pub no_writeback_cache: bool,
 
     /// How long the kernel may cache file attributes, in seconds (fractions allowed)
     /// [default: chosen by the FUSE adapter].
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    #[serde(default, deserialize_with = "de::opt_secs")]
     pub attr_ttl: Option<Duration>,
 
     /// How long the kernel may cache name lookups, in seconds (fractions allowed)
     /// [default: chosen by the FUSE adapter].
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    #[serde(default, deserialize_with = "de::opt_secs")]
     pub entry_ttl: Option<Duration>,
 
     /// Mount read-only.
     #[arg(long)]
+    #[serde(default)]
     pub read_only: bool,
 
     /// Mount even if MOUNTPOINT is not empty (its files are hidden while mounted).
     #[arg(long)]
+    #[serde(default)]
     pub nonempty: bool,
 
     /// With --store: how many bytes may be written but not yet uploaded; writers wait (never
     /// fail) beyond it [default: half of --cache-size, at most 1G].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[serde(default, deserialize_with = "de::opt_size")]
     pub dirty_limit: Option<u64>,
 
     /// With a store: reads of a file larger than this stream from the store without filling
@@ -756,12 +790,14 @@ pub struct MountArgs {
     /// warmup` caches a file whatever its size. Same units as --cache-size [default: half
     /// of --cache-size; off without --cache-size].
     #[arg(long, value_name = "SIZE|off", value_parser = parse_stream_limit)]
+    #[serde(default, deserialize_with = "de::opt_stream_limit")]
     pub stream_above: Option<StreamLimit>,
 
     /// With a store: memory for work in flight (packs being uploaded, read-ahead, the stream
     /// buffer) stays within this; fewer parallel uploads and fetches below the default, and
     /// never less than one of each (68M with the default 16 MiB packs) [default: 320M].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[serde(default, deserialize_with = "de::opt_size")]
     pub memory_budget: Option<u64>,
 
     /// With a store: data still being written is uploaded once it is this old, even if its
@@ -770,6 +806,7 @@ pub struct MountArgs {
     /// place is then sealed again at most every 30 s instead of every half second, and the
     /// store grows that much slower].
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    #[serde(default, deserialize_with = "de::opt_secs")]
     pub dirty_age: Option<Duration>,
 
     /// When fsync returns (with a store): `remote` once the file's data and the metadata
@@ -778,6 +815,7 @@ pub struct MountArgs {
     /// --store; local with the embedded store, which is on the same disk (remote fsync there
     /// costs about 3 ms instead of 0.5 ms and saves nothing a lost disk would not take too)].
     #[arg(long, value_name = "WHERE", value_parser = ["remote", "local"])]
+    #[serde(default, deserialize_with = "de::opt_fsync")]
     pub fsync: Option<String>,
 
     /// Mount snapshot ID of the workspace read-only (beside a live writer; no lease). Its
@@ -785,23 +823,27 @@ pub struct MountArgs {
     /// default data dir], which is rebuilt from the store at every such mount. Without
     /// --store: a snapshot of the embedded local store.
     #[arg(long, value_name = "ID")]
+    #[serde(default)]
     pub snapshot: Option<String>,
 
     /// Take the workspace over even though another node's lease on it has not expired
     /// (after a runtime reset, when that node is gone). The other node, if it still runs,
     /// stops writing to the store.
     #[arg(long)]
+    #[serde(default)]
     pub takeover: bool,
 
     /// Mount even though the store holds less of the workspace than this node saw it hold
     /// (objects deleted or put back: a rolled-back bucket). Refused without it; with it, the
     /// store's state is taken as it is now and this node's copy is dropped.
     #[arg(long)]
+    #[serde(default)]
     pub accept_rollback: bool,
 
     /// Record no history of code and configs at snapshots (`tierfs log` then shows only
     /// what earlier mounts recorded).
     #[arg(long)]
+    #[serde(default)]
     pub no_history: bool,
 
     /// On an empty data dir (a fresh node, or a runtime after a reset), do not refill the cache
@@ -809,6 +851,7 @@ pub struct MountArgs {
     /// the refill, files that were in use there are local again soon after the mount; reads
     /// never wait behind it, and it stops when the cache or the disk is 90% full.
     #[arg(long)]
+    #[serde(default)]
     pub no_refill: bool,
 
     /// Encrypt the local cache at rest (XEX-AES-256 under a key derived from the store's
@@ -816,6 +859,7 @@ pub struct MountArgs {
     /// Applies to a new, empty data dir; once encrypted, a data dir is only mounted with it.
     /// Costs CPU on every local read and write (benches/README.md).
     #[arg(long, conflicts_with = "no_store")]
+    #[serde(default)]
     pub encrypt_cache: bool,
 
     /// Follow the workspace as another node writes it (read-only, no lease; implies
@@ -827,26 +871,38 @@ pub struct MountArgs {
     /// --data-dir [default: a directory per workspace next to the default data dir], rebuilt
     /// from the store at every such mount.
     #[arg(long, conflicts_with_all = ["snapshot", "no_store", "takeover"])]
+    #[serde(default)]
     pub follow: bool,
 
     /// With --follow: seconds between looks for a newer state (one listing of the store
     /// while nothing changed) [default: 3].
     #[arg(long, value_name = "SECS", value_parser = parse_secs, requires = "follow")]
+    #[serde(default, deserialize_with = "de::opt_secs")]
     pub follow_interval: Option<Duration>,
 
     /// At unmount or SIGTERM, how long to wait for everything to be flushed before giving
     /// up; the outcome is logged and reported to `tierfs umount`.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
+    #[serde(default = "de::default_flush_timeout", deserialize_with = "de::secs")]
     pub flush_timeout: Duration,
 
     /// Watch mode (what `tierfs watch` runs): MOUNTPOINT is a plain directory whose changes
     /// are synced, not a FUSE mount.
     #[arg(long, hide = true)]
+    #[serde(default)]
     pub watch: bool,
 
     /// Directory to mount the workspace on; created if missing.
     #[arg(value_name = "MOUNTPOINT")]
+    #[serde(default)]
     pub mountpoint: PathBuf,
+
+    /// A user (uid) who owns the mount: a node's mount with an owner other than root is
+    /// served by a worker running as that user (`crate::worker`). Only in the node's
+    /// configuration, never on the command line.
+    #[arg(skip)]
+    #[serde(default)]
+    pub owner: Option<u32>,
 }
 
 /// The store a mount uses (see [`MountArgs::store_choice`]).
@@ -886,6 +942,28 @@ impl MountArgs {
             Some(place) => place == "remote",
             None => self.store_choice().locality().fsync() == FsyncMode::Remote,
         }
+    }
+
+    /// Refuses the combinations clap's `conflicts_with` and `requires` refuse on the command
+    /// line, for options that came from a file; each refusal names both keys.
+    pub fn check_conflicts(&self) -> Result<()> {
+        let pairs = [
+            ("no_store", self.no_store, "store", self.store.is_some()),
+            ("no_store", self.no_store, "snapshot", self.snapshot.is_some()),
+            ("allow_other", self.allow_other.is_some(), "no_allow_other", self.no_allow_other),
+            ("writeback_cache", self.writeback_cache, "no_writeback_cache", self.no_writeback_cache),
+            ("encrypt_cache", self.encrypt_cache, "no_store", self.no_store),
+            ("follow", self.follow, "snapshot", self.snapshot.is_some()),
+            ("follow", self.follow, "no_store", self.no_store),
+            ("follow", self.follow, "takeover", self.takeover),
+        ];
+        if let Some((a, _, b, _)) = pairs.into_iter().find(|(_, x, _, y)| *x && *y) {
+            anyhow::bail!("`{a}` and `{b}` cannot be used together");
+        }
+        if self.follow_interval.is_some() && !self.follow {
+            anyhow::bail!("`follow_interval` needs `follow = true`");
+        }
+        Ok(())
     }
 
     /// Which store this mount uses. `--data-dir` without `--store` stays hot tier only, as
@@ -952,97 +1030,9 @@ impl MountArgs {
             no_refill: self.no_refill,
             encrypt_cache: self.encrypt_cache,
             follow: self.follow.then(|| self.follow_interval.unwrap_or(tierfs::session::FOLLOW_INTERVAL)),
-            owner: None,
+            owner: self.owner,
             metered: false,
         })
-    }
-}
-
-impl MountConfig {
-    /// `tierfs-daemon` arguments that reproduce exactly this configuration.
-    pub fn to_daemon_args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = vec![
-            "--runtime-dir".into(),
-            self.runtime_dir.clone().into(),
-            "--data-dir".into(),
-            self.data_dir.clone().into(),
-            format!("--allow-other={}", self.allow_other).into(),
-            "--flush-timeout".into(),
-            format_secs(self.flush_timeout).into(),
-        ];
-        if let Some(size) = self.cache_size {
-            args.extend(["--cache-size".into(), size.to_string().into()]);
-        }
-        args.extend(["--reserve".into(), self.reserve.to_string().into()]);
-        // Always explicit: the daemon inherits TIERFS_STORE and must not pick a store the
-        // parent did not.
-        match &self.store {
-            Some(store) => args.extend(["--store".into(), store.clone().into()]),
-            None => args.push("--no-store".into()),
-        }
-        args.extend(["--workspace".into(), self.workspace.clone().into()]);
-        if let Some(threads) = self.threads {
-            args.extend(["--threads".into(), threads.to_string().into()]);
-        }
-        if let Some(threads) = self.io_threads {
-            args.extend(["--io-threads".into(), threads.to_string().into()]);
-        }
-        if let Some(kib) = self.read_ahead_kib {
-            args.extend(["--read-ahead-kib".into(), kib.to_string().into()]);
-        }
-        if self.writeback_cache {
-            args.push("--writeback-cache".into());
-        }
-        if let Some(ttl) = self.attr_ttl {
-            args.extend(["--attr-ttl".into(), format_secs(ttl).into()]);
-        }
-        if let Some(ttl) = self.entry_ttl {
-            args.extend(["--entry-ttl".into(), format_secs(ttl).into()]);
-        }
-        if self.read_only {
-            args.push("--read-only".into());
-        }
-        if self.nonempty {
-            args.push("--nonempty".into());
-        }
-        args.extend(["--fsync".into(), if self.fsync_remote { "remote" } else { "local" }.into()]);
-        args.extend(["--memory-budget".into(), self.memory_budget.to_string().into()]);
-        if let Some(limit) = self.dirty_limit {
-            args.extend(["--dirty-limit".into(), limit.to_string().into()]);
-        }
-        match self.stream_above {
-            StreamLimit::Off => args.extend(["--stream-above".into(), "off".into()]),
-            StreamLimit::Above(size) => args.extend(["--stream-above".into(), size.to_string().into()]),
-            StreamLimit::Default => {}
-        }
-        args.extend(["--dirty-age".into(), format_secs(self.dirty_age).into()]);
-        if self.takeover {
-            args.push("--takeover".into());
-        }
-        if self.accept_rollback {
-            args.push("--accept-rollback".into());
-        }
-        if self.no_history {
-            args.push("--no-history".into());
-        }
-        if self.no_refill {
-            args.push("--no-refill".into());
-        }
-        if self.encrypt_cache {
-            args.push("--encrypt-cache".into());
-        }
-        if let Some(id) = &self.snapshot {
-            args.extend(["--snapshot".into(), id.clone().into()]);
-        }
-        if let Some(every) = self.follow {
-            args.extend(["--follow".into(), "--follow-interval".into(), format_secs(every).into()]);
-        }
-        if self.watch {
-            args.push("--watch".into());
-        }
-        args.push("--".into());
-        args.push(self.mountpoint.clone().into());
-        args
     }
 }
 
@@ -1132,6 +1122,83 @@ fn parse_secs(text: &str) -> Result<Duration, String> {
         padded.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?
     };
     Ok(Duration::new(secs, nanos))
+}
+
+/// serde's side of the value parsers: a `[[mount]]` key takes what its flag takes (a size as
+/// `"10G"` or a number of bytes, seconds as a number or a string), checked the same way.
+mod de {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, de::Error};
+    use tierfs::session::StreamLimit;
+
+    /// A value written as a string or as a number.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Int(u64),
+        Float(f64),
+        Str(String),
+    }
+
+    impl Text {
+        fn text(self) -> String {
+            match self {
+                Text::Int(n) => n.to_string(),
+                Text::Float(f) => f.to_string(),
+                Text::Str(s) => s,
+            }
+        }
+    }
+
+    fn parsed<'de, D: Deserializer<'de>, T>(d: D, parse: fn(&str) -> Result<T, String>) -> Result<Option<T>, D::Error> {
+        let text = Text::deserialize(d)?.text();
+        parse(&text).map(Some).map_err(D::Error::custom)
+    }
+
+    pub fn opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        parsed(d, super::parse_size)
+    }
+
+    pub fn opt_secs<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        parsed(d, super::parse_secs)
+    }
+
+    pub fn secs<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = Text::deserialize(d)?.text();
+        super::parse_secs(&text).map_err(D::Error::custom)
+    }
+
+    pub fn opt_stream_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StreamLimit>, D::Error> {
+        parsed(d, super::parse_stream_limit)
+    }
+
+    pub fn opt_fsync<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        match String::deserialize(d)? {
+            place if place == "remote" || place == "local" => Ok(Some(place)),
+            other => Err(D::Error::custom(format!("{other:?} is not \"remote\" or \"local\""))),
+        }
+    }
+
+    pub fn opt_in_range<'de, D, T, const LO: u64, const HI: u64>(d: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: TryFrom<u64>,
+    {
+        let n = u64::deserialize(d)?;
+        if !(LO..=HI).contains(&n) {
+            return Err(D::Error::custom(format!("{n} is not in {LO}..={HI}")));
+        }
+        T::try_from(n).map(Some).map_err(|_| D::Error::custom(format!("{n} is out of range")))
+    }
+
+    pub fn default_workspace() -> String {
+        "default".into()
+    }
+
+    pub fn default_flush_timeout() -> Duration {
+        Duration::from_secs(60)
+    }
 }
 
 /// The inverse of [`parse_secs`], exact to the nanosecond.
@@ -1271,7 +1338,7 @@ mod tests {
     }
 
     #[test]
-    fn daemon_args_reproduce_the_config() {
+    fn the_config_reaches_the_daemon_as_data_unchanged() {
         let dir = tempfile::tempdir().unwrap();
         let argv = [
             "tierfs",
@@ -1298,7 +1365,7 @@ mod tests {
             "1G",
         ];
         let mountpoint = dir.path().join("-dashed mount");
-        let mut argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        let mut argv: Vec<std::ffi::OsString> = argv.iter().map(std::ffi::OsString::from).collect();
         argv.push(mountpoint.clone().into());
         let Command::Mount(cmd) = Cli::try_parse_from(argv).unwrap().command else {
             panic!("not a mount command");
@@ -1309,11 +1376,7 @@ mod tests {
         assert_eq!(config.cache_size, Some(3 << 29));
         assert_eq!(config.stream_above, StreamLimit::Above(1 << 30));
 
-        let mut daemon_argv: Vec<OsString> = vec!["tierfs-daemon".into()];
-        daemon_argv.extend(config.to_daemon_args());
-        let daemon = DaemonCli::try_parse_from(daemon_argv).unwrap();
-        let again = daemon.mount.resolve(daemon.runtime_dir.as_deref()).unwrap();
-        assert_eq!(again, config);
+        assert_eq!(as_data(&config), config);
 
         // Defaults round-trip too, including allow_other chosen from the uid.
         let plain = Cli::try_parse_from(["tierfs", "mount", "--data-dir", "/d", "/mnt/p"]).unwrap();
@@ -1322,10 +1385,7 @@ mod tests {
         };
         let config = cmd.mount.resolve(Some(&run)).unwrap();
         assert_eq!(config.allow_other, mounts::is_root());
-        let mut daemon_argv: Vec<OsString> = vec!["tierfs-daemon".into()];
-        daemon_argv.extend(config.to_daemon_args());
-        let daemon = DaemonCli::try_parse_from(daemon_argv).unwrap();
-        assert_eq!(daemon.mount.resolve(daemon.runtime_dir.as_deref()).unwrap(), config);
+        assert_eq!(as_data(&config), config);
         assert_eq!(config.store, None, "--data-dir alone is hot tier only");
 
         // The embedded default store reaches the daemon as an explicit --store.
@@ -1337,10 +1397,85 @@ mod tests {
         let embedded = paths::EmbeddedStore::locate().unwrap();
         assert_eq!(config.store.as_ref(), Some(&embedded.store_file));
         assert_eq!(config.data_dir, paths::default_data_dir().unwrap());
-        let mut daemon_argv: Vec<OsString> = vec!["tierfs-daemon".into()];
-        daemon_argv.extend(config.to_daemon_args());
-        let daemon = DaemonCli::try_parse_from(daemon_argv).unwrap();
-        assert_eq!(daemon.mount.store_choice(), MountStore::Given(embedded.store_file));
-        assert_eq!(daemon.mount.resolve(daemon.runtime_dir.as_deref()).unwrap(), config);
+        assert_eq!(as_data(&config), config);
+        // Data that is not a resolved configuration is refused, naming what is wrong.
+        let mut relative = serde_json::to_value(&config).unwrap();
+        relative["data_dir"] = "data".into();
+        let err = crate::launch::read_config(relative.to_string().as_bytes()).unwrap_err();
+        assert!(format!("{err:#}").contains("data_dir data is not an absolute path"), "{err:#}");
+        let mut unknown = serde_json::to_value(&config).unwrap();
+        unknown["cache_sise"] = 1.into();
+        let err = crate::launch::read_config(unknown.to_string().as_bytes()).unwrap_err();
+        assert!(format!("{err:#}").contains("unknown field `cache_sise`"), "{err:#}");
+    }
+
+    #[test]
+    fn a_mount_table_means_what_the_same_flags_mean() {
+        let table = "mountpoint = \"/mnt/m\"\ndata_dir = \"/d\"\ncache_size = \"1.5G\"\nreserve = 1048576\n\
+                     threads = 8\nio_threads = 0\nattr_ttl = 0.25\nentry_ttl = 2\nflush_timeout = \"7.5\"\n\
+                     stream_above = \"1G\"\nfsync = \"local\"\nallow_other = false\nread_only = true\n\
+                     workspace = \"w\"\n";
+        let from_file: MountArgs = toml::from_str(table).unwrap();
+        let argv = [
+            "tierfs",
+            "mount",
+            "--data-dir",
+            "/d",
+            "--cache-size",
+            "1.5G",
+            "--reserve",
+            "1048576",
+            "--threads",
+            "8",
+            "--io-threads",
+            "0",
+            "--attr-ttl",
+            "0.25",
+            "--entry-ttl",
+            "2",
+            "--flush-timeout",
+            "7.5",
+            "--stream-above",
+            "1G",
+            "--fsync",
+            "local",
+            "--allow-other=false",
+            "--read-only",
+            "--workspace",
+            "w",
+            "/mnt/m",
+        ];
+        let Command::Mount(cmd) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not a mount command");
+        };
+        assert_eq!(from_file, cmd.mount);
+        // Defaults are the flags' defaults.
+        let bare: MountArgs = toml::from_str("mountpoint = \"/mnt/m\"\n").unwrap();
+        let Command::Mount(cmd) = Cli::try_parse_from(["tierfs", "mount", "/mnt/m"]).unwrap().command else {
+            panic!("not a mount command");
+        };
+        assert_eq!(
+            (bare.workspace.as_str(), bare.flush_timeout),
+            (cmd.mount.workspace.as_str(), cmd.mount.flush_timeout)
+        );
+        // What clap refuses, the file refuses, naming the key.
+        for (bad, named) in [
+            ("threads = 0", "0 is not in 1..=1024"),
+            ("fsync = \"sometimes\"", "sometimes"),
+            ("cache_size = \"lots\"", "lots"),
+            ("cache_sise = 1", "unknown field `cache_sise`"),
+        ] {
+            let err = toml::from_str::<MountArgs>(&format!("mountpoint = \"/m\"\n{bad}\n")).unwrap_err();
+            assert!(err.to_string().contains(named), "{bad}: {err}");
+        }
+        let both: MountArgs = toml::from_str("mountpoint = \"/m\"\nfollow = true\ntakeover = true\n").unwrap();
+        let err = both.check_conflicts().unwrap_err().to_string();
+        assert!(err.contains("`follow` and `takeover`"), "{err}");
+    }
+
+    /// `config` as `tierfs-daemon serve` reads it from the JSON line `tierfs mount` writes.
+    fn as_data(config: &MountConfig) -> MountConfig {
+        let line = serde_json::to_string(config).unwrap() + "\n";
+        crate::launch::read_config(line.as_bytes()).unwrap()
     }
 }

@@ -87,6 +87,28 @@ pub struct MountConfig {
 }
 
 impl MountConfig {
+    /// Checks a configuration that arrived as data (`tierfs mount` starting `tierfs-daemon
+    /// serve`, a hand-off to the node daemon) for what `cli::MountArgs::resolve` makes sure
+    /// of: absolute paths, a workspace name, a read-only follower or snapshot.
+    pub fn check(&self) -> Result<()> {
+        for (what, path) in
+            [("mountpoint", &self.mountpoint), ("data_dir", &self.data_dir), ("runtime_dir", &self.runtime_dir)]
+                .into_iter()
+                .chain(self.store.iter().map(|s| ("store", s)))
+        {
+            if !path.is_absolute() {
+                anyhow::bail!("{what} {} is not an absolute path", path.display());
+            }
+        }
+        if self.workspace.is_empty() {
+            anyhow::bail!("the workspace name is empty");
+        }
+        if (self.follow.is_some() || self.snapshot.is_some()) && !self.read_only {
+            anyhow::bail!("a follower or a snapshot mount is read-only");
+        }
+        Ok(())
+    }
+
     /// The core's session configuration for this mount, with `store` opened from
     /// [`MountConfig::store`]. Only a mapping: every default was filled in by `resolve`, from
     /// the core's defaults.

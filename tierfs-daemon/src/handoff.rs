@@ -2,9 +2,9 @@
 //! command asks it to serve the mount instead of starting a process of its own.
 //!
 //! Protocol: the node daemon listens on `node.sock` in its runtime directory. The client
-//! writes one JSON [`HandoffRequest`] line, the fully resolved `tierfs-daemon` arguments of
-//! the mount ([`MountConfig::to_daemon_args`]), and reads one [`ReadyMessage`] line, sent
-//! once the mount is live or has failed to start.
+//! writes one JSON [`HandoffRequest`] line, the fully resolved [`MountConfig`] of the mount
+//! as data, and reads one [`ReadyMessage`] line, sent once the mount is live or has failed
+//! to start.
 //!
 //! Invariants:
 //! - Only root and the user the node daemon runs as may hand a mount over (`SO_PEERCRED`):
@@ -17,7 +17,6 @@
 //!   daemon: the command goes on alone. A node daemon that answers and fails the mount is an
 //!   error, never a silent fallback.
 
-use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -25,12 +24,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use clap::Parser;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::UnixStream;
 
-use crate::cli::DaemonCli;
 use crate::config::MountConfig;
 use crate::launch::{ReadyInfo, ReadyMessage};
 use crate::logging::Reported;
@@ -45,10 +42,11 @@ const MAX_LINE: usize = 64 * 1024;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A mount handed to the node daemon.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HandoffRequest {
-    /// `tierfs-daemon` arguments (without the program name) that resolve to the mount.
-    pub args: Vec<String>,
+    /// The mount, resolved by the client (the node serves it under its own runtime dir).
+    pub config: MountConfig,
 }
 
 /// Whether `uid` may hand mounts to a node daemon running as `node_uid`.
@@ -76,7 +74,6 @@ pub fn node_socket(node_runtime_dir: &Path) -> Option<PathBuf> {
 /// Asks the node daemon at `socket` to serve `config`, waiting up to `timeout` for the mount
 /// to be live. `Ok(None)`: no node daemon answers there (go on alone).
 pub fn hand_off(socket: &Path, config: &MountConfig, timeout: Duration) -> Result<Option<ReadyInfo>> {
-    let args = to_strings(config.to_daemon_args())?;
     let mut stream = match StdUnixStream::connect(socket) {
         Ok(stream) => stream,
         // A socket file left by a node daemon that is gone.
@@ -84,7 +81,7 @@ pub fn hand_off(socket: &Path, config: &MountConfig, timeout: Duration) -> Resul
         Err(e) => return Err(e).with_context(|| format!("connecting to the node daemon at {}", socket.display())),
     };
     stream.set_read_timeout(Some(timeout)).context("setting a timeout on the node socket")?;
-    let mut line = serde_json::to_string(&HandoffRequest { args })?;
+    let mut line = serde_json::to_string(&HandoffRequest { config: config.clone() })?;
     line.push('\n');
     stream.write_all(line.as_bytes()).with_context(|| format!("writing to the node daemon at {}", socket.display()))?;
     let mut answer = String::new();
@@ -109,22 +106,10 @@ pub fn hand_off(socket: &Path, config: &MountConfig, timeout: Duration) -> Resul
     }
 }
 
-fn to_strings(args: Vec<OsString>) -> Result<Vec<String>> {
-    args.into_iter()
-        .map(|a| {
-            a.into_string()
-                .map_err(|a| anyhow!("{a:?} is not UTF-8, which a hand-off to the node daemon needs; use --standalone"))
-        })
-        .collect()
-}
-
 /// What the node makes of one connection: the caller and the mount it asks for.
 pub struct Asked {
     pub uid: u32,
     pub config: MountConfig,
-    /// The arguments as parsed (the node makes an embedded store from them, as `tierfs
-    /// mount` would).
-    pub args: crate::cli::MountArgs,
 }
 
 /// Reads one hand-off request from `stream`, checks its caller and resolves its mount under
@@ -145,12 +130,12 @@ pub async fn read_request(stream: &mut AsyncBufReader<UnixStream>, runtime_dir: 
     may_hand_off(uid, unsafe { libc::geteuid() }).map_err(failed)?;
     let request: HandoffRequest =
         serde_json::from_str(line.trim()).map_err(|e| failed(format!("bad hand-off request: {e}")))?;
-    let argv = std::iter::once("tierfs-daemon".to_owned()).chain(request.args);
-    let cli = DaemonCli::try_parse_from(argv).map_err(|e| failed(format!("bad mount arguments: {e}")))?;
-    let mut config = cli.mount.resolve(Some(runtime_dir)).map_err(|e| failed(format!("{e:#}")))?;
+    let mut config = request.config;
+    config.check().map_err(|e| failed(format!("bad mount configuration: {e:#}")))?;
+    config.runtime_dir = runtime_dir.to_path_buf();
     config.owner = Some(uid);
     config.metered = true;
-    Ok(Asked { uid, config, args: cli.mount })
+    Ok(Asked { uid, config })
 }
 
 /// Writes the one answer line of a hand-off.

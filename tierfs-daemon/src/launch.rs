@@ -186,6 +186,19 @@ pub fn daemon_executable() -> Result<PathBuf> {
     Ok(daemon)
 }
 
+/// The first argument of `tierfs-daemon` that makes it serve the [`MountConfig`] it reads as
+/// one JSON line on its stdin (how `tierfs mount` starts it).
+pub const SERVE_COMMAND: &str = "serve";
+
+/// Reads the configuration [`SERVE_COMMAND`] serves from `input` (at most 1 MiB) and checks it.
+pub fn read_config(input: impl Read) -> Result<MountConfig> {
+    let mut line = String::new();
+    std::io::BufReader::new(input.take(1 << 20)).read_line(&mut line).context("reading the mount configuration")?;
+    let config: MountConfig = serde_json::from_str(&line).context("the mount configuration on stdin")?;
+    config.check()?;
+    Ok(config)
+}
+
 /// Starts `tierfs-daemon` for `config` in the background and waits up to `timeout` for it to
 /// report the mount ready.
 pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo> {
@@ -206,11 +219,12 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
     let write_fd = write_end.as_raw_fd();
 
     let mut command = Command::new(&daemon);
+    // The configuration is data: one JSON line on its stdin, never a command line to parse again.
     command
+        .arg(SERVE_COMMAND)
         .arg("--ready-fd")
         .arg(write_fd.to_string())
-        .args(config.to_daemon_args())
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log_err));
     // SAFETY: between fork and exec only async-signal-safe calls are made: setsid(2) and
@@ -229,6 +243,13 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
     let mut child = command.spawn().with_context(|| format!("starting {}", daemon.display()))?;
     // Only the daemon may hold the write end, or we would never see end of file.
     drop(write_end);
+    let mut line = serde_json::to_vec(config).context("encoding the mount configuration")?;
+    line.push(b'\n');
+    let written = child.stdin.take().map(|mut stdin| stdin.write_all(&line));
+    if let Some(Err(e)) = written {
+        // The daemon failed before it read its configuration: its readiness says why.
+        warn!("handing tierfs-daemon its configuration: {e}");
+    }
 
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()

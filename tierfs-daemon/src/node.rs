@@ -4,9 +4,9 @@
 //!
 //! The file has a `[node]` table and one `[[mount]]` table per mount. A mount's keys are the
 //! options of `tierfs mount`, written with `_` for `-` (`cache_size = "10G"`, `read_only =
-//! true`), plus `mountpoint` and `owner`; they are parsed by the same `MountArgs` the command
-//! line uses, so a key means in the file what its flag means on the command line, defaults
-//! included, and an unknown key is an error naming it.
+//! true`), plus `mountpoint` and `owner`; they deserialize (serde) into the same `MountArgs`
+//! the command line fills, so a key means in the file what its flag means on the command
+//! line, defaults included, and an unknown key is an error naming it and its line.
 //!
 //! Invariants:
 //! - Every mount is served by its own thread with its own session, data dir lock and control
@@ -42,7 +42,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use tokio::io::BufReader as AsyncBufReader;
@@ -83,7 +82,7 @@ struct NodeFile {
     #[serde(default)]
     node: NodeTable,
     #[serde(default)]
-    mount: Vec<toml::Table>,
+    mount: Vec<MountArgs>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -91,14 +90,6 @@ struct NodeFile {
 struct NodeTable {
     runtime_dir: Option<PathBuf>,
     metrics_addr: Option<String>,
-}
-
-/// The mount options, as `tierfs mount` parses them.
-#[derive(Debug, Parser)]
-#[command(name = "mount", no_binary_name = true, disable_help_flag = true)]
-struct OneMount {
-    #[command(flatten)]
-    mount: MountArgs,
 }
 
 impl NodeConfig {
@@ -127,8 +118,14 @@ impl NodeConfig {
         };
         let mut mounts = Vec::new();
         let mut args = Vec::new();
-        for (i, table) in parsed.mount.iter().enumerate() {
-            let (mount_args, owner) = mount_args(table).map_err(|e| anyhow!("{at}: mount {}: {e}", i + 1))?;
+        for (i, mount_args) in parsed.mount.into_iter().enumerate() {
+            if mount_args.mountpoint.as_os_str().is_empty() {
+                bail!("{at}: mount {}: no mountpoint (`mountpoint = \"/mnt/NAME\"`)", i + 1);
+            }
+            mount_args
+                .check_conflicts()
+                .with_context(|| format!("{at}: mount {} ({})", i + 1, mount_args.mountpoint.display()))?;
+            let owner = mount_args.owner;
             let mut config = mount_args
                 .resolve(Some(&runtime_dir))
                 .with_context(|| format!("{at}: mount {} ({})", i + 1, mount_args.mountpoint.display()))?;
@@ -163,44 +160,6 @@ impl NodeConfig {
     }
 }
 
-/// The `MountArgs` and owner a `[[mount]]` table means.
-fn mount_args(table: &toml::Table) -> Result<(MountArgs, Option<u32>)> {
-    let mut argv = Vec::new();
-    let mut owner = None;
-    let mut mountpoint = None;
-    for (key, value) in table {
-        match (key.as_str(), value) {
-            ("mountpoint", toml::Value::String(path)) => mountpoint = Some(path.clone()),
-            ("owner", toml::Value::Integer(uid)) => {
-                owner = Some(u32::try_from(*uid).map_err(|_| anyhow!("owner = {uid} is not a uid"))?);
-            }
-            ("mountpoint" | "owner", _) => bail!("{key} = {value}: expected a path (mountpoint) or a uid (owner)"),
-            (_, toml::Value::Boolean(false)) if key != "allow_other" => {}
-            (_, toml::Value::Boolean(true)) if key != "allow_other" => argv.push(flag(key)),
-            (_, toml::Value::String(s)) => argv.push(format!("{}={s}", flag(key))),
-            (_, toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_)) => {
-                argv.push(format!("{}={value}", flag(key)));
-            }
-            (_, _) => bail!("{key} = {value}: expected a string, a number or true/false"),
-        }
-    }
-    let mountpoint = mountpoint.ok_or_else(|| anyhow!("no mountpoint = \"/path\""))?;
-    argv.push(mountpoint);
-    let parsed = OneMount::try_parse_from(&argv).map_err(|e| {
-        let rendered = e.render().to_string();
-        let first = rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned();
-        anyhow!(
-            "{first} (the keys of a [[mount]] are `mountpoint`, `owner` and the options of `tierfs mount \
-             --help`, written with _ for -)"
-        )
-    })?;
-    Ok((parsed.mount, owner))
-}
-
-fn flag(key: &str) -> String {
-    format!("--{}", key.replace('_', "-"))
-}
-
 /// Serves every mount of `node` until SIGTERM or SIGINT (see the module documentation).
 pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
     let _rt_context = rt.enter();
@@ -222,7 +181,7 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
             let (tx, rx) = oneshot::channel();
             let (stop, theirs) = (stop_rx.clone(), registry.clone());
             let thread = std::thread::Builder::new().name(format!("tierfs-node-{i}")).spawn_scoped(scope, move || {
-                keep_serving(rt, i, config, args, tx, stop, &theirs, FirstStart::Retry).outcome
+                keep_serving(rt, i, config, Some(args), tx, stop, &theirs, FirstStart::Retry).outcome
             });
             match thread {
                 Ok(thread) => threads.push((i, thread)),
@@ -265,16 +224,8 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
                         let thread = std::thread::Builder::new().name(format!("tierfs-node-{i}")).spawn_scoped(
                             scope,
                             move || {
-                                let served = keep_serving(
-                                    rt,
-                                    i,
-                                    &asked.config,
-                                    &asked.args,
-                                    tx,
-                                    stop,
-                                    &theirs,
-                                    FirstStart::Once,
-                                );
+                                let served =
+                                    keep_serving(rt, i, &asked.config, None, tx, stop, &theirs, FirstStart::Once);
                                 theirs.retire(i);
                                 // A hand-off that failed to start told its caller: not the node's failure.
                                 if served.started { served.outcome } else { Ok(()) }
@@ -420,13 +371,16 @@ fn serve_mount(
     rt: &Runtime,
     i: usize,
     config: &MountConfig,
-    args: &MountArgs,
+    args: Option<&MountArgs>,
     ready: oneshot::Sender<Result<NodeReady, String>>,
     stop: Stop,
     registry: &Registry,
 ) -> Served {
     let mut readiness = Readiness::Node(Some(ready));
-    let result = crate::store_link::prepare_mount_store(args).and_then(|()| match config.owner {
+    // A declared mount may use the embedded store, made here as `tierfs mount` makes it; a
+    // handed-off one names its store (its client made it).
+    let prepared = args.map_or(Ok(()), crate::store_link::prepare_mount_store);
+    let result = prepared.and_then(|()| match config.owner {
         // An owner's mount is served with the owner's rights, never root's.
         Some(uid) if uid != 0 && crate::mounts::is_root() => crate::worker::Owner::lookup(uid)
             .and_then(|owner| crate::worker::supervise(rt, config, &owner, &mut readiness, stop)),
@@ -465,7 +419,7 @@ fn keep_serving(
     rt: &Runtime,
     i: usize,
     config: &MountConfig,
-    args: &MountArgs,
+    args: Option<&MountArgs>,
     ready: oneshot::Sender<Result<NodeReady, String>>,
     stop: watch::Receiver<Option<&'static str>>,
     registry: &Arc<Registry>,

@@ -28,7 +28,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -193,16 +193,26 @@ fn read_store(file: &Path) -> Result<StoreSecret> {
     Ok(StoreSecret { config, secret })
 }
 
-/// Makes `dir` the owner's: created 0700 if missing; an existing one of another user is
-/// handed over, its contents first and the directory itself last, so that the owner reaches
-/// nothing beneath it before all of it is theirs. Nothing is followed: a symlink is changed
-/// itself (`lchown`), never what it points to.
+/// Makes `dir` the owner's: created 0700 if missing; an existing one of root's (made by a
+/// version before workers, or by hand) is handed over, its contents first and the directory
+/// itself last, so that the owner reaches nothing beneath it before all of it is theirs, and
+/// nothing is followed (a symlink is changed itself, never what it points to). One of
+/// another user is refused: that user could still be changing it while it is handed over.
 fn give_data_dir(dir: &Path, owner: &Owner) -> Result<()> {
     use rustix::fs::{Gid, Uid};
     let (uid, gid) = (Uid::from_raw(owner.uid), Gid::from_raw(owner.gid));
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if !meta.is_dir() => bail!("the data dir {} is not a directory", dir.display()),
-        Ok(meta) if meta.uid() == owner.uid => return crate::private::tighten_data_dir(dir),
+        Ok(meta) if meta.uid() == owner.uid => crate::private::tighten_data_dir(dir),
+        Ok(meta) if meta.uid() != 0 => bail!(
+            "the data dir {} belongs to uid {}, not to the mount's owner (uid {}); `chown -R {} {}` \
+             if it is theirs, or give the mount another data_dir",
+            dir.display(),
+            meta.uid(),
+            owner.uid,
+            owner.uid,
+            dir.display()
+        ),
         Ok(_) => {
             crate::private::tighten_data_dir(dir)?;
             info!("handing the data dir {} over to its owner {} (uid {})", dir.display(), owner.name, owner.uid);
@@ -217,15 +227,23 @@ fn give_data_dir(dir: &Path, owner: &Owner) -> Result<()> {
                 )
                 .with_context(|| format!("giving {} to uid {}", entry.path().display(), owner.uid))?;
             }
+            Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating the data dir {}", dir.display()))?;
+            // Directories made above it stay root's but open to passing through (0755), or the
+            // owner could not reach their data dir.
+            let missing: Vec<&Path> = dir.ancestors().skip(1).take_while(|a| !a.exists()).collect();
+            for ancestor in missing.into_iter().rev() {
+                std::fs::create_dir(ancestor).with_context(|| format!("creating {}", ancestor.display()))?;
+                std::fs::set_permissions(ancestor, std::fs::Permissions::from_mode(0o755))
+                    .with_context(|| format!("chmod 755 {}", ancestor.display()))?;
+            }
+            std::fs::create_dir(dir).with_context(|| format!("creating the data dir {}", dir.display()))?;
             rustix::fs::chown(dir, Some(uid), Some(gid))
-                .with_context(|| format!("giving the data dir {} to uid {}", dir.display(), owner.uid))?;
+                .with_context(|| format!("giving the data dir {} to uid {}", dir.display(), owner.uid))
         }
-        Err(e) => return Err(e).with_context(|| format!("reading the data dir {}", dir.display())),
+        Err(e) => Err(e).with_context(|| format!("reading the data dir {}", dir.display())),
     }
-    Ok(())
 }
 
 /// The FUSE mount the supervisor made for a worker.

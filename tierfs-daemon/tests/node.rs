@@ -655,7 +655,7 @@ fn check_refuses_a_bad_configuration_and_names_the_problem() {
     assert!(out.stdout.contains("1 mounts") && out.stdout.contains("/mnt/x"), "{}", out.stdout);
 
     for (config, expected) in [
-        ("[[mount]]\nmountpoint = \"/mnt/x\"\ncache_sise = \"1G\"\ndata_dir = \"/d\"\n", "--cache-sise"),
+        ("[[mount]]\nmountpoint = \"/mnt/x\"\ncache_sise = \"1G\"\ndata_dir = \"/d\"\n", "unknown field `cache_sise`"),
         ("[[mount]]\nmountpoint = \"/mnt/x\"\ncache_size = \"lots\"\ndata_dir = \"/d\"\n", "lots"),
         ("[[mount]]\nstore = \"/s\"\n", "no mountpoint"),
         ("[[mount]]\nmountpoint = \"/m\"\nowner = -1\ndata_dir = \"/d\"\n", "owner = -1"),

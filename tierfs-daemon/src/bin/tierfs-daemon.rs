@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Parser;
-use tierfs_daemon::cli::{DaemonCli, NodeCli};
-use tierfs_daemon::launch::Readiness;
+use tierfs_daemon::cli::{DaemonCli, NodeCli, ServeCli};
+use tierfs_daemon::launch::{self, Readiness};
 use tierfs_daemon::node::NodeConfig;
 use tierfs_daemon::notify::Notifier;
 use tierfs_daemon::{frontend, logging, node, store_link};
@@ -29,6 +29,32 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 error!("{}", logging::error_message(&err));
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if std::env::args_os().nth(1).is_some_and(|a| a == launch::SERVE_COMMAND) {
+        // `tierfs mount`'s daemon: the configuration comes as data on stdin.
+        let cli = ServeCli::parse_from(std::env::args_os().skip(1));
+        logging::init("info,fuser=error");
+        let mut readiness = match cli.ready_fd.map(Readiness::from_fd).transpose() {
+            Ok(readiness) => readiness.unwrap_or(Readiness::Quiet),
+            Err(err) => {
+                error!("{}", logging::error_message(&err));
+                return ExitCode::FAILURE;
+            }
+        };
+        let served = launch::read_config(std::io::stdin().lock()).and_then(|config| {
+            let rt = tierfs_daemon::config::build_runtime()?;
+            let result = frontend::run(&rt, &config, &mut readiness);
+            rt.shutdown_timeout(Duration::from_secs(1));
+            result
+        });
+        return match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                error!("{}", logging::error_message(&err));
+                readiness.failed(&err);
                 ExitCode::FAILURE
             }
         };
