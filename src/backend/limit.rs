@@ -25,8 +25,8 @@ impl SizeLimit {
         SizeLimit { max_len: len, what }
     }
 
-    /// Why an object of `size` bytes at `key` on `backend` is refused.
-    pub(crate) fn refusal(&self, backend: &str, size: u64) -> String {
-        format!("{backend} holds {size} bytes, more than the {} bytes {} can be", self.max_len, self.what)
+    /// Why an object of `size` bytes is refused (the key and backend are named by the caller).
+    pub(crate) fn refusal(&self, size: u64) -> String {
+        format!("it holds {size} bytes, more than the {} bytes {} can be", self.max_len, self.what)
     }
 }

@@ -369,12 +369,10 @@ impl Backend {
     pub async fn get(&self, key: &str, limit: SizeLimit) -> Result<Bytes, BackendError> {
         match self.fetch(key, limit.max_len).await? {
             Fetched::Whole(bytes) => Ok(bytes),
-            Fetched::TooLarge(size) => {
-                Err(BackendError::Corrupt { key: key.to_string(), reason: limit.refusal(&self.name, size) })
-            }
+            Fetched::TooLarge(size) => Err(BackendError::Corrupt { key: key.to_string(), reason: limit.refusal(size) }),
             Fetched::Overran(stated) => Err(BackendError::Corrupt {
                 key: key.to_string(),
-                reason: format!("{} sent more than the {stated} bytes it stated the object holds", self.name),
+                reason: format!("its body ran past the {stated} bytes the store stated for it"),
             }),
         }
     }
@@ -871,7 +869,7 @@ mod tests {
         faults.set(Some(Fault::UnderstateSize));
         let err = b.get("k", TEST_LIMIT).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Corrupt);
-        assert!(err.to_string().contains("more than the 1 bytes it stated"), "{err}");
+        assert!(err.to_string().contains("ran past the 1 bytes the store stated"), "{err}");
         faults.set(None);
         assert_eq!(b.get("k", TEST_LIMIT).await.unwrap().len(), 64);
     }
