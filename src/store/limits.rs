@@ -190,29 +190,27 @@ const fn largest(kinds: &[WholeObject], mut max: u64) -> u64 {
     max
 }
 
+// Every limit admits what its writers produce, checked when the crate is built: a full segment
+// of batches with its header; an index segment of the most blocks a pack holds; and a 2 GiB
+// object where a small one is expected is over its limit.
+const _: () = {
+    assert!(MAX_SEGMENT_BYTES as u64 + (64 << 10) <= WholeObject::JournalSegment.max_len());
+    assert!(WholeObject::IndexSegment.max_len() >= MAX_PACK_BLOCKS * INDEX_ENTRY as u64);
+    assert!(WholeObject::Lease.max_len() < 2 << 30 && WholeObject::JournalSegment.max_len() < 2 << 30);
+    assert!(WholeObject::Config.max_len() < 2 << 30 && WholeObject::HotSet.max_len() < 2 << 30);
+    assert!(LARGEST_OBJECT >= LARGEST_PACK && LARGEST_WORKSPACE_OBJECT <= LARGEST_OBJECT);
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn every_limit_admits_what_its_writers_produce() {
-        // A full segment of batches, sealed, with its header, fits.
-        assert!(MAX_SEGMENT_BYTES as u64 + (64 << 10) <= WholeObject::JournalSegment.max_len());
-        // A pack's index segment of the most blocks a pack can hold fits, and a 2 GiB object
-        // where a lease or segment is expected does not.
-        assert!(WholeObject::IndexSegment.max_len() >= MAX_PACK_BLOCKS * INDEX_ENTRY as u64);
-        for kind in [WholeObject::Lease, WholeObject::JournalSegment, WholeObject::Config, WholeObject::HotSet] {
-            assert!(kind.max_len() < 2 << 30, "{kind:?}");
-        }
-        assert!(LARGEST_OBJECT >= LARGEST_PACK);
-        assert!(WholeObject::ALL.iter().all(|k| k.max_len() <= LARGEST_OBJECT));
-    }
-
-    #[test]
     fn writers_refuse_what_readers_would() {
         let max = WholeObject::Lease.max_len() as usize;
         assert!(WholeObject::Lease.check("ws/x/lease", max).is_ok());
-        let err = WholeObject::Lease.check("ws/x/lease", max + 1).unwrap_err();
+        let err = WholeObject::Lease.check("ws/x/lease", max + 1).expect_err("one byte over");
         assert!(err.to_string().contains("ws/x/lease") && err.to_string().contains("a lease record"), "{err}");
+        assert!(WholeObject::ALL.iter().all(|k| k.max_len() <= LARGEST_OBJECT));
     }
 }
