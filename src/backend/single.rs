@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::StreamExt;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, Checksum, S3ConditionalPut};
 use object_store::local::LocalFileSystem;
@@ -787,9 +787,16 @@ async fn read_bounded(result: GetResult, max_len: u64) -> object_store::Result<F
         return Ok(Fetched::Overran(stated));
     }
     let Some(second) = stream.next().await.transpose()? else { return Ok(Fetched::Whole(first)) };
-    let capacity =
-        usize::try_from(stated).map_err(|e| object_store::Error::Generic { store: "tierfs", source: Box::new(e) })?;
-    let mut buf = BytesMut::with_capacity(capacity);
+    // The stated size, reserved fallibly: a size the allocator cannot give is an error here,
+    // never an abort.
+    let mut buf: Vec<u8> = Vec::new();
+    let reserved = usize::try_from(stated).ok().and_then(|n| buf.try_reserve_exact(n).ok());
+    if reserved.is_none() {
+        return Err(object_store::Error::Generic {
+            store: "tierfs",
+            source: format!("cannot reserve the {stated} bytes the object is stated to hold").into(),
+        });
+    }
     buf.extend_from_slice(&first);
     drop(first);
     let mut next = Some(second);
@@ -800,7 +807,7 @@ async fn read_bounded(result: GetResult, max_len: u64) -> object_store::Result<F
         buf.extend_from_slice(&piece);
         next = stream.next().await.transpose()?;
     }
-    Ok(Fetched::Whole(buf.freeze()))
+    Ok(Fetched::Whole(Bytes::from(buf)))
 }
 
 /// Runs `fut` as a task of the runtime and waits for it; dropped early (a timeout), the task
@@ -872,6 +879,22 @@ mod tests {
         assert!(err.to_string().contains("ran past the 1 bytes the store stated"), "{err}");
         faults.set(None);
         assert_eq!(b.get("k", TEST_LIMIT).await.unwrap().len(), 64);
+    }
+
+    #[tokio::test]
+    async fn a_body_in_many_pieces_is_assembled_within_its_size() {
+        // The local store streams a file in pieces of some KiB.
+        let dir = tempfile::tempdir().unwrap();
+        let b = Backend::from_object_store(
+            "file".into(),
+            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap()),
+            BackendOptions::default(),
+        );
+        let data = Bytes::from((0..1_000_003u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        b.put("k", data.clone()).await.unwrap();
+        assert_eq!(b.get("k", TEST_LIMIT).await.unwrap(), data);
+        let err = b.get("k", SizeLimit { max_len: 1_000_002, what: "a test object" }).await.unwrap_err();
+        assert!(err.to_string().contains("1000003 bytes"), "{err}");
     }
 
     #[tokio::test]
