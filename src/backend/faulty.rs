@@ -40,6 +40,9 @@ pub enum Fault {
     /// The next `n` puts reach the store, and then their answer is lost (a transient error,
     /// as when a connection drops after the server stored the object); then it clears itself.
     LoseAnswers(u32),
+    /// Whole reads state a size of 1 byte and send the whole body, a byte at a time, as a
+    /// server that lies in its Content-Length.
+    UnderstateSize,
 }
 
 /// The test's handle on one [`FaultyStore`]: `set(None)` heals it.
@@ -192,6 +195,17 @@ impl ObjectStore for FaultyStore {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
         self.attempt().await?;
         let result = self.inner.get_opts(location, options).await?;
+        if self.switch.get() == Some(Fault::UnderstateSize) {
+            let GetResult { meta, range, attributes, extensions, .. } = &result;
+            let (mut meta, range, attributes, extensions) =
+                (meta.clone(), range.clone(), attributes.clone(), extensions.clone());
+            meta.size = meta.size.min(1);
+            let bytes = result.bytes().await?;
+            let pieces: Vec<object_store::Result<Bytes>> =
+                (0..bytes.len()).map(|i| Ok(bytes.slice(i..i + 1))).collect();
+            let payload = GetResultPayload::Stream(stream::iter(pieces).boxed());
+            return Ok(GetResult { payload, meta, range, attributes, extensions });
+        }
         if self.switch.get() != Some(Fault::CorruptReads) {
             return Ok(result);
         }

@@ -5,6 +5,8 @@
 //!   [`Credentials`] and [`BackendOptions`] complete what [`Backend::open`] needs.
 //! - [`Backend`] wraps one `object_store` client with timeouts, retries with backoff and a
 //!   circuit breaker. Tests inject faults by wrapping that client (`faulty`, test builds only).
+//! - Every whole-object read takes a [`SizeLimit`]: the object's size is learned before its
+//!   body is read, and an object over the limit is refused as `Corrupt`, unbuffered.
 //! - [`RedundantStore`] replicates small objects, replicates or erasure-codes packs, verifies
 //!   every read through a caller-supplied [`Verify`] callback (or, for pack ranges, an [`Open`]
 //!   callback that takes the bytes over and may decrypt them in place), repairs what it finds
@@ -40,12 +42,14 @@ mod erasure;
 pub mod error;
 #[cfg(test)]
 pub(crate) mod faulty;
+mod limit;
 mod redundant;
 mod repair;
 mod single;
 mod spec;
 
 pub use error::BackendError;
+pub use limit::SizeLimit;
 pub use redundant::{CreateOutcome, Open, PutReport, Redundancy, RedundantStore, ScrubOutcome, Verify};
 pub use repair::{SavedRepair, SavedSource};
 pub use single::{Backend, BackendHealth, ObjectInfo};

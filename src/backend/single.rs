@@ -20,6 +20,9 @@
 //!   breaker, and the bytes sent and received are counted beside ([`BackendTraffic`], read by
 //!   status and the node's metrics). For S3 the client's own retries happen inside one attempt
 //!   and are not seen here.
+//! - A whole-object GET states its limit ([`SizeLimit`]): the size in the answer's metadata is
+//!   checked before the body is read, and the body is read into no more than that size, so
+//!   a store cannot make this layer allocate more than the caller allowed.
 //! - Bytes are opaque (already encrypted by the caller); this layer never checks content. Tests
 //!   inject faults below it, by wrapping the store it is given (`backend::faulty`); nothing
 //!   here knows of them.
@@ -37,13 +40,14 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, Checksum, S3Conditio
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
-    RetryConfig,
+    BackoffConfig, ClientOptions, GetOptions, GetRange, GetResult, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    PutPayload, RetryConfig,
 };
 use serde::{Deserialize, Serialize};
 
 use super::breaker::{CircuitBreaker, Refusal};
 use super::error::BackendError;
+use super::limit::SizeLimit;
 use super::spec::{BackendOptions, BackendSpec, Credentials, PayloadCheck, check_segment};
 use crate::telemetry::{OpSnapshot, OpStats};
 
@@ -346,8 +350,10 @@ impl Backend {
                 self.traffic.sent_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
                 Ok(true)
             }
-            Err(BackendError::AlreadyExists { .. }) => match self.get(key).await {
-                Ok(existing) => Ok(existing == data),
+            // Anything longer than `data` is not `data`: not read.
+            Err(BackendError::AlreadyExists { .. }) => match self.fetch(key, data.len() as u64).await {
+                Ok(Fetched::Whole(existing)) => Ok(existing == data),
+                Ok(Fetched::TooLarge(_) | Fetched::Overran(_)) => Ok(false),
                 // Deleted in between: report what we saw, it existed.
                 Err(e) if e.is_not_found() => Ok(false),
                 Err(e) => Err(e),
@@ -356,18 +362,38 @@ impl Backend {
         }
     }
 
-    /// The whole object. Missing → [`BackendError::NotFound`] (not retried, doesn't trip the breaker).
-    pub async fn get(&self, key: &str) -> Result<Bytes, BackendError> {
+    /// The whole object, if it is no larger than `limit`. Missing → [`BackendError::NotFound`]
+    /// (not retried, doesn't trip the breaker); larger, or a body that runs past the size the
+    /// store stated → [`BackendError::Corrupt`] naming the key and both sizes, with no more
+    /// than the stated size read (see `limit.rs`).
+    pub async fn get(&self, key: &str, limit: SizeLimit) -> Result<Bytes, BackendError> {
+        match self.fetch(key, limit.max_len).await? {
+            Fetched::Whole(bytes) => Ok(bytes),
+            Fetched::TooLarge(size) => Err(BackendError::Corrupt { key: key.to_string(), reason: limit.refusal(size) }),
+            Fetched::Overran(stated) => Err(BackendError::Corrupt {
+                key: key.to_string(),
+                reason: format!("its body ran past the {stated} bytes the store stated for it"),
+            }),
+        }
+    }
+
+    /// One whole-object GET whose body is read only if the stated size is at most `max_len`,
+    /// and only up to that size.
+    async fn fetch(&self, key: &str, max_len: u64) -> Result<Fetched, BackendError> {
         let path = self.path(key)?;
         let (store, path) = (&self.store, &path);
-        let bytes = self
+        let fetched = self
             .run(Op::Get, key, move || {
                 let (store, path) = (store.clone(), path.clone());
-                on_runtime(async move { store.get_opts(&path, GetOptions::default()).await?.bytes().await })
+                on_runtime(
+                    async move { read_bounded(store.get_opts(&path, GetOptions::default()).await?, max_len).await },
+                )
             })
             .await?;
-        self.traffic.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(bytes)
+        if let Fetched::Whole(bytes) = &fetched {
+            self.traffic.received_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+        Ok(fetched)
     }
 
     /// Bytes `range` of the object; a range reaching past its end is [`BackendError::Corrupt`]
@@ -738,6 +764,52 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     current.to_string()
 }
 
+/// What a whole-object GET brought back.
+enum Fetched {
+    Whole(Bytes),
+    /// The stated size, over the limit: the body was not read.
+    TooLarge(u64),
+    /// The body ran past the stated size (this many bytes): reading stopped there.
+    Overran(u64),
+}
+
+/// Reads the body of `result` if the object's stated size is at most `max_len`, into no more
+/// than that size: a store that states a small size and sends more is stopped at the size it
+/// stated. A body that arrives in one piece is returned as it is (no copy).
+async fn read_bounded(result: GetResult, max_len: u64) -> object_store::Result<Fetched> {
+    let stated = result.meta.size;
+    if stated > max_len {
+        return Ok(Fetched::TooLarge(stated));
+    }
+    let mut stream = result.into_stream();
+    let Some(first) = stream.next().await.transpose()? else { return Ok(Fetched::Whole(Bytes::new())) };
+    if first.len() as u64 > stated {
+        return Ok(Fetched::Overran(stated));
+    }
+    let Some(second) = stream.next().await.transpose()? else { return Ok(Fetched::Whole(first)) };
+    // The stated size, reserved fallibly: a size the allocator cannot give is an error here,
+    // never an abort.
+    let mut buf: Vec<u8> = Vec::new();
+    let reserved = usize::try_from(stated).ok().and_then(|n| buf.try_reserve_exact(n).ok());
+    if reserved.is_none() {
+        return Err(object_store::Error::Generic {
+            store: "tierfs",
+            source: format!("cannot reserve the {stated} bytes the object is stated to hold").into(),
+        });
+    }
+    buf.extend_from_slice(&first);
+    drop(first);
+    let mut next = Some(second);
+    while let Some(piece) = next {
+        if (buf.len() + piece.len()) as u64 > stated {
+            return Ok(Fetched::Overran(stated));
+        }
+        buf.extend_from_slice(&piece);
+        next = stream.next().await.transpose()?;
+    }
+    Ok(Fetched::Whole(Bytes::from(buf)))
+}
+
 /// Runs `fut` as a task of the runtime and waits for it; dropped early (a timeout), the task
 /// is aborted. A body read this way is gathered by the runtime thread that reads the socket,
 /// instead of waking a thread blocked on the read (a fetch thread) for every chunk of it.
@@ -762,6 +834,7 @@ async fn on_runtime<T: Send + 'static>(
 mod tests {
     use super::*;
     use crate::backend::faulty::{Fault, FaultSwitch, FaultyStore};
+    use crate::types::ErrorKind;
     use object_store::memory::InMemory;
     use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -772,6 +845,64 @@ mod tests {
         fn bump(&self) -> u32 {
             self.0.fetch_add(1, Ordering::SeqCst) + 1
         }
+    }
+
+    /// Room for every object these tests store.
+    const TEST_LIMIT: SizeLimit = SizeLimit { max_len: 1 << 20, what: "a test object" };
+
+    #[tokio::test]
+    async fn an_object_over_its_limit_is_refused_unread_naming_key_and_sizes() {
+        let b = mem("mem", BackendOptions::default());
+        b.put("ws/lease", Bytes::from(vec![7u8; 100])).await.unwrap();
+        let limit = SizeLimit { max_len: 99, what: "a lease record" };
+        let err = b.get("ws/lease", limit).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt);
+        let msg = err.to_string();
+        assert!(
+            msg.contains("ws/lease") && msg.contains("100 bytes") && msg.contains("99 bytes a lease record"),
+            "{msg}"
+        );
+        assert_eq!(b.health().traffic.received_bytes, 0, "no byte of the body was read");
+        // At the limit it is read.
+        assert_eq!(b.get("ws/lease", SizeLimit { max_len: 100, ..limit }).await.unwrap().len(), 100);
+        // Refusing is an answer: the backend works.
+        assert!(b.is_available());
+    }
+
+    #[tokio::test]
+    async fn a_body_longer_than_its_stated_size_is_cut_off_and_refused() {
+        let (b, faults) = faulty_mem("mem", BackendOptions::default());
+        b.put("k", Bytes::from(vec![1u8; 64])).await.unwrap();
+        faults.set(Some(Fault::UnderstateSize));
+        let err = b.get("k", TEST_LIMIT).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt);
+        assert!(err.to_string().contains("ran past the 1 bytes the store stated"), "{err}");
+        faults.set(None);
+        assert_eq!(b.get("k", TEST_LIMIT).await.unwrap().len(), 64);
+    }
+
+    #[tokio::test]
+    async fn a_body_in_many_pieces_is_assembled_within_its_size() {
+        // The local store streams a file in pieces of some KiB.
+        let dir = tempfile::tempdir().unwrap();
+        let b = Backend::from_object_store(
+            "file".into(),
+            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap()),
+            BackendOptions::default(),
+        );
+        let data = Bytes::from((0..1_000_003u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        b.put("k", data.clone()).await.unwrap();
+        assert_eq!(b.get("k", TEST_LIMIT).await.unwrap(), data);
+        let err = b.get("k", SizeLimit { max_len: 1_000_002, what: "a test object" }).await.unwrap_err();
+        assert!(err.to_string().contains("1000003 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_conditional_create_over_a_longer_object_does_not_read_it() {
+        let b = mem("mem", BackendOptions::default());
+        b.put("k", Bytes::from(vec![1u8; 64])).await.unwrap();
+        assert!(!b.put_if_absent("k", Bytes::from_static(b"short")).await.unwrap());
+        assert_eq!(b.health().traffic.received_bytes, 0);
     }
 
     fn mem(name: &str, opts: BackendOptions) -> Backend {
@@ -888,7 +1019,7 @@ mod tests {
     async fn bad_keys_are_refused_without_a_request() {
         let b = mem("mem", BackendOptions::for_tests());
         for key in ["", "/abs", "a//b", "a/../b", "trailing/", "sp ace", "a/./b"] {
-            let err = b.get(key).await.unwrap_err();
+            let err = b.get(key, TEST_LIMIT).await.unwrap_err();
             assert!(matches!(err, BackendError::BadKey { .. }), "{key:?}: {err:?}");
         }
         assert_eq!(b.health().consecutive_failures, 0);
@@ -899,15 +1030,15 @@ mod tests {
         let (b, faults) = faulty_mem("mem", BackendOptions { max_retries: 2, ..BackendOptions::for_tests() });
         b.put("k", Bytes::from_static(b"v")).await.unwrap();
         faults.set(Some(Fault::FailNext(2)));
-        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
+        assert_eq!(b.get("k", TEST_LIMIT).await.unwrap(), Bytes::from_static(b"v"));
         assert_eq!(b.health().consecutive_failures, 0);
 
         faults.set(Some(Fault::FailNext(3)));
-        let err = b.get("k").await.unwrap_err();
+        let err = b.get("k", TEST_LIMIT).await.unwrap_err();
         assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
         assert!(err.to_string().contains("mem is unavailable"), "{err}");
         assert_eq!(b.health().consecutive_failures, 1, "one failed request, however many attempts");
-        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"), "the fault cleared itself");
+        assert_eq!(b.get("k", TEST_LIMIT).await.unwrap(), Bytes::from_static(b"v"), "the fault cleared itself");
 
         // Counted once per request, by method: 2 retries + 3 attempts of the failed get, 3 gets.
         let t = b.health().traffic;
@@ -951,14 +1082,14 @@ mod tests {
         b.put("k", Bytes::from_static(b"v")).await.unwrap();
         // Missing objects never trip it.
         for _ in 0..10 {
-            assert!(b.get("missing").await.unwrap_err().is_not_found());
+            assert!(b.get("missing", TEST_LIMIT).await.unwrap_err().is_not_found());
         }
         assert!(b.is_available());
 
         faults.set(Some(Fault::Down));
         for _ in 0..3 {
             assert!(b.is_available());
-            assert!(b.get("k").await.is_err());
+            assert!(b.get("k", TEST_LIMIT).await.is_err());
         }
         assert!(!b.is_available());
         let health = b.health();
@@ -967,7 +1098,7 @@ mod tests {
 
         // Refused at once while open, without reaching the store.
         faults.set(None);
-        let err = b.get("k").await.unwrap_err();
+        let err = b.get("k", TEST_LIMIT).await.unwrap_err();
         assert!(err.to_string().contains("tripped out after 3 consecutive failed requests"), "{err}");
         let t = b.health().traffic;
         assert_eq!(t.refused, 1, "{t:?}");
@@ -978,14 +1109,14 @@ mod tests {
         faults.set(Some(Fault::Down));
         tokio::time::sleep(probe_after + Duration::from_millis(20)).await;
         assert!(b.is_available());
-        assert!(b.get("k").await.is_err());
+        assert!(b.get("k", TEST_LIMIT).await.is_err());
         assert!(!b.is_available());
 
         // A successful probe closes it.
         faults.set(None);
         tokio::time::sleep(probe_after + Duration::from_millis(20)).await;
         assert!(b.is_available());
-        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
+        assert_eq!(b.get("k", TEST_LIMIT).await.unwrap(), Bytes::from_static(b"v"));
         assert!(b.is_available());
         assert_eq!(b.health().consecutive_failures, 0);
     }
@@ -1000,10 +1131,10 @@ mod tests {
         let (b, faults) = faulty_mem("mem", opts);
         b.put("k", Bytes::from_static(b"v")).await.unwrap();
         faults.set(Some(Fault::Slow(Duration::from_millis(200))));
-        let err = b.get("k").await.unwrap_err();
+        let err = b.get("k", TEST_LIMIT).await.unwrap_err();
         assert!(matches!(err, BackendError::Timeout { .. }), "{err:?}");
         faults.set(Some(Fault::Slow(Duration::from_millis(1))));
-        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"v"));
+        assert_eq!(b.get("k", TEST_LIMIT).await.unwrap(), Bytes::from_static(b"v"));
     }
 
     #[tokio::test]
@@ -1011,10 +1142,10 @@ mod tests {
         let (b, faults) = faulty_mem("mem", BackendOptions::for_tests());
         b.put("k", Bytes::from_static(b"abcdef")).await.unwrap();
         faults.set(Some(Fault::CorruptReads));
-        assert_ne!(b.get("k").await.unwrap(), Bytes::from_static(b"abcdef"));
+        assert_ne!(b.get("k", TEST_LIMIT).await.unwrap(), Bytes::from_static(b"abcdef"));
         assert_ne!(b.get_range("k", 0..6).await.unwrap(), Bytes::from_static(b"abcdef"));
         faults.set(None);
-        assert_eq!(b.get("k").await.unwrap(), Bytes::from_static(b"abcdef"));
+        assert_eq!(b.get("k", TEST_LIMIT).await.unwrap(), Bytes::from_static(b"abcdef"));
     }
 
     #[tokio::test]
@@ -1023,7 +1154,7 @@ mod tests {
         faults.set(Some(Fault::IgnoreConditional));
         assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"me")).await.unwrap());
         assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"you")).await.unwrap(), "the header is ignored");
-        assert_eq!(b.get("refs/ws/lease").await.unwrap(), Bytes::from_static(b"you"));
+        assert_eq!(b.get("refs/ws/lease", TEST_LIMIT).await.unwrap(), Bytes::from_static(b"you"));
         faults.set(None);
         assert!(!b.put_if_absent("refs/ws/lease", Bytes::from_static(b"me")).await.unwrap());
     }
@@ -1034,7 +1165,7 @@ mod tests {
         let b = mem("mem", BackendOptions::for_tests());
         send(b.put("k", Bytes::new()));
         send(b.put_if_absent("k", Bytes::new()));
-        send(b.get("k"));
+        send(b.get("k", TEST_LIMIT));
         send(b.get_range("k", 0..1));
         send(b.delete("k"));
         send(b.list(""));
@@ -1101,9 +1232,9 @@ mod tests {
         let data = Bytes::from((0..=255u8).cycle().take(100_000).collect::<Vec<u8>>());
         b.put("packs/ab/abcd", data.clone()).await.unwrap();
         b.put("config", Bytes::from_static(b"cfg")).await.unwrap();
-        assert_eq!(b.get("packs/ab/abcd").await.unwrap(), data);
+        assert_eq!(b.get("packs/ab/abcd", TEST_LIMIT).await.unwrap(), data);
         assert_eq!(b.get_range("packs/ab/abcd", 1000..70_000).await.unwrap(), data.slice(1000..70_000));
-        assert!(b.get("nope").await.unwrap_err().is_not_found());
+        assert!(b.get("nope", TEST_LIMIT).await.unwrap_err().is_not_found());
         let mut listed = b.list("").await.unwrap();
         listed.sort_by(|a, b| a.key.cmp(&b.key));
         assert_eq!(
@@ -1116,7 +1247,7 @@ mod tests {
         assert_eq!(b.list("packs/").await.unwrap().len(), 1);
         assert!(b.put_if_absent("refs/ws/lease", Bytes::from_static(b"holder-1")).await.unwrap());
         assert!(!b.put_if_absent("refs/ws/lease", Bytes::from_static(b"holder-2")).await.unwrap());
-        assert_eq!(b.get("refs/ws/lease").await.unwrap(), Bytes::from_static(b"holder-1"));
+        assert_eq!(b.get("refs/ws/lease", TEST_LIMIT).await.unwrap(), Bytes::from_static(b"holder-1"));
         for key in ["packs/ab/abcd", "config", "refs/ws/lease", "never-written"] {
             b.delete(key).await.unwrap();
         }

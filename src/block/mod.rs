@@ -47,9 +47,9 @@ const PACK_MAGIC: &[u8; 4] = b"TFP1";
 /// `trailer_len` + magic after the trailer envelope.
 pub const PACK_FOOTER: usize = 8;
 /// Bytes per entry in a pack trailer: id, offset, sealed length, plaintext length.
-const TRAILER_ENTRY: usize = 32 + 8 + 4 + 4;
+pub const TRAILER_ENTRY: usize = 32 + 8 + 4 + 4;
 /// Bytes per entry in an index segment: id, pack id, offset, sealed and plain length, pack length.
-const INDEX_ENTRY: usize = 32 + 32 + 8 + 4 + 4 + 8;
+pub const INDEX_ENTRY: usize = 32 + 32 + 8 + 4 + 4 + 8;
 /// Bytes per run in a sparse block's table: offset u32 LE, length u32 LE.
 const RUN_ENTRY: usize = 8;
 

@@ -38,6 +38,10 @@ pub enum JournalOp {
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
 const OP_DELETE_RANGE: u8 = 3;
+/// The shortest encoded op: a delete of an empty key (tag u8, key_len u32).
+const MIN_OP_LEN: usize = 5;
+/// The shortest encoded batch: a batch of no ops (seq u64, n u32).
+pub const MIN_BATCH_LEN: usize = 12;
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -68,7 +72,7 @@ impl JournalOp {
     pub fn encoded_len(&self) -> usize {
         match self {
             JournalOp::Put { key: a, value: b } | JournalOp::DeleteRange { from: a, to: b } => 9 + a.len() + b.len(),
-            JournalOp::Delete { key } => 5 + key.len(),
+            JournalOp::Delete { key } => MIN_OP_LEN + key.len(),
         }
     }
 }
@@ -85,6 +89,11 @@ impl<'a> Decoder<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
+    }
+
+    /// Bytes not decoded yet: what bounds any count read from them.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], MetaError> {
@@ -141,7 +150,14 @@ impl JournalBatch {
     pub fn decode(d: &mut Decoder<'_>) -> Result<JournalBatch, MetaError> {
         let seq = d.u64()?;
         let n = d.u32()? as usize;
-        let mut ops = Vec::with_capacity(n.min(1 << 16));
+        // The count is the store's word: no more ops than the bytes left can hold.
+        if n > d.remaining() / MIN_OP_LEN {
+            return Err(MetaError::Corrupt(format!(
+                "a journal batch says it holds {n} ops, more than its {} bytes can",
+                d.remaining()
+            )));
+        }
+        let mut ops = Vec::with_capacity(n);
         for _ in 0..n {
             ops.push(d.op()?);
         }
@@ -149,7 +165,7 @@ impl JournalBatch {
     }
 
     pub fn encoded_len(&self) -> usize {
-        12 + self.ops.iter().map(JournalOp::encoded_len).sum::<usize>()
+        MIN_BATCH_LEN + self.ops.iter().map(JournalOp::encoded_len).sum::<usize>()
     }
 }
 

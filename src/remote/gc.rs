@@ -24,7 +24,7 @@ use super::{Committer, Manifest, RemoteError, Result, SnapshotInfo, Workspace};
 use crate::block::{self, BlockLoc, ZERO_BLOCK};
 use crate::crypto::Hash;
 use crate::meta::{ChunkRecord, JournalOp, MetaBatch, MetaStore, codec};
-use crate::store::Store;
+use crate::store::{Store, WholeObject};
 
 /// How long gc's leases live (renewed by nobody: gc finishes well within it or the next
 /// writer waits it out).
@@ -286,7 +286,7 @@ async fn gc_held(
         };
         let keys = store.keys();
         let verify = |b: &[u8]| block::open_index(keys, &seg, b).is_ok();
-        let bytes = backend.get_object(&o.key, &verify).await?;
+        let bytes = backend.get_object(&o.key, WholeObject::IndexSegment.limit(), &verify).await?;
         let entries = block::open_index(keys, &seg, &bytes)
             .map_err(|e| RemoteError::Corrupt { what: o.key.clone(), reason: e.to_string() })?;
         if !entries.is_empty() && entries.iter().all(|(_, loc)| dead.contains_key(&loc.pack)) {

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{RemoteError, Result, Workspace, chrono_like, unix_now};
 use crate::crypto::ObjectKind;
-use crate::store::Fencing;
+use crate::store::{Fencing, WholeObject};
 
 /// Lease fencing: how long a new writer waits before it reads back the lease it wrote.
 pub const LEASE_SETTLE: Duration = Duration::from_secs(2);
@@ -112,7 +112,9 @@ impl Lease {
     /// The current lease record, if any.
     pub async fn current(&self) -> Result<Option<LeaseRecord>> {
         let key = self.ws.lease_key();
-        let Some(plain) = self.ws.get_sealed(ObjectKind::Lease, &key).await? else { return Ok(None) };
+        let Some(plain) = self.ws.get_sealed(ObjectKind::Lease, WholeObject::Lease, &key).await? else {
+            return Ok(None);
+        };
         serde_json::from_slice(&plain)
             .map(Some)
             .map_err(|e| RemoteError::Corrupt { what: "workspace lease".into(), reason: e.to_string() })
@@ -130,7 +132,7 @@ impl Lease {
             process: this_process(),
         };
         let body = serde_json::to_vec(&rec).expect("a lease serializes");
-        self.ws.put_sealed(ObjectKind::Lease, &self.ws.lease_key(), &body).await
+        self.ws.put_sealed(ObjectKind::Lease, WholeObject::Lease, &self.ws.lease_key(), &body).await
     }
 
     /// Takes the lease: refused while another session holds an unexpired one, unless

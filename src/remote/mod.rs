@@ -39,9 +39,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendError, CreateOutcome};
 use crate::crypto::{CryptoError, ObjectKind};
-use crate::meta::journal::Decoder;
+use crate::meta::journal::{Decoder, MIN_BATCH_LEN};
 use crate::meta::{JournalBatch, JournalOp, MetaError, MetaStore};
-use crate::store::{Fencing, Store, StoreError};
+use crate::store::{Fencing, Store, StoreError, WholeObject};
 use crate::types::ErrorKind;
 pub use committer::{Committer, RemoteStats};
 pub use diff::{Change, diff};
@@ -53,12 +53,11 @@ pub use lease::{Lease, LeaseRecord};
 /// Objects of earlier versions are still read.
 pub const REMOTE_FORMAT: u32 = 3;
 
-/// Largest journal segment (bytes of encoded batches).
-pub const MAX_SEGMENT_BYTES: usize = 8 << 20;
-/// A checkpoint part ends after about 1024 entries (content-defined: where a key hash has ten zero bits)
+use crate::store::limits::MAX_PART_BYTES;
+pub use crate::store::limits::MAX_SEGMENT_BYTES;
+/// A checkpoint part ends after about 1024 entries (content-defined: where a key hash has ten
+/// zero bits), or at MAX_PART_BYTES.
 const PART_MASK: u16 = 0x03ff;
-/// ...or at this size.
-const MAX_PART_BYTES: usize = 4 << 20;
 
 /// Why a remote metadata operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -357,19 +356,21 @@ impl Workspace {
         Ok(out)
     }
 
-    /// Reads and opens a sealed object; `None` if it does not exist.
-    async fn get_sealed(&self, kind: ObjectKind, key: &str) -> Result<Option<Vec<u8>>> {
+    /// Reads and opens a sealed object of `kind`, an object `whole` is; `None` if it does not
+    /// exist. Bigger than `whole` allows is `Corrupt`, and not read.
+    async fn get_sealed(&self, kind: ObjectKind, whole: WholeObject, key: &str) -> Result<Option<Vec<u8>>> {
         let keys = self.store.keys();
         let verify = |b: &[u8]| keys.open(kind, key.as_bytes(), b).is_ok();
-        match self.store.backend().get_object(key, &verify).await {
+        match self.store.backend().get_object(key, whole.limit(), &verify).await {
             Ok(bytes) => Ok(Some(keys.open(kind, key.as_bytes(), &bytes)?)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
 
-    async fn put_sealed(&self, kind: ObjectKind, key: &str, plain: &[u8]) -> Result<()> {
+    async fn put_sealed(&self, kind: ObjectKind, whole: WholeObject, key: &str, plain: &[u8]) -> Result<()> {
         let sealed = self.store.keys().seal(kind, key.as_bytes(), plain);
+        whole.check(key, sealed.len())?;
         self.store.backend().put_object(key, Bytes::from(sealed)).await?;
         Ok(())
     }
@@ -385,12 +386,13 @@ impl Workspace {
             return Ok(false);
         }
         let sealed = self.store.keys().seal(ObjectKind::History, key.as_bytes(), plain);
+        WholeObject::History.check(&key, sealed.len())?;
         Ok(matches!(self.store.backend().create_object(&key, Bytes::from(sealed)).await?, CreateOutcome::Created))
     }
 
     /// History object `seq`, opened; `None` if there is none.
     pub async fn get_history(&self, seq: u64) -> Result<Option<Vec<u8>>> {
-        self.get_sealed(ObjectKind::History, &self.history_key(seq)).await
+        self.get_sealed(ObjectKind::History, WholeObject::History, &self.history_key(seq)).await
     }
 
     /// The numbers `>= from` of the history objects in the store, in order.
@@ -404,12 +406,12 @@ impl Workspace {
     /// Only a hint for the next node's refill: a stale writer's copy costs a worse refill,
     /// never data.
     pub async fn put_hot_set(&self, plain: &[u8]) -> Result<()> {
-        self.put_sealed(ObjectKind::HotSet, &self.hot_set_key(), plain).await
+        self.put_sealed(ObjectKind::HotSet, WholeObject::HotSet, &self.hot_set_key(), plain).await
     }
 
     /// The workspace's hot set, opened; `None` if no node wrote one.
     pub async fn get_hot_set(&self) -> Result<Option<Vec<u8>>> {
-        self.get_sealed(ObjectKind::HotSet, &self.hot_set_key()).await
+        self.get_sealed(ObjectKind::HotSet, WholeObject::HotSet, &self.hot_set_key()).await
     }
 
     // ---- journal segments -------------------------------------------------------------
@@ -442,6 +444,7 @@ impl Workspace {
             }
         }
         let sealed = self.store.keys().seal(ObjectKind::Journal, key.as_bytes(), &plain);
+        WholeObject::JournalSegment.check(&key, sealed.len())?;
         match self.store.backend().create_object(&key, Bytes::from(sealed)).await? {
             CreateOutcome::Created => Ok(true),
             // Taken, by another session or by this one: an earlier try of this create that
@@ -453,8 +456,10 @@ impl Workspace {
 
     async fn read_segment(&self, n: u64) -> Result<Option<(SegmentHeader, Vec<JournalBatch>)>> {
         let key = self.segment_key(n);
-        let Some(plain) = self.get_sealed(ObjectKind::Journal, &key).await? else { return Ok(None) };
-        let corrupt = |reason: String| RemoteError::Corrupt { what: format!("journal segment {n}"), reason };
+        let Some(plain) = self.get_sealed(ObjectKind::Journal, WholeObject::JournalSegment, &key).await? else {
+            return Ok(None);
+        };
+        let corrupt = |reason: String| RemoteError::Corrupt { what: format!("journal segment {n} ({key})"), reason };
         let mut d = Decoder::new(&plain);
         let hlen = d.u32().map_err(|e| corrupt(e.to_string()))? as usize;
         let rest = plain.get(4..4 + hlen).ok_or_else(|| corrupt("header cut short".into()))?;
@@ -463,9 +468,16 @@ impl Workspace {
             return Err(RemoteError::TooNew { what: format!("journal segment {n}"), found: header.format });
         }
         let mut d = Decoder::new(&plain[4 + hlen..]);
-        // The count is the store's word: what is reserved up front is bounded, and each batch
-        // still has to decode from the bytes that are there.
-        let mut batches = Vec::with_capacity((header.batches as usize).min(1024));
+        // The count is the store's word: no more batches than the bytes left can hold, and
+        // each still has to decode from the bytes that are there.
+        if header.batches as usize > d.remaining() / MIN_BATCH_LEN {
+            return Err(corrupt(format!(
+                "its header says {} batches, more than its {} bytes of batches can hold",
+                header.batches,
+                d.remaining()
+            )));
+        }
+        let mut batches = Vec::with_capacity(header.batches as usize);
         for _ in 0..header.batches {
             batches.push(JournalBatch::decode(&mut d).map_err(|e| corrupt(e.to_string()))?);
         }
@@ -519,7 +531,7 @@ impl Workspace {
         let uploaded: Vec<(String, usize)> = stream::iter(todo)
             .map(|(id, p)| async move {
                 let key = self.part_key(&id);
-                self.put_sealed(ObjectKind::Metadata, &key, &p).await?;
+                self.put_sealed(ObjectKind::Metadata, WholeObject::CheckpointPart, &key, &p).await?;
                 Ok::<_, RemoteError>((id, p.len()))
             })
             .buffer_unordered(8)
@@ -548,14 +560,14 @@ impl Workspace {
         let cp = self.checkpoint_key(seq);
         let cp_body = body(&manifest);
         report.bytes_uploaded += cp_body.len() as u64;
-        self.put_sealed(ObjectKind::Head, &cp, &cp_body).await?;
+        self.put_sealed(ObjectKind::Head, WholeObject::Checkpoint, &cp, &cp_body).await?;
         if let Some(message) = snapshot {
             let id = snapshot_id(seq);
             manifest.id = Some(id.clone());
             manifest.message = message;
             let snap_body = body(&manifest);
             report.bytes_uploaded += snap_body.len() as u64;
-            self.put_sealed(ObjectKind::Snapshot, &self.snapshot_key(&id), &snap_body).await?;
+            self.put_sealed(ObjectKind::Snapshot, WholeObject::Snapshot, &self.snapshot_key(&id), &snap_body).await?;
         }
         Ok((manifest, report))
     }
@@ -569,8 +581,14 @@ impl Workspace {
         Ok(set)
     }
 
-    async fn read_manifest(&self, kind: ObjectKind, key: &str, what: &str) -> Result<Option<Manifest>> {
-        let Some(plain) = self.get_sealed(kind, key).await? else { return Ok(None) };
+    async fn read_manifest(
+        &self,
+        kind: ObjectKind,
+        whole: WholeObject,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<Manifest>> {
+        let Some(plain) = self.get_sealed(kind, whole, key).await? else { return Ok(None) };
         #[derive(Deserialize)]
         struct Version {
             format: u32,
@@ -587,7 +605,10 @@ impl Workspace {
     async fn latest_checkpoint(&self) -> Result<Option<Manifest>> {
         for seq in self.list_numbers("cp/").await?.into_iter().rev() {
             let key = self.checkpoint_key(seq);
-            if let Some(m) = self.read_manifest(ObjectKind::Head, &key, &format!("checkpoint {seq}")).await? {
+            if let Some(m) = self
+                .read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &format!("checkpoint {seq}"))
+                .await?
+            {
                 return Ok(Some(m));
             }
         }
@@ -600,10 +621,13 @@ impl Workspace {
         let mut parts = stream::iter(manifest.parts.iter().cloned())
             .map(|id| async move {
                 let key = self.part_key(&id);
-                let plain = self.get_sealed(ObjectKind::Metadata, &key).await?.ok_or_else(|| RemoteError::Corrupt {
-                    what: format!("checkpoint {}", manifest.seq),
-                    reason: format!("part {id} is missing"),
-                })?;
+                let plain = self
+                    .get_sealed(ObjectKind::Metadata, WholeObject::CheckpointPart, &key)
+                    .await?
+                    .ok_or_else(|| RemoteError::Corrupt {
+                        what: format!("checkpoint {}", manifest.seq),
+                        reason: format!("part {id} is missing"),
+                    })?;
                 if hex::encode(keys.name_hash("part", &plain)) != id {
                     return Err(RemoteError::Corrupt {
                         what: format!("part {id}"),
@@ -798,7 +822,12 @@ impl Workspace {
     /// Restores snapshot `id` into the empty `meta`.
     pub async fn restore_snapshot(&self, meta: &MetaStore, id: &str) -> Result<Manifest> {
         let m = self
-            .read_manifest(ObjectKind::Snapshot, &self.snapshot_key(id), &format!("snapshot {id}"))
+            .read_manifest(
+                ObjectKind::Snapshot,
+                WholeObject::Snapshot,
+                &self.snapshot_key(id),
+                &format!("snapshot {id}"),
+            )
             .await?
             .ok_or_else(|| RemoteError::NoSnapshot(id.to_string()))?;
         self.import_manifest(meta, &m).await?;
@@ -827,7 +856,12 @@ impl Workspace {
         let mut out: Vec<Manifest> = stream::iter(ids)
             .map(|id| async move {
                 let m = self
-                    .read_manifest(ObjectKind::Snapshot, &self.snapshot_key(&id), &format!("snapshot {id}"))
+                    .read_manifest(
+                        ObjectKind::Snapshot,
+                        WholeObject::Snapshot,
+                        &self.snapshot_key(&id),
+                        &format!("snapshot {id}"),
+                    )
                     .await?;
                 Ok::<_, RemoteError>(m.map(|m| Manifest { id: Some(id), ..m }))
             })

@@ -157,7 +157,7 @@ impl StoreConfig {
         for url in &self.backends {
             BackendSpec::parse(url)?;
         }
-        if self.pack_size < (1 << 20) || self.pack_size > (1 << 30) {
+        if self.pack_size < (1 << 20) || self.pack_size > super::limits::MAX_PACK_SIZE {
             return Err(StoreError::Config(format!("pack_size {} is out of range (1 MiB ..= 1 GiB)", self.pack_size)));
         }
         self.redundancy()?;

@@ -24,6 +24,7 @@
 //! - opening a store written by a newer format fails with a message, never a misread.
 
 pub mod config;
+pub mod limits;
 
 use std::sync::Arc;
 
@@ -36,6 +37,7 @@ use crate::block::{self, BlockError, BlockId, BlockLoc, PackBuilder};
 use crate::crypto::{self, CryptoError, DataKey, KdfParams, Keys, Secret, WrappedKey};
 use crate::types::ErrorKind;
 pub use config::{Fencing, StoreConfig, private_mode};
+pub use limits::WholeObject;
 
 /// Format version of the store layout (the `config` object).
 pub const STORE_FORMAT: u32 = 1;
@@ -81,6 +83,12 @@ pub enum StoreError {
     Key(String),
     #[error("no key with id {0}")]
     NoSuchKey(String),
+    /// A writer was about to store an object its kind's readers refuse (`limits.rs`).
+    #[error(
+        "{key} would be {len} bytes, more than the {} bytes {} can be (every reader would refuse it)",
+        limit.max_len, limit.what
+    )]
+    TooLarge { key: String, len: u64, limit: crate::backend::SizeLimit },
 }
 
 impl StoreError {
@@ -95,6 +103,7 @@ impl StoreError {
             StoreError::Block(e) => e.kind(),
             StoreError::NotInitialized(_) | StoreError::NoSuchKey(_) => ErrorKind::NotFound,
             StoreError::AlreadyInitialized(_) => ErrorKind::Conflict,
+            StoreError::TooLarge { .. } => ErrorKind::InvalidInput,
         }
     }
 }
@@ -201,7 +210,21 @@ fn open_backends(config: &StoreConfig) -> Result<RedundantStore> {
         .iter()
         .map(|url| Backend::open(&BackendSpec::parse(url)?, &config.credentials, &opts))
         .collect::<std::result::Result<Vec<_>, BackendError>>()?;
-    Ok(RedundantStore::new(backends, config.redundancy()?)?)
+    Ok(RedundantStore::new(backends, config.redundancy()?)?.with_largest_object(limits::LARGEST_OBJECT))
+}
+
+/// The bound of a scrub's read of a small object, by its key: a workspace's objects take the
+/// largest of their kinds' (the keys of `crate::remote` are not parsed here).
+fn scrub_limit(key: &str) -> crate::backend::SizeLimit {
+    if key == CONFIG_KEY {
+        WholeObject::Config.limit()
+    } else if key.starts_with("keys/") {
+        WholeObject::WrappedKey.limit()
+    } else if key.starts_with("index/") {
+        WholeObject::IndexSegment.limit()
+    } else {
+        crate::backend::SizeLimit { max_len: limits::LARGEST_WORKSPACE_OBJECT, what: "an object of a workspace" }
+    }
 }
 
 fn json_ok<T: for<'de> Deserialize<'de>>(b: &[u8]) -> bool {
@@ -224,8 +247,11 @@ impl Store {
     ) -> Result<Store> {
         for b in backend.backends() {
             b.check().await?;
-            match b.get(CONFIG_KEY).await {
-                Ok(_) => return Err(StoreError::AlreadyInitialized(b.name().to_string())),
+            match b.get(CONFIG_KEY, WholeObject::Config.limit()).await {
+                // Something is there (an oversized one too): not ours to overwrite.
+                Ok(_) | Err(BackendError::Corrupt { .. }) => {
+                    return Err(StoreError::AlreadyInitialized(b.name().to_string()));
+                }
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
@@ -486,7 +512,7 @@ impl Store {
 
     async fn read_index(&self, seg: &crypto::Hash) -> Result<Vec<(BlockId, BlockLoc)>> {
         let verify = |b: &[u8]| block::open_index(&self.keys, seg, b).is_ok();
-        let bytes = self.backend.get_object(&block::index_key(seg), &verify).await?;
+        let bytes = self.backend.get_object(&block::index_key(seg), WholeObject::IndexSegment.limit(), &verify).await?;
         Ok(block::open_index(&self.keys, seg, &bytes)?)
     }
 
@@ -536,7 +562,7 @@ impl Store {
                 let keys = self.keys.clone();
                 Box::new(move |b: &[u8]| seg.is_some_and(|s| block::open_index(&keys, &s, b).is_ok()))
             };
-            let outcome = self.backend.scrub_object(key, &*verify, repair).await;
+            let outcome = self.backend.scrub_object(key, scrub_limit(key), &*verify, repair).await;
             report.objects += 1;
             report.add(key, &outcome, repair);
             done += 1;
@@ -605,7 +631,7 @@ async fn read_info(backend: &RedundantStore) -> Result<StoreInfo> {
     struct Version {
         format: u32,
     }
-    let bytes = match backend.get_object(CONFIG_KEY, &json_ok::<Version>).await {
+    let bytes = match backend.get_object(CONFIG_KEY, WholeObject::Config.limit(), &json_ok::<Version>).await {
         Ok(b) => b,
         Err(e) if e.is_not_found() => {
             let names: Vec<_> = backend.backends().iter().map(|b| b.name().to_string()).collect();
@@ -623,7 +649,7 @@ async fn read_info(backend: &RedundantStore) -> Result<StoreInfo> {
 async fn list_keys(backend: &RedundantStore) -> Result<Vec<WrappedKey>> {
     let mut out = Vec::new();
     for obj in backend.list("keys/").await? {
-        let bytes = backend.get_object(&obj.key, &json_ok::<WrappedKey>).await?;
+        let bytes = backend.get_object(&obj.key, WholeObject::WrappedKey.limit(), &json_ok::<WrappedKey>).await?;
         out.push(serde_json::from_slice(&bytes).map_err(|e| StoreError::Key(format!("{}: {e}", obj.key)))?);
     }
     Ok(out)

@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 
 use super::erasure::Codec;
 use super::error::BackendError;
+use super::limit::SizeLimit;
 use super::repair::{DEFAULT_REPAIR_MEMORY, RepairQueue};
 use super::single::{Backend, BackendHealth};
 
@@ -190,6 +191,9 @@ pub struct RedundantStore {
     codec: Option<Arc<Codec>>,
     repairs: Arc<RepairQueue>,
     straggler_grace: Duration,
+    /// The bound of reads whose object's kind this layer does not know (repairs copy whatever
+    /// object they were queued for): the largest object the store's formats allow.
+    largest_object: SizeLimit,
 }
 
 /// One copy or shard read back.
@@ -247,7 +251,15 @@ impl RedundantStore {
             codec,
             repairs: Arc::new(RepairQueue::new(DEFAULT_REPAIR_MEMORY)),
             straggler_grace: DEFAULT_STRAGGLER_GRACE,
+            largest_object: SizeLimit { max_len: u64::MAX, what: "an object of this store" },
         })
+    }
+
+    /// The largest object the owner's formats allow (default: no bound): repairs, which copy
+    /// objects of any kind, read no object larger whole.
+    pub fn with_largest_object(mut self, max_len: u64) -> RedundantStore {
+        self.largest_object.max_len = max_len;
+        self
     }
 
     /// Minimum time to wait for the remaining writes once the quorum is in (default 1 s).

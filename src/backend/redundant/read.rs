@@ -2,7 +2,8 @@
 //! ([`RedundantStore::get_pack_range`]) and whole packs ([`RedundantStore::get_pack`]), with
 //! read repair.
 //!
-//! Invariants: nothing is returned that did not pass the caller's `verify` or `open` (and, for
+//! Invariants: no copy is read whole past its [`SizeLimit`] (a pack's: the length its index
+//! records; a small object's: its kind's, given by the caller); nothing is returned that did not pass the caller's `verify` or `open` (and, for
 //! whole shards, their blake3 trailers); a missing or bad copy seen before the good one is
 //! rewritten from it at once (`rewrite`, failures queued). "Not found" is only reported when
 //! every copy that should exist said so: if one could not be asked, the answer is
@@ -18,20 +19,23 @@ use futures::future::join_all;
 use super::{CopyState, Open, RedundantStore, Verify};
 use crate::backend::erasure::shard_key;
 use crate::backend::error::BackendError;
+use crate::backend::limit::SizeLimit;
 use crate::backend::repair::RepairSource;
 use crate::backend::single::validate_key;
 
 impl RedundantStore {
     /// Reads a copy from the first backend (placement order, healthy ones first) whose bytes
-    /// pass `verify`; missing or bad copies seen before it are repaired from it.
-    pub async fn get_object(&self, key: &str, verify: Verify<'_>) -> Result<Bytes, BackendError> {
+    /// pass `verify`; missing or bad copies seen before it are repaired from it. A copy larger
+    /// than `limit` is a bad copy, refused before its body is read.
+    pub async fn get_object(&self, key: &str, limit: SizeLimit, verify: Verify<'_>) -> Result<Bytes, BackendError> {
         validate_key(key)?;
-        self.get_replicated(key, None, verify).await
+        self.get_replicated(key, limit, None, verify).await
     }
 
     async fn get_replicated(
         &self,
         key: &str,
+        limit: SizeLimit,
         expected_len: Option<u64>,
         verify: Verify<'_>,
     ) -> Result<Bytes, BackendError> {
@@ -44,7 +48,7 @@ impl RedundantStore {
         let others: Vec<usize> = (0..self.backends.len()).filter(|b| !placement.contains(b)).collect();
         for (pass, order) in [self.read_order(&placement), others].into_iter().enumerate() {
             for b in order {
-                match self.read_copy(b, key, expected_len, verify).await {
+                match self.read_copy(b, key, limit, expected_len, verify).await {
                     CopyState::Good(bytes) => {
                         if !damaged.is_empty() {
                             self.rewrite(key, &bytes, &damaged, RepairSource::CopyFrom(vec![b])).await;
@@ -99,10 +103,11 @@ impl RedundantStore {
         &self,
         b: usize,
         key: &str,
+        limit: SizeLimit,
         expected_len: Option<u64>,
         verify: Verify<'_>,
     ) -> CopyState {
-        match self.backends[b].get(key).await {
+        match self.backends[b].get(key, limit).await {
             Ok(bytes) => match expected_len {
                 Some(len) if bytes.len() as u64 != len => {
                     CopyState::Bad(format!("{} bytes, the index says {len}", bytes.len()))
@@ -192,7 +197,7 @@ impl RedundantStore {
     pub async fn get_pack(&self, key: &str, pack_len: u64, verify: Verify<'_>) -> Result<Bytes, BackendError> {
         validate_key(key)?;
         if self.codec.is_none() {
-            return self.get_replicated(key, Some(pack_len), verify).await;
+            return self.get_replicated(key, pack_limit(pack_len), Some(pack_len), verify).await;
         }
         let (pack, copies) = self.read_erasure(key, pack_len, false).await?;
         if !verify(&pack) {
@@ -256,7 +261,7 @@ impl RedundantStore {
             });
         }
         // Missing everywhere it should be: maybe stored before the backend list changed.
-        let whole = self.get_replicated(key, Some(pack_len), &|_| true).await?;
+        let whole = self.get_replicated(key, pack_limit(pack_len), Some(pack_len), &|_| true).await?;
         let part = whole.slice(range.start as usize..range.end as usize);
         open(part)
             .ok_or_else(|| BackendError::Corrupt { key: key.to_string(), reason: "range failed verification".into() })
@@ -264,7 +269,7 @@ impl RedundantStore {
 
     /// Copies the whole object from backend `source` to `targets` (read repair after a range read).
     async fn repair_from(&self, source: usize, key: &str, pack_len: u64, targets: &[usize]) {
-        match self.backends[source].get(key).await {
+        match self.backends[source].get(key, pack_limit(pack_len)).await {
             Ok(whole) if whole.len() as u64 == pack_len => {
                 self.rewrite(key, &whole, targets, RepairSource::CopyFrom(vec![source])).await;
             }
@@ -279,6 +284,11 @@ impl RedundantStore {
             }
         }
     }
+}
+
+/// A whole pack is read only up to the length its index records.
+pub(super) fn pack_limit(pack_len: u64) -> SizeLimit {
+    SizeLimit::exactly(pack_len, "this pack (its length in the index)")
 }
 
 /// Some shard was found bad or missing (not merely unreachable).

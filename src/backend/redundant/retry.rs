@@ -115,7 +115,7 @@ impl RedundantStore {
         let mut last = BackendError::NotFound { key: key.to_string() };
         let mut any_unreachable = false;
         for &s in sources {
-            match self.backends[s].get(key).await {
+            match self.backends[s].get(key, self.largest_object).await {
                 Ok(bytes) => return Ok(bytes),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => {
@@ -134,7 +134,7 @@ impl RedundantStore {
         let objects = join_all((0..total).filter(|&i| i != index).map(|i| {
             let b = self.shard_backend(pack_key, i);
             let shard = shard_key(pack_key, i);
-            async move { (i, self.backends[b].get(&shard).await) }
+            async move { (i, self.backends[b].get(&shard, self.largest_object).await) }
         }))
         .await;
         // The shard length is the one most objects agree on.

@@ -10,18 +10,21 @@
 use bytes::Bytes;
 use futures::future::join_all;
 
+use super::read::pack_limit;
 use super::shards::good_shards;
 use super::{BLOCKING_THRESHOLD, CopyState, RedundantStore, ScrubOutcome, Verify, maybe_blocking};
+use crate::backend::limit::SizeLimit;
 use crate::backend::repair::RepairSource;
 use crate::backend::single::validate_key;
 
 impl RedundantStore {
-    /// Checks every copy of a small object; with `repair`, rewrites bad and missing ones.
-    pub async fn scrub_object(&self, key: &str, verify: Verify<'_>, repair: bool) -> ScrubOutcome {
+    /// Checks every copy of a small object; with `repair`, rewrites bad and missing ones. A
+    /// copy over `limit` is bad (and not read).
+    pub async fn scrub_object(&self, key: &str, limit: SizeLimit, verify: Verify<'_>, repair: bool) -> ScrubOutcome {
         if validate_key(key).is_err() {
             return ScrubOutcome { unrepairable: true, ..ScrubOutcome::default() };
         }
-        self.scrub_replicated(key, None, verify, repair).await
+        self.scrub_replicated(key, limit, None, verify, repair).await
     }
 
     /// Checks every copy or shard of a pack; with `repair`, rewrites bad and missing ones.
@@ -32,7 +35,7 @@ impl RedundantStore {
             return ScrubOutcome { unrepairable: true, ..ScrubOutcome::default() };
         }
         let Some(codec) = self.codec.clone() else {
-            return self.scrub_replicated(key, Some(pack_len), verify, repair).await;
+            return self.scrub_replicated(key, pack_limit(pack_len), Some(pack_len), verify, repair).await;
         };
         let mut outcome = ScrubOutcome::default();
         let shard_len = match codec.shard_len(pack_len) {
@@ -99,12 +102,13 @@ impl RedundantStore {
     async fn scrub_replicated(
         &self,
         key: &str,
+        limit: SizeLimit,
         expected_len: Option<u64>,
         verify: Verify<'_>,
         repair: bool,
     ) -> ScrubOutcome {
         let placement = self.object_placement(key);
-        let copies = join_all(placement.iter().map(|&b| self.read_copy(b, key, expected_len, verify))).await;
+        let copies = join_all(placement.iter().map(|&b| self.read_copy(b, key, limit, expected_len, verify))).await;
         let mut outcome = ScrubOutcome::default();
         let mut good: Option<(usize, Bytes)> = None;
         let mut targets = Vec::new();

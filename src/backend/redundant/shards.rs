@@ -12,8 +12,10 @@ use bytes::Bytes;
 use futures::future::join_all;
 
 use super::{BLOCKING_THRESHOLD, CopyState, RedundantStore, maybe_blocking};
+use crate::backend::erasure::TRAILER_LEN;
 use crate::backend::erasure::{open_shard, shard_key};
 use crate::backend::error::BackendError;
+use crate::backend::limit::SizeLimit;
 use crate::backend::repair::RepairSource;
 
 impl RedundantStore {
@@ -65,12 +67,14 @@ impl RedundantStore {
             let b = self.shard_backend(key, i);
             let shard = shard_key(key, i);
             async move {
-                let copy = match self.backends[b].get(&shard).await {
+                let limit = SizeLimit::exactly((shard_len + TRAILER_LEN) as u64, "a shard of this pack");
+                let copy = match self.backends[b].get(&shard, limit).await {
                     Ok(object) => match open_shard(&object, shard_len) {
                         Ok(body) => CopyState::Good(body),
                         Err(reason) => CopyState::Bad(reason),
                     },
                     Err(e) if e.is_not_found() => CopyState::Missing,
+                    Err(BackendError::Corrupt { reason, .. }) => CopyState::Bad(reason),
                     Err(e) => CopyState::Unreachable(e.to_string()),
                 };
                 (i, copy)

@@ -79,8 +79,11 @@ fn exact_range(want: Bytes) -> impl Fn(Bytes) -> Option<Bytes> + Send + Sync {
     move |got: Bytes| (got == want).then_some(got)
 }
 
+/// Room for every object these tests store whole.
+const ANY: SizeLimit = SizeLimit { max_len: 16 << 20, what: "a test object" };
+
 async fn raw(s: &RedundantStore, b: usize, key: &str) -> Option<Bytes> {
-    s.backends()[b].get(key).await.ok()
+    s.backends()[b].get(key, ANY).await.ok()
 }
 
 #[test]
@@ -125,6 +128,27 @@ fn placement_is_deterministic_and_spread() {
 }
 
 #[tokio::test]
+async fn an_oversized_copy_is_a_bad_copy_repaired_from_a_good_one() {
+    let s = store(3, Redundancy::Replicas(3));
+    let data = Bytes::from_static(b"lease v1");
+    s.put_object("ws/lease", data.clone()).await.unwrap();
+    let first = s.object_placement("ws/lease")[0];
+    s.backends()[first].put("ws/lease", Bytes::from(vec![0u8; 4096])).await.unwrap();
+    let limit = SizeLimit { max_len: 64, what: "a lease record" };
+    assert_eq!(s.get_object("ws/lease", limit, &exactly(data.clone())).await.unwrap(), data);
+    assert_eq!(raw(&s, first, "ws/lease").await.unwrap(), data, "rewritten from the good copy");
+
+    // Every copy oversized: corrupt, naming the key and the sizes.
+    for b in s.backends() {
+        b.put("ws/lease", Bytes::from(vec![0u8; 4096])).await.unwrap();
+    }
+    let err = s.get_object("ws/lease", limit, &|_| true).await.unwrap_err();
+    assert_eq!(err.kind(), crate::types::ErrorKind::Corrupt);
+    let msg = err.to_string();
+    assert!(msg.contains("ws/lease") && msg.contains("4096 bytes") && msg.contains("64 bytes a lease record"), "{msg}");
+}
+
+#[tokio::test]
 async fn quorum_put_with_one_backend_down_queues_a_repair() {
     let s = store(3, Redundancy::Replicas(3));
     let data = Bytes::from_static(b"config v1");
@@ -132,7 +156,7 @@ async fn quorum_put_with_one_backend_down_queues_a_repair() {
     let report = s.put_object("config", data.clone()).await.unwrap();
     assert_eq!(report, PutReport { stored: 2, wanted: 3, queued_repairs: 1 });
     assert_eq!(s.pending_repairs(), 1);
-    assert!(s.get_object("config", &exactly(data.clone())).await.is_ok());
+    assert!(s.get_object("config", ANY, &exactly(data.clone())).await.is_ok());
 
     // Still down: the repair stays queued.
     assert_eq!(s.run_repairs().await, 1);
@@ -167,7 +191,7 @@ async fn read_repairs_missing_and_corrupt_copies() {
     let p = s.object_placement("index/1");
     s.backends()[p[0]].delete("index/1").await.unwrap();
     s.backends()[p[1]].put("index/1", Bytes::from_static(b"garbage")).await.unwrap();
-    assert_eq!(s.get_object("index/1", &exactly(data.clone())).await.unwrap(), data);
+    assert_eq!(s.get_object("index/1", ANY, &exactly(data.clone())).await.unwrap(), data);
     for &b in &p {
         assert_eq!(raw(&s, b, "index/1").await, Some(data.clone()), "backend {b} repaired");
     }
@@ -175,7 +199,7 @@ async fn read_repairs_missing_and_corrupt_copies() {
 
     // Corruption in transit on the first replica: served from the next one.
     s.fault(p[0], Some(Fault::CorruptReads));
-    assert_eq!(s.get_object("index/1", &exactly(data.clone())).await.unwrap(), data);
+    assert_eq!(s.get_object("index/1", ANY, &exactly(data.clone())).await.unwrap(), data);
 }
 
 #[tokio::test]
@@ -183,20 +207,20 @@ async fn all_copies_bad_missing_or_unreachable() {
     let s = store(3, Redundancy::Replicas(3));
     let data = Bytes::from_static(b"head");
     s.put_object("refs/ws/head", data.clone()).await.unwrap();
-    let err = s.get_object("refs/ws/head", &|_| false).await.unwrap_err();
+    let err = s.get_object("refs/ws/head", ANY, &|_| false).await.unwrap_err();
     assert!(matches!(err, BackendError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("mem-1: failed verification"), "{err}");
-    assert!(s.get_object("refs/ws/none", &|_| true).await.unwrap_err().is_not_found());
+    assert!(s.get_object("refs/ws/none", ANY, &|_| true).await.unwrap_err().is_not_found());
 
     // One backend down and the others missing the object: not a false "not found".
     s.fault(0, Some(Fault::Down));
-    let err = s.get_object("refs/ws/none", &|_| true).await.unwrap_err();
+    let err = s.get_object("refs/ws/none", ANY, &|_| true).await.unwrap_err();
     assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
     assert!(err.to_string().contains("mem-0"), "{err}");
     // …but the object itself is still readable.
-    assert_eq!(s.get_object("refs/ws/head", &exactly(data.clone())).await.unwrap(), data);
+    assert_eq!(s.get_object("refs/ws/head", ANY, &exactly(data.clone())).await.unwrap(), data);
     // Bad copies plus one unreachable: maybe the unreachable one is good, so "unavailable".
-    let err = s.get_object("refs/ws/head", &|_| false).await.unwrap_err();
+    let err = s.get_object("refs/ws/head", ANY, &|_| false).await.unwrap_err();
     assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
 }
 
@@ -208,7 +232,7 @@ async fn copies_found_off_placement_are_moved_back() {
     let other = (0..3).find(|b| !p.contains(b)).unwrap();
     let data = Bytes::from_static(b"wrapped key");
     s.backends()[other].put("keys/k1", data.clone()).await.unwrap();
-    assert_eq!(s.get_object("keys/k1", &exactly(data.clone())).await.unwrap(), data);
+    assert_eq!(s.get_object("keys/k1", ANY, &exactly(data.clone())).await.unwrap(), data);
     for &b in &p {
         assert_eq!(raw(&s, b, "keys/k1").await, Some(data.clone()));
     }
@@ -524,7 +548,7 @@ async fn create_on_file_backends() {
     assert_ne!(oa, ob, "exactly one winner");
     let winner = if oa == CreateOutcome::Created { a } else { b };
     assert_eq!(copies(&s, key).await, vec![Some(winner.clone()); 3]);
-    assert_eq!(s.get_object(key, &exactly(winner)).await.unwrap().len(), 8);
+    assert_eq!(s.get_object(key, ANY, &exactly(winner)).await.unwrap().len(), 8);
     assert!(s.list("").await.unwrap().iter().all(|o| !o.key.starts_with("probe")), "probes deleted");
 }
 
@@ -564,7 +588,7 @@ async fn scrub_finds_and_repairs() {
     s.backends()[0].delete("snapshots/1").await.unwrap();
     s.backends()[1].put("snapshots/1", Bytes::from_static(b"rot")).await.unwrap();
     let v = exactly(data.clone());
-    let found = s.scrub_object("snapshots/1", &v, false).await;
+    let found = s.scrub_object("snapshots/1", ANY, &v, false).await;
     assert_eq!(
         found,
         ScrubOutcome {
@@ -576,10 +600,10 @@ async fn scrub_finds_and_repairs() {
             unrepairable: false
         }
     );
-    let fixed = s.scrub_object("snapshots/1", &v, true).await;
+    let fixed = s.scrub_object("snapshots/1", ANY, &v, true).await;
     assert_eq!(fixed.repaired, 2);
-    assert!(s.scrub_object("snapshots/1", &v, false).await.is_healthy());
-    assert!(s.scrub_object("snapshots/1", &|_| false, true).await.unrepairable);
+    assert!(s.scrub_object("snapshots/1", ANY, &v, false).await.is_healthy());
+    assert!(s.scrub_object("snapshots/1", ANY, &|_| false, true).await.unrepairable);
 
     // Erasure: a stale parity shard with a valid trailer is caught by re-encoding.
     let s = store(3, Redundancy::Erasure { data: 2, parity: 1 });
@@ -668,7 +692,7 @@ async fn bad_keys_are_refused_up_front() {
         let err = s.put_object(key, Bytes::new()).await.unwrap_err();
         assert!(matches!(err, BackendError::BadKey { .. }), "{key:?}: {err:?}");
         assert!(matches!(s.get_pack(key, 1, &|_| true).await, Err(BackendError::BadKey { .. })));
-        assert!(s.scrub_object(key, &|_| true, true).await.unrepairable);
+        assert!(s.scrub_object(key, ANY, &|_| true, true).await.unrepairable);
     }
     assert!(matches!(s.list("a//b").await, Err(BackendError::BadKey { .. })));
     assert!(s.health().iter().all(|h| h.consecutive_failures == 0));
@@ -681,10 +705,10 @@ fn futures_are_send() {
     let v: Verify<'_> = &|_| true;
     send(s.put_object("k", Bytes::new()));
     send(s.put_pack("k", Bytes::new()));
-    send(s.get_object("k", v));
+    send(s.get_object("k", ANY, v));
     send(s.get_pack_range("k", 1, 0..1, &Some));
     send(s.get_pack("k", 1, v));
-    send(s.scrub_object("k", v, true));
+    send(s.scrub_object("k", ANY, v, true));
     send(s.scrub_pack("k", 1, v, true));
     send(s.run_repairs());
     send(s.list(""));
@@ -732,7 +756,7 @@ proptest! {
                 match how {
                     Damage::Delete => b.delete(&shard).await.unwrap(),
                     Damage::Corrupt => {
-                        let mut bytes = b.get(&shard).await.unwrap().to_vec();
+                        let mut bytes = b.get(&shard, ANY).await.unwrap().to_vec();
                         bytes[0] ^= 0x80;
                         b.put(&shard, Bytes::from(bytes)).await.unwrap();
                     }

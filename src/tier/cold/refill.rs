@@ -30,8 +30,8 @@ use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::ChunkRecord;
 use crate::types::Ino;
 
-/// A hot set names at most this many chunks (4 TiB of full chunks; 20 MiB encoded at worst).
-pub const MAX_HOT_CHUNKS: usize = 1 << 20;
+/// A hot set names at most this many chunks (the store's limits derive its size bound from it).
+pub use crate::store::limits::MAX_HOT_CHUNKS;
 /// A refill batch: about this many bytes of data, in one or a few ranged GETs.
 const BATCH_BYTES: u64 = 2 * CHUNK_SIZE;
 /// ...or this many chunks (small files).

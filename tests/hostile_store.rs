@@ -1,0 +1,261 @@
+//! A store is input: what a store that serves the wrong objects can do to a node, on a real
+//! `file://` store and real RocksDB (and a real S3 server, moto, for the size a server states).
+//!
+//! Each test writes a workspace through a real session, then puts an oversized object where
+//! the format expects a small one, at the key the format gives it (a sparse file on the
+//! `file://` store, so a 2 GiB object costs no disk), and checks that opening, restoring or
+//! loading fails with the public error kind `Corrupt`, that the message names the object, that
+//! the body was never read (the backend's received-bytes counter), and that the process's peak
+//! RSS stayed far below the object's size. One more plants a journal segment whose header
+//! claims 2^32-1 batches.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tierfs::backend::{BackendSpec, Credentials};
+use tierfs::crypto::{KdfParams, ObjectKind, Secret};
+use tierfs::session::{Access, Session, SessionConfig, SessionError, StoreLocality};
+use tierfs::store::{Store, StoreConfig, StoreError, WholeObject};
+use tierfs::vfs::{Caller, ROOT_INO};
+use tierfs::{Error, ErrorKind};
+use tierfs_test_support::moto::MotoServer;
+use tokio::runtime::Runtime;
+
+const SECRET: Secret<'static> = Secret::Passphrase(b"hostile store test");
+/// The planted objects: far more than any limit of a small object, far more than the bound below.
+const HUGE: u64 = 2 << 30;
+/// The process's peak RSS must stay under this (every test of this binary shares the process).
+const PEAK_RSS_BOUND: u64 = 512 << 20;
+
+struct Fixture {
+    rt: Runtime,
+    dir: tempfile::TempDir,
+    store_config: StoreConfig,
+    /// Where the store's objects are (`file://`), or `None` on S3.
+    objects: Option<PathBuf>,
+}
+
+impl Fixture {
+    /// A store on `file://` with a workspace written and closed by a session on node "writer".
+    fn file() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let objects = dir.path().join("objects");
+        std::fs::create_dir_all(&objects).expect("objects dir");
+        let mut store_config = StoreConfig::new(vec![BackendSpec::File { path: objects.clone() }.to_url()]);
+        store_config.replicas = Some(1);
+        Fixture::written(dir, store_config, Some(objects))
+    }
+
+    fn written(dir: tempfile::TempDir, store_config: StoreConfig, objects: Option<PathBuf>) -> Fixture {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        rt.block_on(Store::init(&store_config, &SECRET, KdfParams::for_tests())).expect("init store");
+        let fx = Fixture { rt, dir, store_config, objects };
+        let session = fx.open("writer", Access::ReadWrite, fx.store()).expect("open writer");
+        let vfs = session.vfs();
+        let (attr, fh) = vfs.create(&Caller::ROOT, ROOT_INO, b"notes.txt", 0o644, 0o022, libc::O_RDWR).expect("create");
+        vfs.write(attr.ino, fh, 0, b"what the store holds").expect("write");
+        vfs.release(attr.ino, fh).expect("release");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        fx.rt.block_on(session.flush(deadline)).expect("flush");
+        fx.rt.block_on(session.close(deadline)).expect("close");
+        fx
+    }
+
+    fn store(&self) -> Arc<Store> {
+        Arc::new(self.rt.block_on(Store::open(&self.store_config, &SECRET)).expect("open store"))
+    }
+
+    fn open(&self, data_dir: &str, access: Access, store: Arc<Store>) -> Result<Session, SessionError> {
+        let mut config = SessionConfig::new(self.dir.path().join(data_dir), Some((store, StoreLocality::Remote)));
+        config.access = access;
+        config.holder = format!("test-{data_dir}");
+        Session::open(config, self.rt.handle())
+    }
+
+    /// Every key of the store, sorted.
+    fn keys(&self, store: &Store) -> Vec<String> {
+        let mut keys: Vec<String> =
+            self.rt.block_on(store.backend().list("")).expect("list").into_iter().map(|o| o.key).collect();
+        keys.sort();
+        keys
+    }
+
+    /// The workspace's directory, `ws/<w>/`, from the lease the writer left.
+    fn workspace(&self, store: &Store) -> String {
+        let lease =
+            self.keys(store).into_iter().find(|k| k.starts_with("ws/") && k.ends_with("/lease")).expect("a lease");
+        lease.trim_end_matches("lease").to_string()
+    }
+
+    /// The key of the journal segment a restore reads after the last one written: the chain
+    /// is read until its first missing number.
+    fn next_segment_key(&self, store: &Store) -> String {
+        let ws = self.workspace(store);
+        let last = self
+            .keys(store)
+            .iter()
+            .filter_map(|k| k.strip_prefix(&format!("{ws}j/")).and_then(|n| u64::from_str_radix(n, 16).ok()))
+            .max()
+            .expect("the writer appended segments");
+        format!("{ws}j/{:016x}", last + 1)
+    }
+
+    /// Makes the object at `key` `len` bytes: a sparse file, whatever was there before.
+    fn plant_sparse(&self, key: &str, len: u64) {
+        let path = self.objects.as_deref().expect("a file:// store").join(key);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("dirs");
+        let file = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(&path).expect("plant");
+        file.set_len(len).expect("set_len");
+    }
+
+    fn plant_bytes(&self, key: &str, bytes: &[u8]) {
+        let path = self.objects.as_deref().expect("a file:// store").join(key);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("dirs");
+        std::fs::write(path, bytes).expect("plant");
+    }
+}
+
+/// Bytes the store's backends have received so far.
+fn received(store: &Store) -> u64 {
+    store.backend().backends().iter().map(|b| b.health().traffic.received_bytes).sum()
+}
+
+/// The process's peak resident set (VmHWM).
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+    let kib: u64 = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("VmHWM in kB");
+    kib * 1024
+}
+
+/// `err` is the public kind `Corrupt`, names `key`, and nothing grew past the bound.
+fn assert_refused(err: Error, key: &str, sizes: &[u64]) {
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains(key), "the message names the object {key}: {msg}");
+    for size in sizes {
+        assert!(msg.contains(&format!("{size} bytes")), "the message gives the size {size}: {msg}");
+    }
+    let peak = peak_rss();
+    assert!(peak < PEAK_RSS_BOUND, "peak RSS {peak} bytes, over {PEAK_RSS_BOUND}");
+}
+
+#[test]
+fn a_2_gib_lease_record_is_refused_unread() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let lease = format!("{}lease", fx.workspace(&store));
+    fx.plant_sparse(&lease, HUGE);
+    let before = received(&store);
+    let err = fx.open("node-b", Access::ReadWrite, store.clone()).err().expect("an oversized lease is refused");
+    assert!(received(&store) - before < 1 << 20, "the lease's body was not read");
+    assert_refused(Error::from(err), &lease, &[HUGE, WholeObject::Lease.max_len()]);
+}
+
+#[test]
+fn a_2_gib_journal_segment_is_refused_unread() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let segment = fx.next_segment_key(&store);
+    fx.plant_sparse(&segment, HUGE);
+    let before = received(&store);
+    let err = fx.open("reader", Access::ReadOnly, store.clone()).err().expect("an oversized segment is refused");
+    assert!(received(&store) - before < 1 << 20, "the segment's body was not read");
+    assert_refused(Error::from(err), &segment, &[HUGE, WholeObject::JournalSegment.max_len()]);
+}
+
+#[test]
+fn an_oversized_checkpoint_part_is_refused_unread() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let ws = fx.workspace(&store);
+    let part = fx.keys(&store).into_iter().find(|k| k.starts_with(&format!("{ws}part/"))).expect("a checkpoint part");
+    // Grown in place: its real bytes, then a 2 GiB hole.
+    fx.plant_sparse(&part, HUGE);
+    let err = fx.open("reader", Access::ReadOnly, store.clone()).err().expect("an oversized part is refused");
+    assert_refused(Error::from(err), &part, &[HUGE, WholeObject::CheckpointPart.max_len()]);
+}
+
+#[test]
+fn an_index_segment_one_byte_over_its_limit_is_refused_unread() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let index = fx.keys(&store).into_iter().find(|k| k.starts_with("index/")).expect("an index segment");
+    let over = WholeObject::IndexSegment.max_len() + 1;
+    fx.plant_sparse(&index, over);
+    let before = received(&store);
+    let err = fx.rt.block_on(store.load_index()).expect_err("an oversized index segment is refused");
+    assert!(received(&store) - before < 1 << 20, "the segment's body was not read");
+    assert_refused(Error::from(err), &index, &[over, WholeObject::IndexSegment.max_len()]);
+}
+
+#[test]
+fn an_oversized_store_config_or_wrapped_key_is_refused_when_the_store_opens() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let key = fx.keys(&store).into_iter().find(|k| k.starts_with("keys/")).expect("a wrapped key");
+    fx.plant_sparse(&key, HUGE);
+    let err = fx.rt.block_on(Store::open(&fx.store_config, &SECRET)).err().expect("an oversized key record");
+    assert_refused(Error::from(err), &key, &[HUGE, WholeObject::WrappedKey.max_len()]);
+
+    fx.plant_sparse("config", HUGE);
+    let err: StoreError = fx.rt.block_on(Store::open(&fx.store_config, &SECRET)).err().expect("an oversized config");
+    assert_refused(Error::from(err), "config", &[HUGE, WholeObject::Config.max_len()]);
+}
+
+#[test]
+fn a_segment_claiming_u32_max_batches_is_corrupt_and_nothing_aborts() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let key = fx.next_segment_key(&store);
+    let n = u64::from_str_radix(key.rsplit('/').next().expect("a number"), 16).expect("hex");
+    // A well-formed segment, sealed with the store's own keys (as a writer that knows them
+    // would), whose header claims 2^32-1 batches over the bytes of two empty ones.
+    let segment = |batches: u32, body: &[u8]| {
+        let header = format!(
+            r#"{{"format":3,"segment":{n},"session":"s","holder":"h:1","created_unix":0,"batches":{batches}}}"#
+        );
+        let mut plain = (header.len() as u32).to_le_bytes().to_vec();
+        plain.extend_from_slice(header.as_bytes());
+        plain.extend_from_slice(body);
+        store.keys().seal(ObjectKind::Journal, key.as_bytes(), &plain)
+    };
+    let empty_batch = |seq: u64| [seq.to_le_bytes().as_slice(), &0u32.to_le_bytes()].concat();
+    fx.plant_bytes(&key, &segment(u32::MAX, &[empty_batch(1_000_000), empty_batch(1_000_001)].concat()));
+    let err = fx.open("reader", Access::ReadOnly, store.clone()).err().expect("the count is refused");
+    let err = Error::from(err);
+    assert!(err.to_string().contains(&format!("{} batches", u32::MAX)), "the message gives the claimed count: {err}");
+    assert_refused(err, &key, &[]);
+
+    // One batch claiming 2^32-1 ops over the bytes of none is refused the same way.
+    let batch = [1_000_000u64.to_le_bytes().as_slice(), &u32::MAX.to_le_bytes()].concat();
+    fx.plant_bytes(&key, &segment(1, &batch));
+    let err = fx.open("reader-2", Access::ReadOnly, store.clone()).err().expect("the op count is refused");
+    let err = Error::from(err);
+    assert!(err.to_string().contains(&format!("{} ops", u32::MAX)), "the message gives the claimed count: {err}");
+    assert_refused(err, &key, &[]);
+}
+
+/// On a real S3 server the size comes from the answer's Content-Length: an oversized lease is
+/// refused with its body unread (16 MiB planted, less than 1 MiB received).
+#[test]
+fn on_s3_an_oversized_lease_is_refused_unread() {
+    let server = MotoServer::start();
+    let bucket = "hostile";
+    server.create_bucket(bucket);
+    let mut store_config = StoreConfig::new(vec![server.url(bucket, "store")]);
+    store_config.replicas = Some(1);
+    store_config.credentials =
+        Credentials { access_key_id: Some("test".into()), secret_access_key: Some("test".into()), session_token: None };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fx = Fixture::written(dir, store_config, None);
+    let store = fx.store();
+    let lease = format!("{}lease", fx.workspace(&store));
+    let planted = 16u64 << 20;
+    server.put_raw(bucket, &format!("store/{lease}"), &vec![0u8; planted as usize]);
+    let before = received(&store);
+    let err = fx.open("node-b", Access::ReadWrite, store.clone()).err().expect("an oversized lease is refused");
+    assert!(received(&store) - before < 1 << 20, "the lease's body was not read");
+    assert_refused(Error::from(err), &lease, &[planted, WholeObject::Lease.max_len()]);
+}
