@@ -615,6 +615,11 @@ pub struct ServeCli {
     /// Inherited file descriptor on which to report readiness (one JSON line), then close.
     #[arg(long, value_name = "FD")]
     pub ready_fd: Option<i32>,
+
+    /// The mountpoint, shown so that `ps` tells the daemons apart; it must be the
+    /// configuration's.
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: Option<PathBuf>,
 }
 
 /// `tierfs-daemon node`: every mount of the node configuration in one process. Told apart

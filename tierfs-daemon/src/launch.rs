@@ -190,6 +190,20 @@ pub fn daemon_executable() -> Result<PathBuf> {
 /// one JSON line on its stdin (how `tierfs mount` starts it).
 pub const SERVE_COMMAND: &str = "serve";
 
+/// Reads the configuration [`SERVE_COMMAND`] serves from `input` (at most 1 MiB) and checks it,
+/// also against the `mountpoint` its command line shows, when it shows one.
+pub fn read_serve_config(input: impl Read, mountpoint: Option<&Path>) -> Result<MountConfig> {
+    let config = read_config(input)?;
+    if let Some(shown) = mountpoint.filter(|m| *m != config.mountpoint) {
+        bail!(
+            "the command line names the mountpoint {} but the configuration on stdin is for {}",
+            shown.display(),
+            config.mountpoint.display()
+        );
+    }
+    Ok(config)
+}
+
 /// Reads the configuration [`SERVE_COMMAND`] serves from `input` (at most 1 MiB) and checks it.
 pub fn read_config(input: impl Read) -> Result<MountConfig> {
     let mut line = String::new();
@@ -224,6 +238,9 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
         .arg(SERVE_COMMAND)
         .arg("--ready-fd")
         .arg(write_fd.to_string())
+        // Only for `ps` and whoever looks for the daemon of a mount: the configuration decides.
+        .arg("--")
+        .arg(&config.mountpoint)
         .stdin(Stdio::piped())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log_err));

@@ -44,7 +44,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let served = launch::read_config(std::io::stdin().lock()).and_then(|config| {
+        let served = launch::read_serve_config(std::io::stdin().lock(), cli.mountpoint.as_deref()).and_then(|config| {
             let rt = tierfs_daemon::config::build_runtime()?;
             let result = frontend::run(&rt, &config, &mut readiness);
             rt.shutdown_timeout(Duration::from_secs(1));
