@@ -15,9 +15,15 @@
 //! written, punched, or past an old end) is zeros on disk and must read as zeros, and a real
 //! ciphertext block is all zeros with probability 2^-128. Everything here is a pure function
 //! over bytes.
+//!
+//! Metadata (names, xattr values, symlink targets) is sealed with a deterministic AEAD
+//! instead, AES-256-GCM-SIV under a third derived key ([`CacheCipher::seal_metadata`]): a
+//! name is part of a RocksDB key, so equal names must seal equally, and a key has room for
+//! a tag.
 
 use aes::Aes256;
 use aes::cipher::{Array, BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
+use aes_gcm_siv::{AeadInOut, Aes256GcmSiv};
 
 use super::KEY_LEN;
 
@@ -30,6 +36,10 @@ const STRIPE: usize = 256;
 const DATA_CONTEXT: &str = "tierfs 2026-12 cache data";
 const TWEAK_CONTEXT: &str = "tierfs 2026-12 cache tweak";
 const CHECK_CONTEXT: &str = "tierfs 2026-12 cache key check";
+const METADATA_CONTEXT: &str = "tierfs 2026-12 cache metadata";
+
+/// What [`CacheCipher::seal_metadata`] adds to a piece of metadata.
+pub const METADATA_TAG_LEN: usize = 16;
 
 /// The hot tier's cipher; cheap to share across threads.
 #[derive(Clone)]
@@ -37,6 +47,9 @@ pub struct CacheCipher {
     data: Aes256,
     tweak: Aes256,
     check: [u8; 16],
+    /// Deterministic AEAD of metadata at rest (names and values in RocksDB): see
+    /// [`CacheCipher::seal_metadata`].
+    metadata: Aes256GcmSiv,
 }
 
 impl std::fmt::Debug for CacheCipher {
@@ -50,11 +63,42 @@ impl CacheCipher {
     pub fn new(cache_key: &[u8; KEY_LEN]) -> CacheCipher {
         let key = |context| Aes256::new(&Array(blake3::derive_key(context, cache_key)));
         let check = blake3::derive_key(CHECK_CONTEXT, cache_key);
+        let metadata = zeroize::Zeroizing::new(blake3::derive_key(METADATA_CONTEXT, cache_key));
         CacheCipher {
             data: key(DATA_CONTEXT),
             tweak: key(TWEAK_CONTEXT),
             check: check[..16].try_into().expect("16 of 32"),
+            metadata: Aes256GcmSiv::new((&*metadata).into()),
         }
+    }
+
+    /// Encrypts a piece of metadata (a file name inside a RocksDB key, an xattr value, a symlink
+    /// target) bound to `context` (where it is stored): the ciphertext followed by a 16-byte tag.
+    /// Deterministic on purpose (AES-256-GCM-SIV, RFC 8452, under a fixed nonce): the same name
+    /// in the same directory always makes the same key, so a lookup finds it. What that gives
+    /// away is only whether two sealed pieces with the same context are equal, and the length.
+    pub fn seal_metadata(&self, context: &[u8], plaintext: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(plaintext.len() + METADATA_TAG_LEN);
+        out.extend_from_slice(plaintext);
+        let tag = self
+            .metadata
+            .encrypt_inout_detached(&[0u8; 12].into(), context, out.as_mut_slice().into())
+            .expect("AES-GCM-SIV refuses only inputs of 64 GiB, and metadata is far smaller");
+        out.extend_from_slice(&tag);
+        out
+    }
+
+    /// The plaintext [`CacheCipher::seal_metadata`] sealed with `context`, or `None` when
+    /// `sealed` was not sealed by this key with this context (damaged, or another store's).
+    pub fn open_metadata(&self, context: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        let body_len = sealed.len().checked_sub(METADATA_TAG_LEN)?;
+        let (body, tag) = sealed.split_at(body_len);
+        let tag: [u8; METADATA_TAG_LEN] = tag.try_into().ok()?;
+        let mut out = body.to_vec();
+        self.metadata
+            .decrypt_inout_detached(&[0u8; 12].into(), context, out.as_mut_slice().into(), &tag.into())
+            .ok()?;
+        Some(out)
     }
 
     /// A value that identifies the key without revealing it: a data dir records it, so a

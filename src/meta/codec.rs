@@ -18,6 +18,9 @@ pub const NEXT_INO_KEY: &[u8] = b"Cnext_ino";
 pub const JOURNAL_SEQ_KEY: &[u8] = b"Rjournal_seq";
 /// The last journaled batch this node knows is in the store (u64 LE).
 pub const DURABLE_SEQ_KEY: &[u8] = b"Rdurable_seq";
+/// Local: present when names and values are sealed at rest (`--encrypt-cache`), holding the
+/// cache key's check value (`CacheCipher::key_check`).
+pub const SEALED_KEY: &[u8] = b"Rsealed";
 
 /// Whether a key belongs to the workspace's shared state (journaled and checkpointed), as
 /// opposed to this node's bookkeeping (schema, dirty markers, journal position).

@@ -15,6 +15,7 @@
 pub mod cache;
 pub mod codec;
 pub mod journal;
+pub mod seal;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, ReadOptio
 use crate::types::ErrorKind;
 use crate::types::{FileKind, Ino};
 use cache::{DentryCache, Entry, InodeCache, Lookup, Touched};
+use seal::Sealing;
 pub use codec::{ChunkRecord, InodeRecord};
 pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
 
@@ -186,6 +188,22 @@ pub enum MetaError {
          names are not"
     )]
     Damaged { path: PathBuf, detail: String },
+    #[error(
+        "the metadata in {path} is encrypted at rest: mount it with --encrypt-cache (and the store \
+         it was encrypted for)"
+    )]
+    Encrypted { path: PathBuf },
+    #[error(
+        "the metadata in {path} is not encrypted, and --encrypt-cache applies only to a new data \
+         dir: mount without --encrypt-cache, or give the workspace a new --data-dir (after `tierfs \
+         sync`, everything this one holds is in the store)"
+    )]
+    NotEncrypted { path: PathBuf },
+    #[error(
+        "the metadata in {path} was encrypted under another key (of another store?): use the data \
+         dir with the store it belongs to, or give this workspace a new --data-dir"
+    )]
+    KeyMismatch { path: PathBuf },
 }
 
 impl MetaError {
@@ -194,7 +212,10 @@ impl MetaError {
         match self {
             MetaError::Rocks(_) if self.errno() == libc::ENOSPC => ErrorKind::NoSpace,
             MetaError::Rocks(_) => ErrorKind::Unavailable,
-            MetaError::SchemaTooNew { .. } => ErrorKind::InvalidInput,
+            MetaError::SchemaTooNew { .. }
+            | MetaError::Encrypted { .. }
+            | MetaError::NotEncrypted { .. }
+            | MetaError::KeyMismatch { .. } => ErrorKind::InvalidInput,
             MetaError::Corrupt(_) | MetaError::Damaged { .. } => ErrorKind::Corrupt,
         }
     }
@@ -231,11 +252,21 @@ pub struct MetaStore {
     /// it, so RocksDB and the caches see such writes in one order (a commit stores what it
     /// wrote in the caches; two commits of one key must not store it in the other order).
     cached_writes: Mutex<()>,
+    /// Names and values sealed at rest under `--encrypt-cache` (see [`seal`]).
+    sealing: Sealing,
 }
 
 impl MetaStore {
     /// Opens (creating if needed) the store in `dir` and checks its schema version.
     pub fn open(dir: &Path) -> Result<MetaStore> {
+        MetaStore::open_sealed(dir, None)
+    }
+
+    /// [`MetaStore::open`], with names and values sealed at rest with `cipher` (`--encrypt-cache`,
+    /// see [`seal`]). A store is sealed from its start or never: a sealed one opened without the
+    /// cipher (or with another key), or one with plaintext metadata opened with it, is refused
+    /// before anything is read or changed.
+    pub fn open_sealed(dir: &Path, cipher: Option<crate::crypto::CacheCipher>) -> Result<MetaStore> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.increase_parallelism(2);
@@ -265,6 +296,7 @@ impl MetaStore {
             inodes: InodeCache::default(),
             dentries: DentryCache::default(),
             cached_writes: Mutex::new(()),
+            sealing: Sealing::new(cipher.clone()),
         };
         let found = match store.db.get(codec::SCHEMA_KEY)? {
             None => None,
@@ -283,6 +315,15 @@ impl MetaStore {
             let mut b = WriteBatch::default();
             b.put(codec::SCHEMA_KEY, SCHEMA_VERSION.to_le_bytes());
             store.db.write_opt(b, &store.write_opts)?;
+        }
+        let path = dir.to_path_buf();
+        match (cipher, store.db.get(codec::SEALED_KEY)?) {
+            (None, None) => {}
+            (None, Some(_)) => return Err(MetaError::Encrypted { path }),
+            (Some(c), Some(check)) if check != c.key_check().as_bytes() => return Err(MetaError::KeyMismatch { path }),
+            (Some(_), Some(_)) => {}
+            (Some(_), None) if !store.is_empty()? => return Err(MetaError::NotEncrypted { path }),
+            (Some(c), None) => store.db.put_opt(codec::SEALED_KEY, c.key_check().as_bytes(), &store.write_opts)?,
         }
         Ok(store)
     }
@@ -314,7 +355,7 @@ impl MetaStore {
             Lookup::Hit(entry) => return Ok(entry),
             Lookup::Miss(generation) => generation,
         };
-        let entry = match self.db.get_pinned_opt(&key, &self.read_opts)? {
+        let entry = match self.db.get_pinned_opt(&*self.sealing.key(&key), &self.read_opts)? {
             None => None,
             Some(v) => Some(codec::decode_dentry(&v)?),
         };
@@ -324,12 +365,23 @@ impl MetaStore {
 
     /// Calls `f(key_suffix, value)` for every key starting with `prefix`, in key order, until
     /// `f` returns false.
+    /// Keys and values are plaintext; their order is the order on disk (see [`seal`]).
     fn scan(&self, prefix: &[u8], f: impl FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
-        self.scan_from(prefix, prefix, f)
+        self.scan_from(prefix, None, f)
     }
 
-    /// [`Self::scan`] from key `from` (at or after `prefix`) on.
-    fn scan_from(&self, prefix: &[u8], from: &[u8], mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    /// [`Self::scan`] of the keys after the key `after` (which starts with `prefix`).
+    fn scan_from(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        // The first key past `after`: `after` itself with a 0 byte appended.
+        let from = match after {
+            Some(key) => [&*self.sealing.key(key), &[0]].concat(),
+            None => prefix.to_vec(),
+        };
         // Bounded: without an upper bound, a seek into an empty prefix walks on over every
         // deleted key that follows it (the tombstones of the next table) to find a live one,
         // which made each unlink on a store mount slower than the last (15 000/s down to
@@ -338,16 +390,22 @@ impl MetaStore {
         if let Some(end) = prefix_end(prefix) {
             opts.set_iterate_upper_bound(end);
         }
-        for item in self.db.iterator_opt(IteratorMode::From(from, Direction::Forward), opts) {
+        for item in self.db.iterator_opt(IteratorMode::From(&from, Direction::Forward), opts) {
             let (k, v) = item?;
-            if !k.starts_with(prefix) || !f(&k[prefix.len()..], &v)? {
+            if !k.starts_with(prefix) {
+                break;
+            }
+            let key = self.sealing.open_key(&k)?;
+            let value = self.sealing.open_value(&key, &v)?;
+            if !f(&key[prefix.len()..], &value)? {
                 break;
             }
         }
         Ok(())
     }
 
-    /// All entries of directory `parent`, sorted by name.
+    /// All entries of directory `parent`, sorted by name (by sealed name under
+    /// `--encrypt-cache`: an order that stays the same, see [`seal`]).
     pub fn list_dir(&self, parent: Ino) -> Result<Vec<(Vec<u8>, Ino, FileKind)>> {
         let mut out = Vec::new();
         self.scan(&codec::dentry_prefix(parent), |name, v| {
@@ -358,8 +416,9 @@ impl MetaStore {
         Ok(out)
     }
 
-    /// At most `limit` entries of directory `parent` whose names sort after `after` (from the
-    /// first with `None`), sorted by name: a listing read in pieces, each costing one seek.
+    /// At most `limit` entries of directory `parent` that come after the entry `after` (from
+    /// the first with `None`), in [`MetaStore::list_dir`]'s order: a listing read in pieces,
+    /// each costing one seek.
     pub fn list_dir_after(
         &self,
         parent: Ino,
@@ -367,13 +426,12 @@ impl MetaStore {
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Ino, FileKind)>> {
         let prefix = codec::dentry_prefix(parent);
-        // The first key past `after`: `after` itself with a 0 byte appended.
-        let from = after.map_or_else(|| prefix.clone(), |name| [codec::dentry_key(parent, name), vec![0]].concat());
+        let after = after.map(|name| codec::dentry_key(parent, name));
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
         }
-        self.scan_from(&prefix, &from, |name, v| {
+        self.scan_from(&prefix, after.as_deref(), |name, v| {
             let (ino, kind) = codec::decode_dentry(v)?;
             out.push((name.to_vec(), ino, kind));
             Ok(out.len() < limit)
@@ -391,7 +449,15 @@ impl MetaStore {
     }
 
     pub fn xattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.get(codec::xattr_key(ino, name))?)
+        self.get_sealed(&codec::xattr_key(ino, name))
+    }
+
+    /// The plaintext value of the plaintext `key`.
+    fn get_sealed(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.db.get(&*self.sealing.key(key))? {
+            None => Ok(None),
+            Some(v) => Ok(Some(self.sealing.open_value(key, &v)?.into_owned())),
+        }
     }
 
     /// Names of all xattrs of `ino`, sorted.
@@ -405,7 +471,7 @@ impl MetaStore {
     }
 
     pub fn symlink(&self, ino: Ino) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.get(codec::symlink_key(ino))?)
+        self.get_sealed(&codec::symlink_key(ino))
     }
 
     /// The next inode number to hand out (1 + the highest ever used).
@@ -585,7 +651,15 @@ impl MetaStore {
     /// for the attributes of a directory again after every change to it, and an entry just
     /// made is the next one renamed or removed; those reads are then answered from memory.
     pub fn commit(&self, batch: MetaBatch) -> Result<()> {
-        let MetaBatch(mut wb, ops) = batch;
+        let MetaBatch { writes, ops } = batch;
+        let mut wb = WriteBatch::default();
+        for (key, value) in &writes {
+            let disk = self.sealing.key(key);
+            match value {
+                Some(value) => wb.put(&disk, self.sealing.value(key, value)),
+                None => wb.delete(&disk),
+            }
+        }
         let touched = touched_inodes(&ops);
         let touched_names = touched_dentries(&ops);
         let written = written_inodes(&ops);
@@ -648,6 +722,8 @@ impl MetaStore {
             if !codec::is_shared(&k) {
                 continue;
             }
+            let k = self.sealing.open_key(&k)?;
+            let v = self.sealing.open_value(&k, &v)?;
             if codec::is_chunk_key(&k) {
                 f(&k, &codec::not_resident(&v))?;
             } else {
@@ -673,10 +749,10 @@ impl MetaStore {
             match op {
                 JournalOp::Put { key, value } => {
                     check_dentry(key, value)?;
-                    wb.put(key, value)
+                    wb.put(self.sealing.key(key), self.sealing.value(key, value))
                 }
-                JournalOp::Delete { key } => wb.delete(key),
-                JournalOp::DeleteRange { from, to } => wb.delete_range(from, to),
+                JournalOp::Delete { key } => wb.delete(self.sealing.key(key)),
+                JournalOp::DeleteRange { from, to } => wb.delete_range(self.sealing.bound(from)?, self.sealing.bound(to)?),
             }
         }
         wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
@@ -723,6 +799,8 @@ impl MetaStore {
             if !codec::is_shared(&k) {
                 continue;
             }
+            let k = self.sealing.open_key(&k)?;
+            let v = self.sealing.open_value(&k, &v)?;
             match want.remove(k.as_ref()) {
                 Some(new) if same(&k, &v, &new) => {}
                 Some(new) => out.push(JournalOp::Put { key: k.to_vec(), value: new }),
@@ -754,12 +832,13 @@ impl MetaStore {
                 })
                 .collect();
             out.extend(earlier.into_iter().map(|key| JournalOp::Delete { key }));
-            for item in self.db.iterator(IteratorMode::From(&from, Direction::Forward)) {
+            let (disk_from, disk_to) = (self.sealing.bound(&from)?, self.sealing.bound(&to)?);
+            for item in self.db.iterator(IteratorMode::From(&disk_from, Direction::Forward)) {
                 let (k, _) = item?;
-                if k.as_ref() >= to.as_slice() {
+                if k.as_ref() >= &*disk_to {
                     break;
                 }
-                out.push(JournalOp::Delete { key: k.to_vec() });
+                out.push(JournalOp::Delete { key: self.sealing.open_key(&k)?.into_owned() });
             }
         }
         Ok(out)
@@ -788,19 +867,31 @@ impl MetaStore {
 /// The changes of one POSIX operation, committed atomically by [`MetaStore::commit`]: the
 /// RocksDB batch, and the journaled form of its shared changes.
 #[derive(Default)]
-pub struct MetaBatch(WriteBatch, Vec<JournalOp>);
+pub struct MetaBatch {
+    /// The writes to make here, in order, with plaintext keys and values (`None`: a delete):
+    /// [`MetaStore::commit`] seals them.
+    writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    ops: Vec<JournalOp>,
+}
 
 impl MetaBatch {
     pub fn new() -> MetaBatch {
         MetaBatch::default()
     }
     fn put(&mut self, key: Vec<u8>, value: &[u8]) {
-        self.0.put(&key, value);
-        self.1.push(JournalOp::Put { key, value: value.to_vec() });
+        self.local_put(key.clone(), value);
+        self.ops.push(JournalOp::Put { key, value: value.to_vec() });
     }
     fn delete(&mut self, key: Vec<u8>) {
-        self.0.delete(&key);
-        self.1.push(JournalOp::Delete { key });
+        self.local_delete(key.clone());
+        self.ops.push(JournalOp::Delete { key });
+    }
+    /// A write of this node's own state, not journaled.
+    fn local_put(&mut self, key: Vec<u8>, value: &[u8]) {
+        self.writes.push((key, Some(value.to_vec())));
+    }
+    fn local_delete(&mut self, key: Vec<u8>) {
+        self.writes.push((key, None));
     }
     pub fn put_inode(&mut self, rec: &InodeRecord) {
         self.put(codec::inode_key(rec.attr.ino), &codec::encode_inode(rec));
@@ -835,22 +926,22 @@ impl MetaBatch {
     /// A chunk's new content (journaled as not resident).
     pub fn put_chunk(&mut self, ino: Ino, index: u64, rec: &ChunkRecord) {
         let key = codec::chunk_key(ino, index);
-        self.0.put(&key, codec::encode_chunk(rec));
+        self.local_put(key.clone(), &codec::encode_chunk(rec));
         let shared = ChunkRecord { resident: false, ..*rec };
-        self.1.push(JournalOp::Put { key, value: codec::encode_chunk(&shared).to_vec() });
+        self.ops.push(JournalOp::Put { key, value: codec::encode_chunk(&shared).to_vec() });
     }
     /// Only whether a chunk is resident changed: local cache state, not journaled.
     pub fn set_chunk_residency(&mut self, ino: Ino, index: u64, rec: &ChunkRecord) {
-        self.0.put(codec::chunk_key(ino, index), codec::encode_chunk(rec));
+        self.local_put(codec::chunk_key(ino, index), &codec::encode_chunk(rec));
     }
     pub fn delete_chunk(&mut self, ino: Ino, index: u64) {
         self.delete(codec::chunk_key(ino, index));
     }
     pub fn put_dirty(&mut self, ino: Ino) {
-        self.0.put(codec::dirty_key(ino), []);
+        self.local_put(codec::dirty_key(ino), &[]);
     }
     pub fn delete_dirty(&mut self, ino: Ino) {
-        self.0.delete(codec::dirty_key(ino));
+        self.local_delete(codec::dirty_key(ino));
     }
     /// Chunk `index` of `ino` is written and not sealed yet (journaled).
     pub fn put_unsealed(&mut self, ino: Ino, index: u64) {

@@ -329,7 +329,8 @@ impl Session {
             // A view's cache: restored anew at every open (a follower's head moved on anyway).
             reset_snapshot_dir(&config.data_dir, &config.keep_files)?;
         }
-        let mut prepared = Vfs::prepare(&config.data_dir)?;
+        let cache_cipher = store.as_ref().filter(|_| config.encrypt_cache).map(|s| s.keys().cache_cipher());
+        let mut prepared = Vfs::prepare(&config.data_dir, cache_cipher.clone())?;
         // Nothing local yet: a fresh node (or one after a reset), whose cache starts empty.
         let mut fresh = prepared.meta().is_empty()?;
         let owner = store.as_ref().map(|s| format!("{}\n{}\n", s.config().store_id, config.workspace));
@@ -354,7 +355,7 @@ impl Session {
                         warn!("{e}; dropping this node's copy and restoring the store's state");
                         drop(prepared);
                         clear_data_dir(&config.data_dir, &config.keep_files)?;
-                        prepared = Vfs::prepare(&config.data_dir)?;
+                        prepared = Vfs::prepare(&config.data_dir, cache_cipher.clone())?;
                         fresh = true;
                         Some(open_remote(&config, store, &prepared, handle)?)
                     }
@@ -381,7 +382,7 @@ impl Session {
                 fsync_remote,
                 reserve: config.reserve,
                 follow: config.follow.is_some(),
-                cache_cipher: store.as_ref().filter(|_| config.encrypt_cache).map(|s| s.keys().cache_cipher()),
+                cache_cipher,
             },
             prepared,
         );

@@ -227,16 +227,17 @@ impl Vfs {
     /// Opens the workspace in `config.data_dir`, creating it (with an empty root) if new, and
     /// reclaims inodes orphaned by a crash. Refuses a data directory another process uses.
     pub fn new(config: VfsConfig) -> VfsResult<Vfs> {
-        let prepared = Vfs::prepare(&config.data_dir)?;
+        let prepared = Vfs::prepare(&config.data_dir, config.cache_cipher.clone())?;
         Vfs::from_prepared(config, prepared)
     }
 
-    /// The first half of [`Vfs::new`]: locks the data directory and opens its metadata store,
-    /// so a caller can restore or check it (remote metadata) before the workspace is served.
-    pub fn prepare(dir: &std::path::Path) -> VfsResult<Prepared> {
+    /// The first half of [`Vfs::new`]: locks the data directory and opens its metadata store
+    /// (sealed with `cipher` under `--encrypt-cache`, which must then be the cache's too), so a
+    /// caller can restore or check it (remote metadata) before the workspace is served.
+    pub fn prepare(dir: &std::path::Path, cipher: Option<CacheCipher>) -> VfsResult<Prepared> {
         std::fs::create_dir_all(dir).map_err(|source| HotTierError::Io { op: "create", path: dir.into(), source })?;
         let lock = DataDirLock::acquire(dir, "")?;
-        let meta = Arc::new(MetaStore::open(&dir.join("meta"))?);
+        let meta = Arc::new(MetaStore::open_sealed(&dir.join("meta"), cipher)?);
         Ok(Prepared { lock, meta })
     }
 

@@ -218,7 +218,7 @@ pub fn read_config(input: impl Read) -> Result<MountConfig> {
 pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo> {
     let daemon = daemon_executable()?;
     paths::ensure_private_dir(&config.data_dir)?;
-    let log_path = paths::log_path(&config.data_dir);
+    let log_path = paths::mount_log_path(config)?;
     let log = OpenOptions::new()
         .create(true)
         .append(true)

@@ -219,6 +219,27 @@ pub fn log_path(data_dir: &Path) -> PathBuf {
     data_dir.join(crate::config::DAEMON_LOG)
 }
 
+/// Where the daemon of `config` logs: its data dir, or with `--encrypt-cache` a private
+/// directory of memory (`/dev/shm/tierfs-UID`, as the history), since a log may name files
+/// and nothing of an encrypted cache's data dir may. A plaintext log an earlier mount left in
+/// the data dir is removed then.
+pub fn mount_log_path(config: &crate::config::MountConfig) -> Result<PathBuf> {
+    if !config.encrypt_cache {
+        return Ok(log_path(&config.data_dir));
+    }
+    let left = log_path(&config.data_dir);
+    match fs::remove_file(&left) {
+        Ok(()) => eprintln!("tierfs: removed the plaintext log {} (the cache is encrypted at rest)", left.display()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing the plaintext log {}", left.display())),
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let dir = Path::new(tierfs::history::MEMORY_DIR).join(format!("tierfs-{}", unsafe { libc::geteuid() }));
+    ensure_private_dir(&dir)?;
+    let id = blake3::hash(config.data_dir.as_os_str().as_encoded_bytes()).to_hex();
+    Ok(dir.join(format!("{}.log", &id[..16])))
+}
+
 /// `path` made absolute against the current directory, with `.` and `..` removed lexically.
 /// Symlinks are not resolved: this is for paths that may not exist yet.
 pub fn absolute(path: &Path) -> Result<PathBuf> {

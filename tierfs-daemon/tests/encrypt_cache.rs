@@ -52,9 +52,53 @@ fn check_tree(root: &Path, files: &[(String, Vec<u8>)], when: &str) {
 
 /// Whether any file under `dir` holds `MARKER`.
 fn holds_marker(dir: &Path) -> bool {
+    holds(dir, MARKER)
+}
+
+/// Whether any file under `dir` holds `needle` (what `strings -a` over every file would find).
+fn holds(dir: &Path, needle: &[u8]) -> bool {
     common::walk_tree(dir).iter().any(|(_, path, m)| {
-        m.is_file() && fs::read(path).is_ok_and(|data| data.windows(MARKER.len()).any(|w| w == MARKER))
+        m.is_file() && fs::read(path).is_ok_and(|data| data.windows(needle.len()).any(|w| w == needle))
     })
+}
+
+/// Names, a link target and an xattr value no cipher output contains by chance.
+const NAME_MARKERS: [&str; 4] =
+    ["tierfs-file-name-marker-5c2a", "tierfs-dir-name-marker-77e0", "tierfs-link-marker-8d41", "tierfs-xattr-marker-1e9b"];
+
+/// A file and a directory named by markers, a symlink to a marker, and an xattr of the file
+/// holding one.
+fn write_named(root: &Path) {
+    let [file, dir, link, xattr] = NAME_MARKERS;
+    fs::create_dir(root.join(dir)).expect("mkdir");
+    fs::write(root.join(dir).join(file), b"named").expect("write");
+    std::os::unix::fs::symlink(format!("{link}/target"), root.join("link")).expect("symlink");
+    let path = std::ffi::CString::new(root.join(dir).join(file).into_os_string().into_encoded_bytes()).expect("path");
+    // SAFETY: NUL-terminated path and name, and a value buffer of the given length.
+    let rc = unsafe {
+        libc::setxattr(path.as_ptr(), c"user.note".as_ptr(), xattr.as_ptr().cast(), xattr.len(), 0)
+    };
+    assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
+}
+
+/// The names, target and xattr of [`write_named`] read back.
+fn check_named(root: &Path, when: &str) {
+    let [file, dir, link, xattr] = NAME_MARKERS;
+    assert_eq!(fs::read(root.join(dir).join(file)).unwrap_or_default(), b"named", "{when}");
+    assert_eq!(fs::read_link(root.join("link")).expect("readlink"), Path::new(&format!("{link}/target")), "{when}");
+    let path = std::ffi::CString::new(root.join(dir).join(file).into_os_string().into_encoded_bytes()).expect("path");
+    let mut buf = [0u8; 64];
+    // SAFETY: NUL-terminated path and name, and a buffer of the given length.
+    let n = unsafe { libc::getxattr(path.as_ptr(), c"user.note".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "{when}: getxattr: {}", std::io::Error::last_os_error());
+    assert_eq!(&buf[..n as usize], xattr.as_bytes(), "{when}");
+}
+
+/// No name, target or xattr value of [`write_named`] is anywhere under `dir`.
+fn assert_no_named(dir: &Path, when: &str) {
+    for marker in NAME_MARKERS {
+        assert!(!holds(dir, marker.as_bytes()), "{when}: {marker} is in the clear under {}", dir.display());
+    }
 }
 
 /// Whether no git repository (a `HEAD` naming a branch) is under `dir`.
@@ -73,6 +117,7 @@ fn an_encrypted_cache_holds_no_plaintext_and_reads_back_everywhere() {
     let mut a = Node::init_file();
     a.mount(&["--encrypt-cache", "--cache-size", "8M", "--dirty-age", "1"]);
     let files = write_tree(&a.fx.mountpoint, &mut rng);
+    write_named(&a.fx.mountpoint);
     a.sync("tree").assert_success("tierfs sync");
     check_tree(&a.fx.mountpoint, &files, "after writing");
     let evicted = a.fx.status()["cold"]["evictions"].as_u64().unwrap_or(0);
@@ -89,6 +134,7 @@ fn an_encrypted_cache_holds_no_plaintext_and_reads_back_everywhere() {
     assert!(no_repository(&a.fx.data_dir), "a git repository is in the encrypted data dir");
     a.fx.umount();
     assert!(!holds_marker(&a.fx.data_dir), "plaintext of a written file is in the encrypted data dir");
+    assert_no_named(&a.fx.data_dir, "after the first mount");
 
     // Without the flag, the encrypted data dir is refused, and nothing is changed.
     let out = a.try_mount(&["--cache-size", "8M"]);
@@ -99,16 +145,20 @@ fn an_encrypted_cache_holds_no_plaintext_and_reads_back_everywhere() {
     // encrypted again.
     a.mount(&["--encrypt-cache", "--cache-size", "8M"]);
     check_tree(&a.fx.mountpoint, &files, "after a remount");
+    check_named(&a.fx.mountpoint, "after a remount");
     a.fx.umount();
     assert!(!holds_marker(&a.fx.data_dir), "plaintext in the data dir after reads fetched data back");
+    assert_no_named(&a.fx.data_dir, "after a remount");
 
     // A fresh node restores the workspace into an encrypted cache of its own.
     a.wipe_local_state();
     let mut b = Node::new(&a.store_file);
     b.mount(&["--encrypt-cache", "--cache-size", "64M"]);
     check_tree(&b.fx.mountpoint, &files, "on a fresh node");
+    check_named(&b.fx.mountpoint, "on a fresh node");
     b.fx.umount();
     assert!(!holds_marker(&b.fx.data_dir), "plaintext in the fresh node's data dir");
+    assert_no_named(&b.fx.data_dir, "on a fresh node (restored from the store)");
 }
 
 #[test]
@@ -117,9 +167,13 @@ fn a_plain_cache_with_data_refuses_encryption_and_the_check_can_see_plaintext() 
     let mut a = Node::init_file();
     a.mount(&[]);
     fs::write(a.fx.p("text"), MARKER.repeat(100)).expect("write");
+    write_named(&a.fx.mountpoint);
     a.fx.umount();
     // The scan that finds no plaintext in an encrypted data dir finds it in a plain one.
     assert!(holds_marker(&a.fx.data_dir), "the plain data dir does not hold the written text");
+    for marker in NAME_MARKERS {
+        assert!(holds(&a.fx.data_dir, marker.as_bytes()), "the plain data dir does not hold {marker}");
+    }
     let out = a.try_mount(&["--encrypt-cache"]);
     assert!(!out.success(), "a plain cache holding data was mounted with --encrypt-cache");
     assert!(out.stderr.contains("not encrypted") && out.stderr.contains("--data-dir"), "{}", out.stderr);
