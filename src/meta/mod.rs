@@ -26,9 +26,9 @@ use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, ReadOptio
 use crate::types::ErrorKind;
 use crate::types::{FileKind, Ino};
 use cache::{DentryCache, Entry, InodeCache, Lookup, Touched};
-use seal::Sealing;
 pub use codec::{ChunkRecord, InodeRecord};
 pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
+use seal::Sealing;
 
 /// The first key after every key that starts with `prefix` (`None`: no such key, the
 /// prefix is all 0xff).
@@ -752,7 +752,9 @@ impl MetaStore {
                     wb.put(self.sealing.key(key), self.sealing.value(key, value))
                 }
                 JournalOp::Delete { key } => wb.delete(self.sealing.key(key)),
-                JournalOp::DeleteRange { from, to } => wb.delete_range(self.sealing.bound(from)?, self.sealing.bound(to)?),
+                JournalOp::DeleteRange { from, to } => {
+                    wb.delete_range(self.sealing.bound(from)?, self.sealing.bound(to)?)
+                }
             }
         }
         wb.put(codec::JOURNAL_SEQ_KEY, seq.to_le_bytes());
@@ -973,7 +975,7 @@ mod tests {
         b.delete_inode(5);
         b.put_dentry(5, b"x", 6, FileKind::File);
         b.delete_xattr(7, b"user.a");
-        assert_eq!(touched_inodes(&b.1), Touched::Keys(vec![5]));
+        assert_eq!(touched_inodes(&b.ops), Touched::Keys(vec![5]));
         let range = |from: &[u8], to: &[u8]| vec![JournalOp::DeleteRange { from: from.to_vec(), to: to.to_vec() }];
         assert_eq!(touched_inodes(&range(b"A", b"Z")), Touched::All);
         assert_eq!(touched_inodes(&range(&codec::inode_key(3), &codec::inode_key(9))), Touched::All);
@@ -1047,9 +1049,12 @@ mod tests {
         b.put_dentry(5, b"x", 6, FileKind::File);
         b.delete_dentry(5, b"y");
         b.put_inode(&codec::test_file_record(6, 0));
-        assert_eq!(touched_dentries(&b.1), Touched::Keys(vec![codec::dentry_key(5, b"x"), codec::dentry_key(5, b"y")]));
         assert_eq!(
-            written_dentries(&b.1),
+            touched_dentries(&b.ops),
+            Touched::Keys(vec![codec::dentry_key(5, b"x"), codec::dentry_key(5, b"y")])
+        );
+        assert_eq!(
+            written_dentries(&b.ops),
             vec![(codec::dentry_key(5, b"x"), Some((6, FileKind::File))), (codec::dentry_key(5, b"y"), None)]
         );
         let range = |from: &[u8], to: &[u8]| vec![JournalOp::DeleteRange { from: from.to_vec(), to: to.to_vec() }];

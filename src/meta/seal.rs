@@ -111,6 +111,7 @@ impl Sealing {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 mod tests {
     use super::*;
     use crate::meta::codec;

@@ -63,8 +63,12 @@ fn holds(dir: &Path, needle: &[u8]) -> bool {
 }
 
 /// Names, a link target and an xattr value no cipher output contains by chance.
-const NAME_MARKERS: [&str; 4] =
-    ["tierfs-file-name-marker-5c2a", "tierfs-dir-name-marker-77e0", "tierfs-link-marker-8d41", "tierfs-xattr-marker-1e9b"];
+const NAME_MARKERS: [&str; 4] = [
+    "tierfs-file-name-marker-5c2a",
+    "tierfs-dir-name-marker-77e0",
+    "tierfs-link-marker-8d41",
+    "tierfs-xattr-marker-1e9b",
+];
 
 /// A file and a directory named by markers, a symlink to a marker, and an xattr of the file
 /// holding one.
@@ -75,9 +79,7 @@ fn write_named(root: &Path) {
     std::os::unix::fs::symlink(format!("{link}/target"), root.join("link")).expect("symlink");
     let path = std::ffi::CString::new(root.join(dir).join(file).into_os_string().into_encoded_bytes()).expect("path");
     // SAFETY: NUL-terminated path and name, and a value buffer of the given length.
-    let rc = unsafe {
-        libc::setxattr(path.as_ptr(), c"user.note".as_ptr(), xattr.as_ptr().cast(), xattr.len(), 0)
-    };
+    let rc = unsafe { libc::setxattr(path.as_ptr(), c"user.note".as_ptr(), xattr.as_ptr().cast(), xattr.len(), 0) };
     assert_eq!(rc, 0, "setxattr: {}", std::io::Error::last_os_error());
 }
 
