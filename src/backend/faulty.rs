@@ -43,13 +43,36 @@ pub enum Fault {
     /// Whole reads state a size of 1 byte and send the whole body, a byte at a time, as a
     /// server that lies in its Content-Length.
     UnderstateSize,
+    /// A lagging replica: puts and conditional creates are acknowledged (a create as created,
+    /// since it sees nothing there) but held; they reach the store only at
+    /// [`FaultSwitch::deliver_late`], in order (a create that then finds the object is
+    /// dropped, as the server would refuse it). Reads meanwhile see the store without them.
+    Late,
 }
 
+/// A write a [`Fault::Late`] store acknowledged and holds.
+type LateWrite = (Path, PutPayload, PutOptions);
+
 /// The test's handle on one [`FaultyStore`]: `set(None)` heals it.
-#[derive(Clone, Default, Debug)]
-pub struct FaultSwitch(Arc<Mutex<Option<Fault>>>);
+#[derive(Clone, Debug)]
+pub struct FaultSwitch(Arc<Mutex<Option<Fault>>>, Arc<Mutex<Vec<LateWrite>>>, Arc<dyn ObjectStore>);
 
 impl FaultSwitch {
+    /// Lets the writes a [`Fault::Late`] store held reach it, in order, and returns how many
+    /// were stored (a create that finds its object there is dropped).
+    pub async fn deliver_late(&self) -> object_store::Result<usize> {
+        let held = std::mem::take(&mut *self.1.lock());
+        let mut stored = 0;
+        for (location, payload, opts) in held {
+            match self.2.put_opts(&location, payload, opts).await {
+                Ok(_) => stored += 1,
+                Err(object_store::Error::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(stored)
+    }
+
     pub fn set(&self, fault: Option<Fault>) {
         *self.0.lock() = fault;
     }
@@ -99,7 +122,7 @@ pub struct FaultyStore {
 impl FaultyStore {
     /// `inner` wrapped, with the switch that controls it (no fault at first).
     pub fn wrap(inner: Arc<dyn ObjectStore>) -> (Arc<FaultyStore>, FaultSwitch) {
-        let switch = FaultSwitch::default();
+        let switch = FaultSwitch(Arc::default(), Arc::default(), inner.clone());
         (Arc::new(FaultyStore { inner, switch: switch.clone() }), switch)
     }
 
@@ -175,6 +198,10 @@ impl ObjectStore for FaultyStore {
         self.attempt().await?;
         if self.switch.get() == Some(Fault::IgnoreConditional) && matches!(opts.mode, PutMode::Create) {
             opts.mode = PutMode::Overwrite;
+        }
+        if self.switch.get() == Some(Fault::Late) {
+            self.switch.1.lock().push((location.clone(), payload, opts));
+            return Ok(PutResult { e_tag: None, version: None, extensions: Default::default() });
         }
         let stored = self.inner.put_opts(location, payload, opts).await?;
         if self.switch.lose_answer() {

@@ -112,7 +112,7 @@ impl Lease {
     /// The current lease record, if any.
     pub async fn current(&self) -> Result<Option<LeaseRecord>> {
         let key = self.ws.lease_key();
-        let Some(plain) = self.ws.get_sealed(ObjectKind::Lease, WholeObject::Lease, &key).await? else {
+        let Some(plain) = self.ws.get_sealed_majority(ObjectKind::Lease, WholeObject::Lease, &key).await? else {
             return Ok(None);
         };
         serde_json::from_slice(&plain)
@@ -266,21 +266,61 @@ mod tests {
         dir: &std::path::Path,
         fencing: Fencing,
     ) -> (Arc<Workspace>, crate::backend::faulty::FaultSwitch) {
+        let (ws, mut faults) = faulty_replicas(dir, 1, fencing).await;
+        (ws, faults.remove(0))
+    }
+
+    /// A workspace of `n` `file://` backends (a copy of every object on each), each behind
+    /// a fault switch.
+    async fn faulty_replicas(
+        dir: &std::path::Path,
+        n: usize,
+        fencing: Fencing,
+    ) -> (Arc<Workspace>, Vec<crate::backend::faulty::FaultSwitch>) {
         use crate::backend::faulty::FaultyStore;
         use crate::backend::{Backend, BackendOptions, RedundantStore};
         use crate::crypto::{KdfParams, Secret};
         use crate::store::{Store, StoreConfig};
-        let url = format!("file://{}", dir.join("b").display());
-        let mut cfg = StoreConfig::new(vec![url.clone()]);
+        let mut backends = Vec::new();
+        let mut faults = Vec::new();
+        let mut urls = Vec::new();
+        for i in 0..n {
+            let path = dir.join(format!("b{i}"));
+            let url = format!("file://{}", path.display());
+            std::fs::create_dir_all(&path).expect("mkdir");
+            let files = object_store::local::LocalFileSystem::new_with_prefix(&path).expect("file store");
+            let (files, switch) = FaultyStore::wrap(Arc::new(files));
+            backends.push(Backend::from_object_store(url.clone(), files, BackendOptions::for_tests()));
+            faults.push(switch);
+            urls.push(url);
+        }
+        let mut cfg = StoreConfig::new(urls);
         cfg.fencing = fencing;
-        std::fs::create_dir_all(dir.join("b")).expect("mkdir");
-        let files = object_store::local::LocalFileSystem::new_with_prefix(dir.join("b")).expect("file store");
-        let (files, faults) = FaultyStore::wrap(Arc::new(files));
-        let backend = Backend::from_object_store(url, files, BackendOptions::for_tests());
-        let backend = RedundantStore::new(vec![backend], cfg.redundancy().expect("policy")).expect("store");
+        let backend = RedundantStore::new(backends, cfg.redundancy().expect("policy")).expect("store");
         let secret = Secret::Passphrase(b"p");
         let store = Store::init_on(backend, &cfg, &secret, KdfParams::for_tests()).await.expect("init");
         (Arc::new(Workspace::new(Arc::new(store), "w")), faults)
+    }
+
+    /// Split brain under replica lag: writer a's segment reaches two of three replicas and
+    /// stores late on the third; writer b's create of the same segment takes that third copy
+    /// and loses on the other two. b must read back a's ownership from the majority: its own
+    /// copy, which a plain read finds first when it is on the first replica read, would make
+    /// b take the segment as its own and replace batches a acknowledged. Each replica lags in
+    /// turn, so one trial has b's copy where a first-copy read looks first.
+    #[tokio::test]
+    async fn a_writer_that_lost_a_segment_to_a_majority_never_takes_it_from_its_own_minority_copy() {
+        use crate::backend::faulty::Fault;
+        for lagging in 0..3 {
+            let t = tempfile::tempdir().expect("tempdir");
+            let (ws, faults) = faulty_replicas(t.path(), 3, Fencing::default()).await;
+            faults[lagging].set(Some(Fault::Late));
+            assert!(ws.append_segment(1, "a", "a:1", &[]).await.expect("append"), "a creates segment 1");
+            faults[lagging].set(None);
+            let took = ws.append_segment(1, "b", "b:2", &[]).await.expect("b's append");
+            assert!(!took, "replica {lagging} lagging: b took segment 1 from its own minority copy");
+            assert_eq!(faults[lagging].deliver_late().await.expect("deliver"), 0, "a's late create is refused there");
+        }
     }
 
     /// A journal segment whose create reached the store but whose answer was lost is this

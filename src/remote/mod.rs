@@ -368,6 +368,24 @@ impl Workspace {
         }
     }
 
+    /// [`Self::get_sealed`] of what a majority of the object's copies hold
+    /// (`RedundantStore::get_object_majority`): for the reads that decide who owns a segment
+    /// or holds the lease, where a minority copy (a lost create's, a lagging replica's) must
+    /// not answer.
+    pub(crate) async fn get_sealed_majority(
+        &self,
+        kind: ObjectKind,
+        whole: WholeObject,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let keys = self.store.keys();
+        let verify = |b: &[u8]| keys.open(kind, key.as_bytes(), b).is_ok();
+        match self.store.backend().get_object_majority(key, whole.limit(), &verify).await? {
+            Some(bytes) => Ok(Some(keys.open(kind, key.as_bytes(), &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
     async fn put_sealed(&self, kind: ObjectKind, whole: WholeObject, key: &str, plain: &[u8]) -> Result<()> {
         let sealed = self.store.keys().seal(kind, key.as_bytes(), plain);
         whole.check(key, sealed.len())?;
@@ -439,7 +457,7 @@ impl Workspace {
         if self.fencing() == Fencing::Lease {
             // The servers would overwrite: look first (this session's own copy of `n`, from
             // an earlier try, counts as written).
-            if let Some((session_of_n, _)) = self.segment_writer(n).await? {
+            if let Some((session_of_n, _)) = self.segment_owner(n).await? {
                 return Ok(session_of_n == session);
             }
         }
@@ -450,13 +468,25 @@ impl Workspace {
             // Taken, by another session or by this one: an earlier try of this create that
             // reached the store and lost its answer (a dropped connection; the backend then
             // tried again). This session's own copy counts as written, not as a takeover.
-            CreateOutcome::Exists => Ok(self.segment_writer(n).await?.is_some_and(|(s, _)| s == session)),
+            // Read from a majority: this session's own copy made on the way may be a minority one.
+            CreateOutcome::Exists => Ok(self.segment_owner(n).await?.is_some_and(|(s, _)| s == session)),
         }
     }
 
     async fn read_segment(&self, n: u64) -> Result<Option<(SegmentHeader, Vec<JournalBatch>)>> {
+        self.read_segment_from(n, false).await
+    }
+
+    /// [`Self::read_segment`]; with `majority`, of what a majority of its copies hold.
+    async fn read_segment_from(&self, n: u64, majority: bool) -> Result<Option<(SegmentHeader, Vec<JournalBatch>)>> {
         let key = self.segment_key(n);
-        let Some(plain) = self.get_sealed(ObjectKind::Journal, WholeObject::JournalSegment, &key).await? else {
+        let (kind, whole) = (ObjectKind::Journal, WholeObject::JournalSegment);
+        let read = if majority {
+            self.get_sealed_majority(kind, whole, &key).await?
+        } else {
+            self.get_sealed(kind, whole, &key).await?
+        };
+        let Some(plain) = read else {
             return Ok(None);
         };
         let corrupt = |reason: String| RemoteError::Corrupt { what: format!("journal segment {n} ({key})"), reason };
@@ -487,6 +517,11 @@ impl Workspace {
     /// Who appended segment `n`, if it exists.
     pub async fn segment_writer(&self, n: u64) -> Result<Option<(String, String)>> {
         Ok(self.read_segment(n).await?.map(|(h, _)| (h.session, h.holder)))
+    }
+
+    /// [`Self::segment_writer`] as a majority of the segment's copies say: who owns it.
+    async fn segment_owner(&self, n: u64) -> Result<Option<(String, String)>> {
+        Ok(self.read_segment_from(n, true).await?.map(|(h, _)| (h.session, h.holder)))
     }
 
     // ---- checkpoints ----------------------------------------------------------------

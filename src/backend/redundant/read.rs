@@ -32,6 +32,66 @@ impl RedundantStore {
         self.get_replicated(key, limit, None, verify).await
     }
 
+    /// Reads what a majority of the object's copies hold: every copy of its placement is
+    /// read (at once, each answer awaited), and the bytes that pass `verify` on at least
+    /// `copies / 2 + 1` of them are returned, or `None` when that many copies are missing.
+    /// Where correctness needs it: after a conditional create lost ([`Self::create_object`]
+    /// answered `Exists`), the loser's own minority copy may be where [`Self::get_object`]
+    /// reads first, and a lagging replica may hold a lease as it was.
+    ///
+    /// Timing: this read starts after the caller's create or put had every copy's answer, so a
+    /// majority that took the winner's bytes holds them now (a backend's create is atomic and
+    /// only the winner overwrites). A replica that stores late can keep any bytes from a
+    /// majority for a while: then the answer is [`BackendError::QuorumFailed`], retry, never a
+    /// guess. Nothing is repaired here: the winner overwrites minority copies, and
+    /// [`Self::get_object`] repairs what it reads.
+    pub async fn get_object_majority(
+        &self,
+        key: &str,
+        limit: SizeLimit,
+        verify: Verify<'_>,
+    ) -> Result<Option<Bytes>, BackendError> {
+        validate_key(key)?;
+        let placement = self.object_placement(key);
+        let needed = placement.len() / 2 + 1;
+        let states = join_all(placement.iter().map(|&b| self.read_copy(b, key, limit, None, verify))).await;
+        let mut held: Vec<(Bytes, usize)> = Vec::new();
+        let mut missing = 0;
+        let mut errors = Vec::new();
+        let mut unreachable = Vec::new();
+        for (&b, state) in placement.iter().zip(states) {
+            match state {
+                CopyState::Good(bytes) => match held.iter_mut().find(|(h, _)| *h == bytes) {
+                    Some((_, n)) => *n += 1,
+                    None => held.push((bytes, 1)),
+                },
+                CopyState::Missing => missing += 1,
+                CopyState::Bad(reason) => errors.push(format!("{}: {reason}", self.backends[b].name())),
+                CopyState::Unreachable(reason) => unreachable.push((b, reason)),
+            }
+        }
+        if let Some((bytes, _)) = held.iter().find(|(_, n)| *n >= needed) {
+            return Ok(Some(bytes.clone()));
+        }
+        if missing >= needed {
+            return Ok(None);
+        }
+        if placement.len() - unreachable.len() < needed {
+            // Too few copies answered to tell: the store is away, as for any read.
+            return Err(BackendError::Unavailable {
+                backend: unreachable.iter().map(|(b, _)| self.backends[*b].name()).collect::<Vec<_>>().join(", "),
+                reason: format!("no majority of the copies of {key} answered ({})", join_errors(&unreachable)),
+            });
+        }
+        errors.extend(unreachable.iter().map(|(b, reason)| format!("{}: {reason}", self.backends[*b].name())));
+        let stored = held.iter().map(|(_, n)| *n).max().unwrap_or(0);
+        errors.extend(held.iter().map(|(_, n)| format!("{n} copies agree")));
+        if missing > 0 {
+            errors.push(format!("{missing} copies missing"));
+        }
+        Err(BackendError::QuorumFailed { key: key.to_string(), stored, needed, errors })
+    }
+
     async fn get_replicated(
         &self,
         key: &str,

@@ -785,3 +785,63 @@ proptest! {
         });
     }
 }
+
+/// A lagging replica: the first writer's copy on it stores late, so a second writer's create
+/// lands there and loses on the other two. Its own copy is then the first one a plain read
+/// finds, and believing it would give the key to both writers; the majority read says who
+/// owns it, and copies that agree on nothing are `QuorumFailed`, never a guess.
+#[tokio::test]
+async fn after_a_lost_create_the_majority_and_not_the_losers_own_copy_says_who_owns_the_key() {
+    let s = store(3, Redundancy::Replicas(3));
+    let key = "refs/ws/j/9";
+    let p = s.object_placement(key);
+    let (a, b) = (Bytes::from_static(b"writer a"), Bytes::from_static(b"writer b"));
+    s.fault(p[0], Some(Fault::Late));
+    assert_eq!(s.create_object(key, a.clone()).await.unwrap(), CreateOutcome::Created);
+    s.fault(p[0], None);
+    assert_eq!(s.create_object(key, b.clone()).await.unwrap(), CreateOutcome::Exists);
+    assert_eq!(copies(&s, key).await, vec![Some(b.clone()), Some(a.clone()), Some(a.clone())]);
+    // The hazard: the first copy read is the loser's own.
+    assert_eq!(s.get_object(key, ANY, &|_| true).await.unwrap(), b);
+    assert_eq!(s.get_object_majority(key, ANY, &|_| true).await.unwrap(), Some(a.clone()));
+    // a's late create arrives and is refused: b's copy is there.
+    assert_eq!(s.faults[p[0]].deliver_late().await.unwrap(), 0);
+
+    // Three different copies: no majority, so no answer.
+    s.backends()[p[1]].put(key, Bytes::from_static(b"writer c")).await.unwrap();
+    let err = s.get_object_majority(key, ANY, &|_| true).await.unwrap_err();
+    assert!(matches!(err, BackendError::QuorumFailed { stored: 1, needed: 2, .. }), "{err}");
+    // A copy that fails verification counts for nobody.
+    let err = s.get_object_majority(key, ANY, &|c| c != b"writer c".as_slice()).await.unwrap_err();
+    assert!(matches!(err, BackendError::QuorumFailed { .. }), "{err}");
+
+    // Missing on a majority: absent, even with one copy left somewhere.
+    let gone = "refs/ws/j/10";
+    let p = s.object_placement(gone);
+    s.backends()[p[2]].put(gone, a.clone()).await.unwrap();
+    assert_eq!(s.get_object_majority(gone, ANY, &|_| true).await.unwrap(), None);
+    // Too few copies answer to tell: the store is away.
+    s.fault(p[0], Some(Fault::Down));
+    s.fault(p[1], Some(Fault::Down));
+    let err = s.get_object_majority(gone, ANY, &|_| true).await.unwrap_err();
+    assert!(matches!(err, BackendError::Unavailable { .. }), "{err}");
+    s.heal_all();
+}
+
+/// A late put on one of three replicas (a lease renewed while one replica lags): the majority
+/// read gives the new record, and after the late write arrives every copy agrees.
+#[tokio::test]
+async fn a_majority_read_sees_past_a_replica_that_stores_late() {
+    let s = store(3, Redundancy::Replicas(3));
+    let key = "ws/lease";
+    let (old, new) = (Bytes::from_static(b"lease, old holder"), Bytes::from_static(b"lease, new holder"));
+    s.put_object(key, old.clone()).await.unwrap();
+    let p = s.object_placement(key);
+    s.fault(p[0], Some(Fault::Late));
+    s.put_object(key, new.clone()).await.unwrap();
+    s.fault(p[0], None);
+    assert_eq!(raw(&s, p[0], key).await, Some(old.clone()), "the lagging replica still answers the old lease");
+    assert_eq!(s.get_object_majority(key, ANY, &|_| true).await.unwrap(), Some(new.clone()));
+    assert_eq!(s.faults[p[0]].deliver_late().await.unwrap(), 1);
+    assert_eq!(copies(&s, key).await, vec![Some(new); 3]);
+}
