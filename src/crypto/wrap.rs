@@ -45,11 +45,23 @@ pub struct KdfParams {
 }
 
 impl KdfParams {
-    /// Upper bounds accepted from a stored record (4 GiB of memory, 64 passes, 64 lanes): well
-    /// above anything sensible, well below what would take a node down.
-    pub const MAX_M_COST_KIB: u32 = 4 * 1024 * 1024;
-    pub const MAX_T_COST: u32 = 64;
-    pub const MAX_P_COST: u32 = 64;
+    /// Upper bounds accepted from a stored record (1 GiB of memory, 16 passes, 16 lanes): 16
+    /// times the memory and 5 times the passes of [`KdfParams::recommended`], and memory a
+    /// small notebook runtime still has.
+    pub const MAX_M_COST_KIB: u32 = 1024 * 1024;
+    pub const MAX_T_COST: u32 = 16;
+    pub const MAX_P_COST: u32 = 16;
+
+    /// What one unlock may spend on Argon2id over every record it tries, in KiB × passes: 16
+    /// records of [`KdfParams::recommended`]'s cost. A store's own records fit; records someone
+    /// who can write the bucket adds cannot make an unlock run for minutes (each is tried only
+    /// while the budget covers it, the cheapest first).
+    pub const UNLOCK_BUDGET: u64 = 16 * 64 * 1024 * 3;
+
+    /// This record's cost against [`KdfParams::UNLOCK_BUDGET`].
+    pub fn cost(self) -> u64 {
+        u64::from(self.m_cost_kib) * u64::from(self.t_cost)
+    }
 
     /// Argon2id with 64 MiB, t=3, p=1: about a third of a second on one core, the RFC 9106
     /// "second recommended option" shape, affordable on small notebook runtimes.
@@ -222,15 +234,30 @@ pub fn unwrap_key(wrapped: &WrappedKey, secret: &Secret<'_>) -> Result<DataKey, 
     Ok(DataKey::from_bytes(*key))
 }
 
-/// Tries every wrapped key whose method matches the secret's kind; `Ok((key, index))` for the
-/// first that opens, else [`CryptoError::WrongKey`].
+/// Tries the wrapped keys whose method matches the secret's kind, the cheapest to derive
+/// first, while [`KdfParams::UNLOCK_BUDGET`] covers them; `Ok((key, index))` for the first
+/// that opens, else [`CryptoError::WrongKey`].
 ///
-/// A malformed record is skipped; its error is returned only if no well-formed record of the
-/// right method exists, since then it is the most useful thing to tell the user.
+/// A malformed record, or one the budget no longer covers, is skipped; its error is returned
+/// only if no well-formed record of the right method was rejected, since then it is the most
+/// useful thing to tell the user.
 pub fn unwrap_any(wrapped: &[WrappedKey], secret: &Secret<'_>) -> Result<(DataKey, usize), CryptoError> {
     let mut malformed = None;
     let mut rejected = false;
-    for (index, candidate) in wrapped.iter().enumerate().filter(|(_, w)| w.method == secret.method()) {
+    let mut candidates: Vec<(usize, &WrappedKey)> =
+        wrapped.iter().enumerate().filter(|(_, w)| w.method == secret.method()).collect();
+    let cost = |w: &WrappedKey| w.kdf.map_or(0, KdfParams::cost);
+    candidates.sort_by_key(|(_, w)| cost(w));
+    let mut budget = KdfParams::UNLOCK_BUDGET;
+    for (index, candidate) in candidates {
+        let Some(left) = budget.checked_sub(cost(candidate)) else {
+            malformed = malformed.or(Some(CryptoError::Kdf(format!(
+                "wrapped key {} asks for more Argon2id work ({:?}) than an unlock spends",
+                candidate.id, candidate.kdf
+            ))));
+            continue;
+        };
+        budget = left;
         match unwrap_key(candidate, secret) {
             Ok(key) => return Ok((key, index)),
             Err(CryptoError::WrongKey) => rejected = true,
@@ -427,6 +454,33 @@ mod tests {
             wrap_key(&data_key(), &Secret::Passphrase(b""), KdfParams::for_tests(), "p"),
             Err(CryptoError::Kdf(_))
         ));
+    }
+
+    /// Records someone who can write the bucket added, each asking for the most work a record
+    /// may (1 GiB, 16 passes: 16 GiB·passes, past the whole budget), are never run: the store's
+    /// own cheap record opens, and when it is absent the answer names the budget. (Were they
+    /// run, each would allocate 1 GiB and take about a minute.)
+    #[test]
+    fn records_that_ask_for_more_work_than_an_unlock_spends_are_never_run() {
+        let secret = Secret::Passphrase(b"pw");
+        let key = data_key();
+        let good = wrap_key(&key, &secret, KdfParams::for_tests(), "mine").unwrap();
+        let max = KdfParams { m_cost_kib: KdfParams::MAX_M_COST_KIB, t_cost: KdfParams::MAX_T_COST, p_cost: 1 };
+        assert!(
+            max.cost() > KdfParams::UNLOCK_BUDGET && KdfParams::recommended().cost() * 16 <= KdfParams::UNLOCK_BUDGET
+        );
+        let hostile: Vec<WrappedKey> =
+            (0..20).map(|i| WrappedKey { id: format!("hostile{i}"), kdf: Some(max), ..good.clone() }).collect();
+        let mut records = hostile.clone();
+        records.push(good.clone());
+        let (got, index) = unwrap_any(&records, &secret).unwrap();
+        assert_eq!((got.as_bytes(), index), (key.as_bytes(), 20));
+        let err = unwrap_any(&hostile, &secret).unwrap_err();
+        assert!(err.to_string().contains("more Argon2id work"), "{err}");
+        // Past the per-record limits: refused outright.
+        let over = KdfParams { t_cost: KdfParams::MAX_T_COST + 1, ..KdfParams::for_tests() };
+        let bad = WrappedKey { kdf: Some(over), ..good.clone() };
+        assert!(matches!(unwrap_key(&bad, &secret), Err(CryptoError::Kdf(_))));
     }
 
     #[test]
