@@ -105,6 +105,11 @@ impl Committer {
         lease: Lease,
         takeover: bool,
     ) -> Result<(Arc<Committer>, ChainState)> {
+        // A store that went back in time is refused before the lease is touched, so the refusal
+        // changes nothing in it (the check is made again under the lease).
+        if !meta.is_empty()? {
+            Committer::check_not_rolled_back(&ws, &meta, &ws.chain_state().await?)?;
+        }
         lease.acquire(takeover).await?;
         let lease = Arc::new(lease);
         match Committer::open_leased(ws, meta, lease.clone()).await {
@@ -117,6 +122,20 @@ impl Committer {
                 Err(e)
             }
         }
+    }
+
+    /// The store acknowledged batches up to `durable_seq` to this node: holding fewer now, it
+    /// went back in time, which no writer does. (A fresh node cannot tell.)
+    fn check_not_rolled_back(ws: &Workspace, meta: &MetaStore, state: &ChainState) -> Result<()> {
+        let durable = meta.durable_seq()?;
+        if state.remote_seq < durable {
+            return Err(RemoteError::RolledBack {
+                workspace: ws.name().to_string(),
+                seen: durable,
+                store: state.remote_seq,
+            });
+        }
+        Ok(())
     }
 
     async fn open_leased(
@@ -132,11 +151,7 @@ impl Committer {
             let local = meta.local_seq()?;
             let durable = meta.durable_seq()?;
             let workspace = ws.name().to_string();
-            // The store acknowledged batches up to `durable` to this node: holding fewer now,
-            // it went back in time, which no writer does. (A fresh node cannot tell.)
-            if state.remote_seq < durable {
-                return Err(RemoteError::RolledBack { workspace, seen: durable, store: state.remote_seq });
-            }
+            Committer::check_not_rolled_back(&ws, &meta, &state)?;
             if state.remote_seq > durable && local > durable {
                 return Err(RemoteError::Diverged { workspace, durable, local, remote: state.remote_seq });
             }
