@@ -343,12 +343,17 @@ fn check_id(keys: &Keys, id: &BlockId, plain: &[u8]) -> Result<()> {
 }
 
 /// The plaintext of a sparse block (`stored` shorter than `plain_len`): its runs, placed by
-/// their table, and zeros between them. Every run must lie inside the block, in order and
-/// apart, and the runs must hold exactly the stored data.
+/// their table, and zeros between them. The block is at most [`CHUNK_SIZE`] long, every run
+/// must lie inside it, in order and apart, and the runs must hold exactly the stored data.
 fn expand(id: &BlockId, plain_len: u32, stored: &[u8]) -> Result<Bytes> {
     let bad = |reason: String| BlockError::BadBlock { block: hex::encode(id), reason };
     if stored.len() > plain_len as usize {
         return Err(bad(format!("{} bytes stored for a block of {plain_len}", stored.len())));
+    }
+    // A block is one chunk at most: without this bound, a table of no runs (four stored bytes)
+    // under a plaintext length of 2^32-1 would have the reader allocate and hash 4 GiB of zeros.
+    if u64::from(plain_len) > CHUNK_SIZE {
+        return Err(bad(format!("sparse block of {plain_len} bytes, more than a chunk ({CHUNK_SIZE})")));
     }
     let u32_at = |at: usize| u32::from_le_bytes(stored[at..at + 4].try_into().expect("4 bytes")) as usize;
     if stored.len() < 4 {

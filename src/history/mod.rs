@@ -415,14 +415,7 @@ impl History {
 
     fn import(&mut self, n: u64, plain: &[u8]) -> Result<()> {
         let corrupt = |reason: String| HistoryError::Corrupt { seq: n, reason };
-        let (header, pack) = decode_object(plain).map_err(corrupt)?;
-        if header.format > OBJECT_FORMAT || header.seq != n {
-            return Err(corrupt(format!(
-                "format {} seq {} (expected format ≤ {OBJECT_FORMAT}, seq {n})",
-                header.format, header.seq
-            )));
-        }
-        let head = git2::Oid::from_str(&header.head).map_err(|e| corrupt(e.to_string()))?;
+        let (head, pack) = decode_history_object(n, plain)?;
         add_pack(&self.repo, pack, head, &format!("import {n}"), &corrupt)?;
         self.set_seq(n)
     }
@@ -720,6 +713,36 @@ fn encode_object(header: &ObjectHeader, pack: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&h);
     out.extend_from_slice(pack);
     out
+}
+
+/// The plaintext of history object `n`, as [`History::record`] stores it; exposed for the
+/// decoder fuzz tests (`tests/fuzz_decoders.rs`).
+#[doc(hidden)]
+pub fn encode_history_object(n: u64, head: &str, parent: Option<&str>, snapshot: &str, pack: &[u8]) -> Vec<u8> {
+    let header = ObjectHeader {
+        format: OBJECT_FORMAT,
+        seq: n,
+        head: head.to_string(),
+        parent: parent.map(str::to_string),
+        snapshot: snapshot.to_string(),
+    };
+    encode_object(&header, pack)
+}
+
+/// The commit history object `n` brings and its git pack, from the object's plaintext: its
+/// header's format and number are checked here, the pack by libgit2 when it is imported.
+#[doc(hidden)]
+pub fn decode_history_object(n: u64, plain: &[u8]) -> Result<(git2::Oid, &[u8])> {
+    let corrupt = |reason: String| HistoryError::Corrupt { seq: n, reason };
+    let (header, pack) = decode_object(plain).map_err(corrupt)?;
+    if header.format > OBJECT_FORMAT || header.seq != n {
+        return Err(corrupt(format!(
+            "format {} seq {} (expected format ≤ {OBJECT_FORMAT}, seq {n})",
+            header.format, header.seq
+        )));
+    }
+    let head = git2::Oid::from_str(&header.head).map_err(|e| corrupt(e.to_string()))?;
+    Ok((head, pack))
 }
 
 fn decode_object(plain: &[u8]) -> std::result::Result<(ObjectHeader, &[u8]), String> {

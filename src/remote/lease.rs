@@ -53,6 +53,14 @@ pub struct LeaseRecord {
     pub process: String,
 }
 
+impl LeaseRecord {
+    /// Decodes the plaintext of a workspace's lease object (JSON).
+    pub fn decode(plain: &[u8]) -> Result<LeaseRecord> {
+        serde_json::from_slice(plain)
+            .map_err(|e| RemoteError::Corrupt { what: "workspace lease".into(), reason: e.to_string() })
+    }
+}
+
 /// This process as [`LeaseRecord::process`] names it.
 fn this_process() -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
@@ -115,9 +123,7 @@ impl Lease {
         let Some(plain) = self.ws.get_sealed_majority(ObjectKind::Lease, WholeObject::Lease, &key).await? else {
             return Ok(None);
         };
-        serde_json::from_slice(&plain)
-            .map(Some)
-            .map_err(|e| RemoteError::Corrupt { what: "workspace lease".into(), reason: e.to_string() })
+        LeaseRecord::decode(&plain).map(Some)
     }
 
     async fn write(&self, released: bool, acquired_unix: u64) -> Result<()> {

@@ -437,22 +437,7 @@ impl Workspace {
     /// Appends segment `n` with `batches`; `false` if the number was already taken by
     /// another writer (the chain has moved on without this writer).
     pub async fn append_segment(&self, n: u64, session: &str, holder: &str, batches: &[JournalBatch]) -> Result<bool> {
-        let header = SegmentHeader {
-            format: REMOTE_FORMAT,
-            segment: n,
-            session: session.to_string(),
-            holder: holder.to_string(),
-            created_unix: unix_now(),
-            batches: batches.len() as u32,
-        };
-        let header = serde_json::to_vec(&header)
-            .map_err(|e| RemoteError::Corrupt { what: "segment header".into(), reason: e.to_string() })?;
-        let mut plain = Vec::with_capacity(4 + header.len() + batches.iter().map(|b| b.encoded_len()).sum::<usize>());
-        plain.extend_from_slice(&(header.len() as u32).to_le_bytes());
-        plain.extend_from_slice(&header);
-        for b in batches {
-            b.encode(&mut plain);
-        }
+        let plain = encode_segment(n, session, holder, unix_now(), batches)?;
         let key = self.segment_key(n);
         if self.fencing() == Fencing::Lease {
             // The servers would overwrite: look first (this session's own copy of `n`, from
@@ -489,29 +474,7 @@ impl Workspace {
         let Some(plain) = read else {
             return Ok(None);
         };
-        let corrupt = |reason: String| RemoteError::Corrupt { what: format!("journal segment {n} ({key})"), reason };
-        let mut d = Decoder::new(&plain);
-        let hlen = d.u32().map_err(|e| corrupt(e.to_string()))? as usize;
-        let rest = plain.get(4..4 + hlen).ok_or_else(|| corrupt("header cut short".into()))?;
-        let header: SegmentHeader = serde_json::from_slice(rest).map_err(|e| corrupt(e.to_string()))?;
-        if header.format > REMOTE_FORMAT {
-            return Err(RemoteError::TooNew { what: format!("journal segment {n}"), found: header.format });
-        }
-        let mut d = Decoder::new(&plain[4 + hlen..]);
-        // The count is the store's word: no more batches than the bytes left can hold, and
-        // each still has to decode from the bytes that are there.
-        if header.batches as usize > d.remaining() / MIN_BATCH_LEN {
-            return Err(corrupt(format!(
-                "its header says {} batches, more than its {} bytes of batches can hold",
-                header.batches,
-                d.remaining()
-            )));
-        }
-        let mut batches = Vec::with_capacity(header.batches as usize);
-        for _ in 0..header.batches {
-            batches.push(JournalBatch::decode(&mut d).map_err(|e| corrupt(e.to_string()))?);
-        }
-        Ok(Some((header, batches)))
+        parse_segment(n, &key, &plain).map(Some)
     }
 
     /// Who appended segment `n`, if it exists.
@@ -624,16 +587,7 @@ impl Workspace {
         what: &str,
     ) -> Result<Option<Manifest>> {
         let Some(plain) = self.get_sealed(kind, whole, key).await? else { return Ok(None) };
-        #[derive(Deserialize)]
-        struct Version {
-            format: u32,
-        }
-        let corrupt = |e: serde_json::Error| RemoteError::Corrupt { what: what.to_string(), reason: e.to_string() };
-        let v: Version = serde_json::from_slice(&plain).map_err(corrupt)?;
-        if v.format > REMOTE_FORMAT {
-            return Err(RemoteError::TooNew { what: what.to_string(), found: v.format });
-        }
-        Ok(Some(serde_json::from_slice(&plain).map_err(corrupt)?))
+        decode_manifest(what, &plain).map(Some)
     }
 
     /// The newest checkpoint, if any.
@@ -674,15 +628,7 @@ impl Workspace {
             .buffered(8);
         let mut entries = 0u64;
         while let Some(plain) = parts.next().await {
-            let plain = plain?;
-            let mut d = Decoder::new(&plain);
-            let mut ops = Vec::new();
-            while !d.is_empty() {
-                ops.push(d.op().map_err(|e| RemoteError::Corrupt {
-                    what: format!("checkpoint {}", manifest.seq),
-                    reason: e.to_string(),
-                })?);
-            }
+            let ops = decode_part(manifest.seq, &plain?)?;
             entries += ops.len() as u64;
             f(ops)?;
         }
@@ -912,6 +858,97 @@ impl Workspace {
     pub fn lease(self: &Arc<Self>, holder: &str, ttl: Duration) -> Lease {
         Lease::new(self.clone(), holder, ttl)
     }
+}
+
+/// The plaintext of journal segment `n`: `header_len u32 LE | header JSON | batches`
+/// (docs/FORMAT.md, "Workspaces").
+#[doc(hidden)]
+pub fn encode_segment(
+    n: u64,
+    session: &str,
+    holder: &str,
+    created_unix: u64,
+    batches: &[JournalBatch],
+) -> Result<Vec<u8>> {
+    let header = SegmentHeader {
+        format: REMOTE_FORMAT,
+        segment: n,
+        session: session.to_string(),
+        holder: holder.to_string(),
+        created_unix,
+        batches: batches.len() as u32,
+    };
+    let header = serde_json::to_vec(&header)
+        .map_err(|e| RemoteError::Corrupt { what: "segment header".into(), reason: e.to_string() })?;
+    let mut plain = Vec::with_capacity(4 + header.len() + batches.iter().map(|b| b.encoded_len()).sum::<usize>());
+    plain.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    plain.extend_from_slice(&header);
+    for b in batches {
+        b.encode(&mut plain);
+    }
+    Ok(plain)
+}
+
+/// Decodes the plaintext of journal segment `n`, stored at `key`.
+fn parse_segment(n: u64, key: &str, plain: &[u8]) -> Result<(SegmentHeader, Vec<JournalBatch>)> {
+    let corrupt = |reason: String| RemoteError::Corrupt { what: format!("journal segment {n} ({key})"), reason };
+    let mut d = Decoder::new(plain);
+    let hlen = d.u32().map_err(|e| corrupt(e.to_string()))? as usize;
+    let rest = plain.get(4..4 + hlen).ok_or_else(|| corrupt("header cut short".into()))?;
+    let header: SegmentHeader = serde_json::from_slice(rest).map_err(|e| corrupt(e.to_string()))?;
+    if header.format > REMOTE_FORMAT {
+        return Err(RemoteError::TooNew { what: format!("journal segment {n}"), found: header.format });
+    }
+    let mut d = Decoder::new(&plain[4 + hlen..]);
+    // The count is the store's word: no more batches than the bytes left can hold, and
+    // each still has to decode from the bytes that are there.
+    if header.batches as usize > d.remaining() / MIN_BATCH_LEN {
+        return Err(corrupt(format!(
+            "its header says {} batches, more than its {} bytes of batches can hold",
+            header.batches,
+            d.remaining()
+        )));
+    }
+    let mut batches = Vec::with_capacity(header.batches as usize);
+    for _ in 0..header.batches {
+        batches.push(JournalBatch::decode(&mut d).map_err(|e| corrupt(e.to_string()))?);
+    }
+    Ok((header, batches))
+}
+
+/// The batches of the plaintext of journal segment `n` (stored at `key`), as a restore reads
+/// them; exposed for the decoder fuzz tests (`tests/fuzz_decoders.rs`).
+#[doc(hidden)]
+pub fn decode_segment(n: u64, key: &str, plain: &[u8]) -> Result<Vec<JournalBatch>> {
+    parse_segment(n, key, plain).map(|(_, batches)| batches)
+}
+
+/// Decodes the plaintext of a checkpoint or snapshot manifest (`what` names it in errors).
+#[doc(hidden)]
+pub fn decode_manifest(what: &str, plain: &[u8]) -> Result<Manifest> {
+    #[derive(Deserialize)]
+    struct Version {
+        format: u32,
+    }
+    let corrupt = |e: serde_json::Error| RemoteError::Corrupt { what: what.to_string(), reason: e.to_string() };
+    let v: Version = serde_json::from_slice(plain).map_err(corrupt)?;
+    if v.format > REMOTE_FORMAT {
+        return Err(RemoteError::TooNew { what: what.to_string(), found: v.format });
+    }
+    serde_json::from_slice(plain).map_err(corrupt)
+}
+
+/// Decodes the plaintext of a part of checkpoint `seq`: its entries, in order.
+#[doc(hidden)]
+pub fn decode_part(seq: u64, plain: &[u8]) -> Result<Vec<JournalOp>> {
+    let mut d = Decoder::new(plain);
+    let mut ops = Vec::new();
+    while !d.is_empty() {
+        ops.push(
+            d.op().map_err(|e| RemoteError::Corrupt { what: format!("checkpoint {seq}"), reason: e.to_string() })?,
+        );
+    }
+    Ok(ops)
 }
 
 /// A snapshot id: sortable by time, unique enough for one workspace.

@@ -625,13 +625,15 @@ impl Store {
     }
 }
 
+/// The format of a store config, parsed before the rest of it.
+#[derive(Deserialize)]
+struct ConfigVersion {
+    format: u32,
+}
+
 async fn read_info(backend: &RedundantStore) -> Result<StoreInfo> {
-    // Parse the version first, so a newer format is reported as such, not as garbage.
-    #[derive(Deserialize)]
-    struct Version {
-        format: u32,
-    }
-    let bytes = match backend.get_object(CONFIG_KEY, WholeObject::Config.limit(), &json_ok::<Version>).await {
+    // A copy whose version parses is a good copy: a newer format is then reported as such.
+    let bytes = match backend.get_object(CONFIG_KEY, WholeObject::Config.limit(), &json_ok::<ConfigVersion>).await {
         Ok(b) => b,
         Err(e) if e.is_not_found() => {
             let names: Vec<_> = backend.backends().iter().map(|b| b.name().to_string()).collect();
@@ -639,18 +641,33 @@ async fn read_info(backend: &RedundantStore) -> Result<StoreInfo> {
         }
         Err(e) => return Err(e.into()),
     };
-    let v: Version = serde_json::from_slice(&bytes).map_err(|e| StoreError::Config(format!("store config: {e}")))?;
-    if v.format > STORE_FORMAT {
-        return Err(StoreError::TooNew { found: v.format, supported: STORE_FORMAT });
+    StoreInfo::decode(&bytes)
+}
+
+impl StoreInfo {
+    /// Decodes the store's `config` object (JSON, in clear), its format checked first so a
+    /// newer one is reported as such, not as garbage.
+    pub fn decode(bytes: &[u8]) -> Result<StoreInfo> {
+        let v: ConfigVersion =
+            serde_json::from_slice(bytes).map_err(|e| StoreError::Config(format!("store config: {e}")))?;
+        if v.format > STORE_FORMAT {
+            return Err(StoreError::TooNew { found: v.format, supported: STORE_FORMAT });
+        }
+        serde_json::from_slice(bytes).map_err(|e| StoreError::Config(format!("store config object is invalid: {e}")))
     }
-    serde_json::from_slice(&bytes).map_err(|e| StoreError::Config(format!("store config object is invalid: {e}")))
+}
+
+/// Decodes the wrapped key object stored at `key` (JSON, in clear); [`crypto::unwrap_key`]
+/// checks its fields.
+pub fn decode_wrapped_key(key: &str, bytes: &[u8]) -> Result<WrappedKey> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Key(format!("{key}: {e}")))
 }
 
 async fn list_keys(backend: &RedundantStore) -> Result<Vec<WrappedKey>> {
     let mut out = Vec::new();
     for obj in backend.list("keys/").await? {
         let bytes = backend.get_object(&obj.key, WholeObject::WrappedKey.limit(), &json_ok::<WrappedKey>).await?;
-        out.push(serde_json::from_slice(&bytes).map_err(|e| StoreError::Key(format!("{}: {e}", obj.key)))?);
+        out.push(decode_wrapped_key(&obj.key, &bytes)?);
     }
     Ok(out)
 }
