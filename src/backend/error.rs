@@ -4,7 +4,7 @@
 //! URL carries none, credentials live elsewhere), the object key, and what to check. Variants
 //! are grouped by what a caller does about them, see [`BackendError::kind`]: fix the
 //! configuration (`BadUrl`, `BadConfig`, `BadKey`, `AccessDenied`, `NotSupported`), treat as
-//! absent (`NotFound`), retry later (`Unavailable`, `Timeout`, `QuorumFailed`, `ListIncomplete`,
+//! absent (`NotFound`), retry later (`Unavailable`, `Timeout`, `QuorumFailed`, `NoMajority`, `ListIncomplete`,
 //! `Io`), or report damaged data (`Corrupt`).
 
 use std::ops::Range;
@@ -54,6 +54,10 @@ pub enum BackendError {
         errors.join("; ")
     )]
     QuorumFailed { key: String, stored: usize, needed: usize, errors: Vec<String> },
+    /// A read that must come from a majority of the copies found none agreeing (a replica
+    /// lags, or copies are missing or unreachable): retry.
+    #[error("no majority of the copies of {key} agree: {agreeing} of the {needed} needed ({})", errors.join("; "))]
+    NoMajority { key: String, agreeing: usize, needed: usize, errors: Vec<String> },
     /// No copy of the object passed verification (or could be reconstructed).
     #[error("{key} is corrupt: {reason}")]
     Corrupt { key: String, reason: String },
@@ -84,6 +88,7 @@ impl BackendError {
             BackendError::Unavailable { .. }
                 | BackendError::Timeout { .. }
                 | BackendError::QuorumFailed { .. }
+                | BackendError::NoMajority { .. }
                 | BackendError::ListIncomplete { .. }
                 | BackendError::Io(_)
         )
@@ -103,6 +108,7 @@ impl BackendError {
             BackendError::Unavailable { .. }
             | BackendError::Timeout { .. }
             | BackendError::QuorumFailed { .. }
+            | BackendError::NoMajority { .. }
             | BackendError::ListIncomplete { .. }
             | BackendError::Io(_) => ErrorKind::Unavailable,
             BackendError::Corrupt { .. } => ErrorKind::Corrupt,

@@ -42,8 +42,8 @@ impl RedundantStore {
     /// Timing: this read starts after the caller's create or put had every copy's answer, so a
     /// majority that took the winner's bytes holds them now (a backend's create is atomic and
     /// only the winner overwrites). A replica that stores late can keep any bytes from a
-    /// majority for a while: then the answer is [`BackendError::QuorumFailed`], retry, never a
-    /// guess. Nothing is repaired here: the winner overwrites minority copies, and
+    /// majority for a while: then the answer is [`BackendError::NoMajority`], retry, never a
+    /// guess; copies that are all bad are [`BackendError::Corrupt`]. Nothing is repaired here: the winner overwrites minority copies, and
     /// [`Self::get_object`] repairs what it reads.
     pub async fn get_object_majority(
         &self,
@@ -84,12 +84,19 @@ impl RedundantStore {
             });
         }
         errors.extend(unreachable.iter().map(|(b, reason)| format!("{}: {reason}", self.backends[*b].name())));
-        let stored = held.iter().map(|(_, n)| *n).max().unwrap_or(0);
+        if held.is_empty() && missing == 0 && errors.len() >= needed {
+            // Every copy that answered is bad, as many as a majority: damaged, not undecided.
+            return Err(BackendError::Corrupt {
+                key: key.to_string(),
+                reason: format!("no copy passed verification ({})", errors.join("; ")),
+            });
+        }
+        let agreeing = held.iter().map(|(_, n)| *n).max().unwrap_or(0);
         errors.extend(held.iter().map(|(_, n)| format!("{n} copies agree")));
         if missing > 0 {
             errors.push(format!("{missing} copies missing"));
         }
-        Err(BackendError::QuorumFailed { key: key.to_string(), stored, needed, errors })
+        Err(BackendError::NoMajority { key: key.to_string(), agreeing, needed, errors })
     }
 
     async fn get_replicated(

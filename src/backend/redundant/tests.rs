@@ -810,10 +810,12 @@ async fn after_a_lost_create_the_majority_and_not_the_losers_own_copy_says_who_o
     // Three different copies: no majority, so no answer.
     s.backends()[p[1]].put(key, Bytes::from_static(b"writer c")).await.unwrap();
     let err = s.get_object_majority(key, ANY, &|_| true).await.unwrap_err();
-    assert!(matches!(err, BackendError::QuorumFailed { stored: 1, needed: 2, .. }), "{err}");
-    // A copy that fails verification counts for nobody.
+    assert!(matches!(err, BackendError::NoMajority { agreeing: 1, needed: 2, .. }), "{err}");
+    // A copy that fails verification counts for nobody; all of them failing is damage.
     let err = s.get_object_majority(key, ANY, &|c| c != b"writer c".as_slice()).await.unwrap_err();
-    assert!(matches!(err, BackendError::QuorumFailed { .. }), "{err}");
+    assert!(matches!(err, BackendError::NoMajority { .. }), "{err}");
+    let err = s.get_object_majority(key, ANY, &|_| false).await.unwrap_err();
+    assert!(matches!(err, BackendError::Corrupt { .. }), "{err}");
 
     // Missing on a majority: absent, even with one copy left somewhere.
     let gone = "refs/ws/j/10";
