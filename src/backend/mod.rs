@@ -1,5 +1,5 @@
 //! The object-storage layer: one [`Backend`] per URL, and the [`RedundantStore`] that spreads
-//! objects over several of them (DESIGN.md §4.3, layout §6).
+//! objects over several of them (layout: docs/FORMAT.md, "Store layout").
 //!
 //! - [`BackendSpec`] parses `s3://bucket/prefix?endpoint=…&region=…&payload=…` and `file:///path`;
 //!   [`Credentials`] and [`BackendOptions`] complete what [`Backend::open`] needs.

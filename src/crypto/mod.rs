@@ -1,7 +1,7 @@
 //! Cryptography of everything that leaves the node: AEAD seal/open of objects, keyed hashes for
 //! block ids and object names, and wrapping of the store's data key by passphrases or key files.
 //!
-//! Key hierarchy (DESIGN.md §4.4):
+//! Key hierarchy (docs/FORMAT.md, "Keys"):
 //! - one random [`DataKey`] per store; it never changes, so rotating a passphrase rewraps only it
 //!   ([`wrap`]), never the data;
 //! - [`Keys`] derives independent subkeys from it with `blake3::derive_key` and fixed context

@@ -2,7 +2,7 @@
 //! [`Store`] with `Handle::block_on`.
 //!
 //! Invariant: only the tier's worker threads and FUSE (or watcher) threads call in, never a
-//! runtime thread, since `block_on` on a runtime thread panics (STYLE.md, "Async meets FUSE").
+//! runtime thread, since `block_on` on a runtime thread panics (docs/ARCHITECTURE.md, "Layers").
 //! Store errors keep their type (the cold tier wraps them in `ColdError::Store`), so a caller can tell a store that is
 //! down from data that is damaged.
 

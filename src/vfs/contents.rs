@@ -262,7 +262,7 @@ impl Vfs {
     }
 
     pub fn flush(&self, _ino: Ino, _fh: u64) -> VfsResult<()> {
-        // close() promises nothing beyond what write() already did (DESIGN.md §4.1).
+        // close() promises nothing beyond what write() already did (docs/SEMANTICS.md, "Durability").
         Ok(())
     }
 

@@ -803,6 +803,75 @@ fn an_owner_cannot_turn_the_root_daemon_against_the_node_and_others_read_nothing
     let leaked = fs::read_to_string(restored.join("linked-secret")).unwrap_or_default();
     assert!(!leaked.contains("marker-root"), "root's secret was uploaded by the watch");
 
+    // A directory of the watched tree swapped for a symlink to a directory outside it (one
+    // the owner may read, and root's), back and forth while the watch syncs: nothing from
+    // outside reaches the workspace. (Every path is resolved beneath the watched directory,
+    // and the worker has the owner's rights only.)
+    let outside = root.join("outside");
+    fs::create_dir(&outside).expect("mkdir");
+    fs::write(outside.join("theirs.txt"), "marker-outside-4b1d\n").expect("writing");
+    chown_tree(&outside, owner);
+    let roots = root.join("roots-only");
+    fs::create_dir(&roots).expect("mkdir");
+    fs::write(roots.join("root.txt"), "marker-root-dir-9e3f\n").expect("writing");
+    fs::set_permissions(&roots, fs::Permissions::from_mode(0o700)).expect("chmod");
+    fs::create_dir(watched.join("sub")).expect("mkdir");
+    fs::write(watched.join("sub/mine.txt"), "the owner's sub\n").expect("writing");
+    // (Only sub: the hard link to root's secret must stay root's.)
+    chown_tree(&watched.join("sub"), owner);
+    let racing = Arc::new(AtomicBool::new(true));
+    let racer = {
+        let (racing, sub, real) = (racing.clone(), watched.join("sub"), watched.join("sub.real"));
+        let targets = [outside.clone(), roots.clone()];
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while racing.load(Ordering::SeqCst) {
+                let target = &targets[(swaps % 2) as usize];
+                if fs::rename(&sub, &real).is_ok() {
+                    let _ = std::os::unix::fs::symlink(target, &sub);
+                    std::thread::sleep(Duration::from_millis(1));
+                    let _ = fs::remove_file(&sub);
+                    let _ = fs::rename(&real, &sub);
+                    swaps += 1;
+                }
+            }
+            swaps
+        })
+    };
+    let mut snapshots = Vec::new();
+    for i in 0..3 {
+        let out = tierfs(owner, &["--json", "sync", "-m", &format!("raced {i}"), w]);
+        out.assert_success("a sync of the watch during swaps");
+        let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("sync JSON");
+        snapshots.push(json["snapshot"].as_str().expect("a snapshot id").to_owned());
+    }
+    racing.store(false, Ordering::SeqCst);
+    let swaps = racer.join().expect("the racer");
+    assert!(swaps > 0, "no swap happened");
+    tierfs(owner, &["sync", "-m", "after the race", w]).assert_success("the sync after the race");
+    // Every state the watch stored, during the race and after it: nothing from outside.
+    let states = snapshots.iter().map(|id| Some(id.as_str())).chain([None]);
+    for (i, snapshot) in states.enumerate() {
+        let raced = root.join(format!("restored-raced-{i}"));
+        let mut restore = store_node::env(a.fx.tierfs());
+        restore.args(["restore", "--store"]).arg(&a.store_file).args(["--workspace", "watched"]);
+        if let Some(id) = snapshot {
+            restore.args(["--snapshot", id]);
+        }
+        run(restore.arg(&raced), Duration::from_secs(60)).assert_success("restoring the raced workspace");
+        for (rel, path, meta) in common::walk_tree(&raced) {
+            if meta.is_file() {
+                let text = fs::read(&path).expect("reading the restored file");
+                let found = |m: &[u8]| text.windows(m.len()).any(|w| w == m);
+                assert!(!found(b"marker-outside") && !found(b"marker-root"), "{rel} came from outside ({snapshot:?})");
+            }
+        }
+        if snapshot.is_none() {
+            let mine = fs::read_to_string(raced.join("sub/mine.txt")).expect("restored");
+            assert_eq!(mine, "the owner's sub\n", "the final state has sub as it is");
+        }
+    }
+
     // The owner's secret, mode 0600, and what the history records.
     let secret = a.fx.mountpoint.join("secret.py");
     fs::write(&secret, "TOKEN = 'marker-5f1c'\n").expect("writing the secret");

@@ -1,4 +1,4 @@
-//! [`RedundantStore`]: the redundancy contract of DESIGN.md §4.3 over several [`Backend`]s.
+//! [`RedundantStore`]: the store's redundancy (docs/SEMANTICS.md, "With a store") over several [`Backend`]s.
 //!
 //! - Small objects (config, keys, index segments, heads, journal) are replicated: `Replicas(n)`
 //!   keeps `n` copies, `Erasure { data: k, parity: m }` keeps `max(m + 1, min(3, k + m))`
@@ -83,7 +83,7 @@ impl Redundancy {
         match *self {
             Redundancy::Replicas(n) => n as usize,
             // At least three copies where there are three backends, so a majority write
-            // quorum still tolerates losing one backend (DESIGN.md §4.3).
+            // quorum still tolerates losing one backend.
             Redundancy::Erasure { data, parity } => (parity as usize + 1).max((data as usize + parity as usize).min(3)),
         }
     }

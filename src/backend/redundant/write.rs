@@ -61,8 +61,8 @@ impl RedundantStore {
         let big = data.len() >= BLOCKING_THRESHOLD;
         let shards = maybe_blocking(big, move || codec.encode(&data)).await??;
         let k = self.codec.as_ref().map_or(1, |c| c.data_shards());
-        // k + m - 1: a write survives losing any one backend (DESIGN.md §4.3: losing one never
-        // stops writes); the missing shard is queued for repair.
+        // k + m - 1: a write survives losing any one backend (losing one never stops writes: docs/SEMANTICS.md,
+        // "With a store"); the missing shard is queued for repair.
         let needed = (shards.len().saturating_sub(1)).max(k);
         let writes = shards
             .into_iter()
