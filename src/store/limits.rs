@@ -130,6 +130,20 @@ impl WholeObject {
         }
     }
 
+    /// Whether objects of this kind live under a workspace's prefix (`ws/<w>/…`).
+    pub const fn in_workspace(self) -> bool {
+        match self {
+            WholeObject::Config | WholeObject::WrappedKey | WholeObject::IndexSegment => false,
+            WholeObject::JournalSegment
+            | WholeObject::Checkpoint
+            | WholeObject::CheckpointPart
+            | WholeObject::Snapshot
+            | WholeObject::Lease
+            | WholeObject::History
+            | WholeObject::HotSet => true,
+        }
+    }
+
     /// What it is, for messages ("more than the 65536 bytes a lease record can be").
     pub const fn what(self) -> &'static str {
         match self {
@@ -162,27 +176,19 @@ impl WholeObject {
 
 /// The largest object of any kind: the bound of reads that copy objects whatever they are
 /// (repairs).
-pub const LARGEST_OBJECT: u64 = largest(&WholeObject::ALL, LARGEST_PACK);
+pub const LARGEST_OBJECT: u64 = largest(false, LARGEST_PACK);
 
 /// The largest object of a workspace (`ws/<w>/…`): the bound of a scrub's read of one, which
 /// does not tell their kinds apart by key.
-pub const LARGEST_WORKSPACE_OBJECT: u64 = largest(
-    &[
-        WholeObject::JournalSegment,
-        WholeObject::Checkpoint,
-        WholeObject::CheckpointPart,
-        WholeObject::Snapshot,
-        WholeObject::Lease,
-        WholeObject::History,
-        WholeObject::HotSet,
-    ],
-    0,
-);
+pub const LARGEST_WORKSPACE_OBJECT: u64 = largest(true, 0);
 
-const fn largest(kinds: &[WholeObject], mut max: u64) -> u64 {
+/// The largest limit of [`WholeObject::ALL`] (of the workspace's kinds only, with
+/// `workspace_only`), or `max` if that is larger.
+const fn largest(workspace_only: bool, mut max: u64) -> u64 {
+    let kinds = WholeObject::ALL;
     let mut i = 0;
     while i < kinds.len() {
-        if kinds[i].max_len() > max {
+        if (!workspace_only || kinds[i].in_workspace()) && kinds[i].max_len() > max {
             max = kinds[i].max_len();
         }
         i += 1;

@@ -18,16 +18,12 @@ pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness) -> Res
         let _rt_context = rt.enter();
         Stop::signals()?
     };
-    run_until(rt, config, readiness, stop)
+    run_until(rt, config, readiness, stop, None)
 }
 
-/// [`run`] with the stop given, for the node daemon, which owns the signals.
-pub fn run_until(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
-    run_supplied(rt, config, readiness, stop, None)
-}
-
-/// [`run_until`], with what the node daemon `supplied` to a worker (`crate::worker`).
-pub(crate) fn run_supplied(
+/// [`run`] with the stop given, for the node daemon, which owns the signals, and with what it
+/// `supplied` to a worker (`crate::worker`).
+pub(crate) fn run_until(
     rt: &Runtime,
     config: &MountConfig,
     readiness: &mut Readiness,
@@ -37,8 +33,8 @@ pub(crate) fn run_supplied(
     crate::private::private_umask();
     crate::private::tighten_data_dir(&config.data_dir)?;
     if config.watch {
-        crate::watch::run_with(rt, config, readiness, stop, supplied)
+        crate::watch::run(rt, config, readiness, stop, supplied)
     } else {
-        crate::serve::run_with(rt, config, readiness, stop, supplied)
+        crate::serve::run(rt, config, readiness, stop, supplied)
     }
 }

@@ -384,7 +384,7 @@ fn serve_mount(
         // An owner's mount is served with the owner's rights, never root's.
         Some(uid) if uid != 0 && crate::mounts::is_root() => crate::worker::Owner::lookup(uid)
             .and_then(|owner| crate::worker::supervise(rt, config, &owner, &mut readiness, stop)),
-        _ => crate::frontend::run_until(rt, config, &mut readiness, stop),
+        _ => crate::frontend::run_until(rt, config, &mut readiness, stop, None),
     });
     let started = matches!(readiness, Readiness::Node(None));
     let outcome = result.map_err(|err| {

@@ -59,12 +59,6 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// the process exits anyway.
 const ANSWER_GRACE: Duration = Duration::from_secs(5);
 
-/// Serves the mount described by `config` until it is unmounted. Returns an error when
-/// the mount could not be set up, or when the final flush did not complete.
-pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
-    run_with(rt, config, readiness, stop, None)
-}
-
 /// What the node daemon prepared with root's rights for a worker that serves a mount as its
 /// owner (`crate::worker`): with these the worker opens no path of root's and mounts nothing.
 pub(crate) struct Supplied {
@@ -88,8 +82,10 @@ pub(crate) struct GivenSocket {
 /// An unmount the node daemon makes for a worker: `lazy` as for [`mounts::unmount`].
 pub(crate) type SupervisorUnmount = Arc<dyn Fn(bool) -> Result<mounts::UnmountMethod, UnmountError> + Send + Sync>;
 
-/// [`run`], with what the node daemon `supplied` when a worker serves the mount.
-pub(crate) fn run_with(
+/// Serves the mount described by `config` until it is unmounted, with what the node daemon
+/// `supplied` when a worker serves it. Returns an error when the mount could not be set up,
+/// or when the final flush did not complete.
+pub(crate) fn run(
     rt: &Runtime,
     config: &MountConfig,
     readiness: &mut Readiness,
@@ -695,7 +691,7 @@ impl ControlHandler for Served {
 /// Widens the kernel's readahead window of the mount to `kib` KiB (0: leaves it), now that the
 /// session serves. A failure costs speed only, so it is logged and serving goes on: without
 /// root the window stays at the kernel's 128 KiB.
-fn set_read_ahead(mountpoint: &Path, kib: u32) {
+pub(crate) fn set_read_ahead(mountpoint: &Path, kib: u32) {
     if kib == 0 {
         return;
     }

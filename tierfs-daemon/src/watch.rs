@@ -54,14 +54,10 @@ enum Msg {
     Stop(Sender<Result<(), String>>),
 }
 
-/// Serves `config.mountpoint` as a watched directory until SIGTERM, SIGINT or `unwatch`.
-pub fn run(rt: &Runtime, config: &MountConfig, readiness: &mut Readiness, stop: Stop) -> Result<()> {
-    run_with(rt, config, readiness, stop, None)
-}
-
-/// [`run`], with the store and control socket the node daemon `supplied` when a worker
-/// serves the watch as its owner (`crate::worker`).
-pub(crate) fn run_with(
+/// Serves `config.mountpoint` as a watched directory until SIGTERM, SIGINT or `unwatch`, with
+/// the store and control socket the node daemon `supplied` when a worker serves the watch as
+/// its owner (`crate::worker`).
+pub(crate) fn run(
     rt: &Runtime,
     config: &MountConfig,
     readiness: &mut Readiness,

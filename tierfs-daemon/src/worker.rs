@@ -435,16 +435,12 @@ impl Drop for AbortOnDrop {
 
 /// Widens a worker's mount's readahead window (root only), as `serve` does for its own.
 fn set_read_ahead(config: &MountConfig) {
-    let kib = config.mount_options().read_ahead_kib;
-    if config.watch || kib == 0 {
+    if config.watch {
         return;
     }
-    let path = config.mountpoint.clone();
+    let (path, kib) = (config.mountpoint.clone(), config.mount_options().read_ahead_kib);
     // Its stat waits for the worker's answer: off the supervisor's async thread.
-    std::thread::spawn(move || match tierfs_mount::set_read_ahead(&path, kib) {
-        Ok(before) => info!(before_kib = before, kib, "kernel readahead window set for {}", path.display()),
-        Err(err) => warn!("could not set the kernel readahead window of {} to {kib} KiB: {err}", path.display()),
-    });
+    std::thread::spawn(move || crate::serve::set_read_ahead(&path, kib));
 }
 
 /// The node's view of a worker's mount: its status, asked over its control socket as root.
@@ -528,7 +524,7 @@ pub fn run_worker() -> Result<()> {
             let _rt_context = rt.enter();
             Stop::signals()?
         };
-        crate::frontend::run_supplied(&rt, &config, &mut readiness, stop, Some(supplied))
+        crate::frontend::run_until(&rt, &config, &mut readiness, stop, Some(supplied))
     })();
     if let Err(err) = &result {
         readiness.failed(err);
