@@ -500,6 +500,7 @@ fn targets() -> Vec<Target> {
                     acquired_unix: 1_700_000_000,
                     expires_unix: 1_700_000_060,
                     released: false,
+                    seen_seq: 42,
                     process: "boot/pid:[4026531836]/1".into(),
                 };
                 vec![serde_json::to_vec(&rec).unwrap()]

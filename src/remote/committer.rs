@@ -99,20 +99,29 @@ impl Committer {
     /// Takes the lease, brings the local metadata in line with the store (restoring it into
     /// an empty store), fences the chain by appending this session's first segment, and
     /// starts journaling. Returns the committer and where the chain stood.
+    ///
+    /// A store behind what this node's data dir, or the lease's last holder, saw it hold is
+    /// refused ([`RemoteError::RolledBack`]); `accept_rollback` takes it as it is (the data
+    /// dir's refusal stands: the caller drops its copy first).
     pub async fn open(
         ws: Arc<Workspace>,
         meta: Arc<MetaStore>,
         lease: Lease,
         takeover: bool,
+        accept_rollback: bool,
     ) -> Result<(Arc<Committer>, ChainState)> {
         // A store that went back in time is refused before the lease is touched, so the refusal
         // changes nothing in it (the check is made again under the lease).
+        let state = ws.chain_state().await?;
         if !meta.is_empty()? {
-            Committer::check_not_rolled_back(&ws, &meta, &ws.chain_state().await?)?;
+            Committer::check_not_rolled_back(&ws, &meta, &state)?;
+        }
+        if !accept_rollback {
+            ws.check_lease_mark(Some(state.remote_seq)).await?;
         }
         lease.acquire(takeover).await?;
         let lease = Arc::new(lease);
-        match Committer::open_leased(ws, meta, lease.clone()).await {
+        match Committer::open_leased(ws, meta, lease.clone(), accept_rollback).await {
             Ok(done) => Ok(done),
             Err(e) => {
                 // Nothing was mounted: let the next attempt (or node) have the workspace.
@@ -131,6 +140,7 @@ impl Committer {
         if state.remote_seq < durable {
             return Err(RemoteError::RolledBack {
                 workspace: ws.name().to_string(),
+                witness: "this node".into(),
                 seen: durable,
                 store: state.remote_seq,
             });
@@ -142,10 +152,15 @@ impl Committer {
         ws: Arc<Workspace>,
         meta: Arc<MetaStore>,
         lease: Arc<Lease>,
+        accept_rollback: bool,
     ) -> Result<(Arc<Committer>, ChainState)> {
         let empty = meta.is_empty()?;
         let (state, need_checkpoint) = if empty {
-            (ws.restore(&meta).await?, false)
+            let state = ws.restore(&meta).await?;
+            if !accept_rollback {
+                ws.check_lease_mark(Some(state.remote_seq)).await?;
+            }
+            (state, false)
         } else {
             let state = ws.chain_state().await?;
             let local = meta.local_seq()?;
@@ -167,6 +182,7 @@ impl Committer {
             return Err(RemoteError::TakenOver { workspace: ws.name().to_string(), holder });
         }
         meta.enable_journal(state.next_segment + 1)?;
+        lease.restart_mark(state.remote_seq);
         if empty {
             // A file whose size reaches past the data that made it to the store (the last
             // writer stopped between committing a write's new size and uploading its bytes)
@@ -221,6 +237,7 @@ impl Committer {
         let mut backoff = Duration::from_millis(100);
         loop {
             if Instant::now() >= next_renewal {
+                self.mark_lease();
                 match self.lease.renew().await {
                     Ok(()) => {
                         self.lease_expires_unix
@@ -406,6 +423,7 @@ impl Committer {
 
     /// Checks the lease is still this session's (before a barrier reports success), renewing it.
     pub async fn confirm_lease(&self) -> Result<()> {
+        self.mark_lease();
         match self.lease.renew().await {
             Ok(()) => {
                 *self.renewed_at.lock() = Instant::now();
@@ -421,7 +439,16 @@ impl Committer {
 
     /// Gives up the lease (clean unmount, after everything is durable).
     pub async fn release(&self) -> Result<()> {
+        self.mark_lease();
         self.lease.release().await
+    }
+
+    /// Brings the lease's high-water mark up to the batches the store acknowledged (a read
+    /// that fails leaves the mark where it was: lower, never wrong).
+    fn mark_lease(&self) {
+        if let Ok(seq) = self.meta.durable_seq() {
+            self.lease.note_stored(seq);
+        }
     }
 
     pub fn stats(&self) -> RemoteStats {

@@ -207,7 +207,7 @@ async fn gc_held(
         let ws = Arc::new(Workspace::at_prefix(store.clone(), &hash));
         let meta = Arc::new(MetaStore::open(&scratch.join(format!("ws{i}")))?);
         let lease = ws.lease(holder, GC_LEASE_TTL);
-        let (committer, _) = Committer::open(ws.clone(), meta.clone(), lease, false).await?;
+        let (committer, _) = Committer::open(ws.clone(), meta.clone(), lease, false, false).await?;
         let snapshots = ws.snapshot_manifests().await?;
         report.snapshots += snapshots.len() as u64;
         held.push(Held { ws, meta, committer, snapshots });

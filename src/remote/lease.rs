@@ -20,6 +20,7 @@
 //! [`Lease::fresh_for`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -51,6 +52,12 @@ pub struct LeaseRecord {
     /// holder whose process is gone (kill -9, crash) is known dead without waiting for expiry.
     #[serde(default)]
     pub process: String,
+    /// The highest batch number the holder knew the store to hold when it wrote this record
+    /// (its high-water mark, carried from holder to holder): a node that finds the chain behind
+    /// it knows the store went back in time, even with no data dir of its own. `0` in records
+    /// from before the mark existed.
+    #[serde(default)]
+    pub seen_seq: u64,
 }
 
 impl LeaseRecord {
@@ -96,12 +103,26 @@ pub struct Lease {
     holder: String,
     session: String,
     ttl: Duration,
+    /// The high-water mark this session writes ([`LeaseRecord::seen_seq`]): the last holder's
+    /// until the committer has checked the chain, then the batches the store acknowledged.
+    seen: AtomicU64,
 }
 
 impl Lease {
     pub(super) fn new(ws: Arc<Workspace>, holder: &str, ttl: Duration) -> Lease {
         let session = hex::encode(rand::random::<[u8; 12]>());
-        Lease { ws, holder: holder.to_string(), session, ttl }
+        Lease { ws, holder: holder.to_string(), session, ttl, seen: AtomicU64::new(0) }
+    }
+
+    /// Records that the store acknowledged batches up to `seq`, for the next lease write.
+    pub fn note_stored(&self, seq: u64) {
+        self.seen.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// Starts the mark over at `seq`: the chain as the committer found it once its checks
+    /// passed (or once a rollback was accepted).
+    pub(super) fn restart_mark(&self, seq: u64) {
+        self.seen.store(seq, Ordering::Relaxed);
     }
 
     pub fn session(&self) -> &str {
@@ -119,11 +140,7 @@ impl Lease {
 
     /// The current lease record, if any.
     pub async fn current(&self) -> Result<Option<LeaseRecord>> {
-        let key = self.ws.lease_key();
-        let Some(plain) = self.ws.get_sealed_majority(ObjectKind::Lease, WholeObject::Lease, &key).await? else {
-            return Ok(None);
-        };
-        LeaseRecord::decode(&plain).map(Some)
+        self.ws.lease_record().await
     }
 
     async fn write(&self, released: bool, acquired_unix: u64) -> Result<()> {
@@ -136,6 +153,7 @@ impl Lease {
             expires_unix: if released { now } else { now + self.ttl.as_secs() },
             released,
             process: this_process(),
+            seen_seq: self.seen.load(Ordering::Relaxed),
         };
         let body = serde_json::to_vec(&rec).expect("a lease serializes");
         self.ws.put_sealed(ObjectKind::Lease, WholeObject::Lease, &self.ws.lease_key(), &body).await
@@ -146,6 +164,8 @@ impl Lease {
     pub async fn acquire(&self, takeover: bool) -> Result<()> {
         let lease_only = self.ws.fencing() == Fencing::Lease;
         if let Some(cur) = self.current().await? {
+            // The mark goes on even if this session fails before it checks the chain.
+            self.seen.fetch_max(cur.seen_seq, Ordering::Relaxed);
             let mut live = !cur.released && cur.expires_unix > unix_now() && cur.session != self.session;
             if live && is_dead_here(&cur.process) {
                 tracing::info!(holder = %cur.holder, "the last holder of the lease was a process of this machine that is gone");
@@ -234,6 +254,41 @@ impl Lease {
             Some(cur) if cur.session == self.session => self.write(true, cur.acquired_unix).await,
             _ => Ok(()),
         }
+    }
+}
+
+impl Workspace {
+    /// The workspace's lease record, read from a majority of copies.
+    pub async fn lease_record(&self) -> Result<Option<LeaseRecord>> {
+        let key = self.lease_key();
+        let Some(plain) = self.get_sealed_majority(ObjectKind::Lease, WholeObject::Lease, &key).await? else {
+            return Ok(None);
+        };
+        LeaseRecord::decode(&plain).map(Some)
+    }
+
+    /// Refuses a chain that ends before the batch the lease's last holder saw the store hold
+    /// ([`RemoteError::RolledBack`]): newer checkpoints and segments were deleted, or older
+    /// copies put back. `chain_end` is where the chain ends, if the caller has read it; else it
+    /// is read here, only when the lease has a mark. What this cannot see: the lease itself
+    /// deleted or put back as well (docs/SEMANTICS.md, "What a store can do to you").
+    pub async fn check_lease_mark(&self, chain_end: Option<u64>) -> Result<()> {
+        let Some(rec) = self.lease_record().await?.filter(|r| r.seen_seq > 0) else {
+            return Ok(());
+        };
+        let store = match chain_end {
+            Some(seq) => seq,
+            None => self.chain_state().await?.remote_seq,
+        };
+        if rec.seen_seq > store {
+            return Err(RemoteError::RolledBack {
+                workspace: self.name().to_string(),
+                witness: format!("the workspace's last writer ({})", rec.holder),
+                seen: rec.seen_seq,
+                store,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -97,12 +97,12 @@ pub enum RemoteError {
     /// The store is behind what this node saw it hold: objects were deleted or put back
     /// (a rolled-back bucket, a lagging replica, a deleter without the key).
     #[error(
-        "workspace {workspace:?}: the store holds batches up to {store}, but this node saw it hold up to {seen}: it \
+        "workspace {workspace:?}: the store holds batches up to {store}, but {witness} saw it hold up to {seen}: it \
          went back in time (objects deleted or put back). Nothing was changed. Find out why; a writer mounted with \
          `--accept-rollback` takes the store's state as it is now, dropping this node's copy (a follower keeps what \
          it shows until it is mounted again)"
     )]
-    RolledBack { workspace: String, seen: u64, store: u64 },
+    RolledBack { workspace: String, witness: String, seen: u64, store: u64 },
     #[error("no snapshot {0:?} in this workspace")]
     NoSnapshot(String),
     #[error(
@@ -756,7 +756,8 @@ impl Workspace {
             let newest = self.list_numbers("cp/").await?.last().copied().unwrap_or(0);
             if !last_read_there && newest < at.seq {
                 let workspace = self.name().to_string();
-                return Err(RemoteError::RolledBack { workspace, seen: at.seq, store: newest });
+                let witness = "this follower".to_string();
+                return Err(RemoteError::RolledBack { workspace, witness, seen: at.seq, store: newest });
             }
             if newest <= at.seq {
                 return Ok(None);

@@ -39,7 +39,7 @@ use tracing::{info, warn};
 
 use crate::backend::BackendHealth;
 use crate::history::{History, HistoryError, Recorded};
-use crate::remote::{ChainPoint, CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
+use crate::remote::{ChainPoint, ChainState, CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
 use crate::store::{Fencing, Store};
 use crate::tier::{ColdConfig, DEFAULT_INFLIGHT_BUDGET, DEFAULT_RESERVE};
 use crate::vfs::{AttachedStore, HeadChange, Prepared, Vfs, VfsConfig, VfsStats};
@@ -722,7 +722,7 @@ fn restore_view(
     match &config.access {
         Access::ReadWrite => return Ok(None),
         Access::ReadOnly if config.follow.is_some() => {
-            let state = handle.block_on(ws.restore(prepared.meta()))?;
+            let state = handle.block_on(restore_checked(&ws, prepared, config.accept_rollback))?;
             info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored to follow");
             return Ok(Some(state.into()));
         }
@@ -730,7 +730,7 @@ fn restore_view(
             if !prepared.meta().is_empty()? {
                 return Ok(None);
             }
-            let state = handle.block_on(ws.restore(prepared.meta()))?;
+            let state = handle.block_on(restore_checked(&ws, prepared, config.accept_rollback))?;
             info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored read-only");
         }
         Access::Snapshot(id) => {
@@ -740,6 +740,19 @@ fn restore_view(
     }
     prepared.meta().cut_to_stored_data()?;
     Ok(None)
+}
+
+/// Restores the workspace's latest state, refused before anything is written when the lease's
+/// last holder saw the store hold more (unless `accept_rollback`).
+async fn restore_checked(
+    ws: &Workspace,
+    prepared: &Prepared,
+    accept_rollback: bool,
+) -> Result<ChainState, SessionError> {
+    if !accept_rollback {
+        ws.check_lease_mark(None).await?;
+    }
+    Ok(ws.restore(prepared.meta()).await?)
 }
 
 /// The file in a data dir that names the store and workspace it is a copy of.
@@ -784,7 +797,9 @@ fn open_remote(
         }
         let started = Instant::now();
         let lease = ws.lease(&config.holder, config.lease_ttl);
-        let (committer, state) = Committer::open(ws.clone(), prepared.meta().clone(), lease, config.takeover).await?;
+        let (committer, state) =
+            Committer::open(ws.clone(), prepared.meta().clone(), lease, config.takeover, config.accept_rollback)
+                .await?;
         info!(
             workspace = %config.workspace,
             remote_seq = state.remote_seq,

@@ -450,3 +450,78 @@ fn a_store_that_went_back_in_time_is_refused_by_a_node_that_saw_more() {
     assert!(!b.fx.p("file-2.txt").exists());
     b.fx.umount();
 }
+
+/// A workspace's newest checkpoints and journal segments deleted (or older ones put back) while
+/// its lease stays: the lease carries the highest batch its writer saw stored, so even a node
+/// with no data dir of its own refuses the store (mount, read-only mount, restore), naming both
+/// positions and changing nothing; `--accept-rollback` takes it as it is, and starts the mark
+/// over so that the next node mounts it.
+#[test]
+fn a_chain_rolled_back_behind_its_lease_is_refused_by_a_node_with_no_data_dir() {
+    let mut a = Node::init_file();
+    let backend = a.fx.tmp.path().join("backend");
+    let saved = a.fx.tmp.path().join("chain-then");
+    let chain_dirs = |root: &Path| -> Vec<String> {
+        common::walk_tree(root)
+            .into_iter()
+            .filter(|(rel, _, m)| m.is_dir() && (rel.ends_with("/cp") || rel.ends_with("/j")))
+            .map(|(rel, _, _)| rel)
+            .collect()
+    };
+    a.mount(&[]);
+    fs::write(a.fx.p("first.txt"), b"one").expect("write");
+    a.sync("first").assert_success("sync");
+    a.fx.umount();
+    let copy_dir = |from: &Path, to: &Path| {
+        fs::create_dir_all(to).expect("mkdir");
+        run(std::process::Command::new("cp").arg("-a").arg(from.join(".")).arg(to), Duration::from_secs(60))
+            .assert_success("copying a directory of the store");
+    };
+    let dirs = chain_dirs(&backend);
+    assert_eq!(dirs.len(), 2, "a checkpoint and a journal directory: {dirs:?}");
+    for dir in &dirs {
+        copy_dir(&backend.join(dir), &saved.join(dir));
+    }
+    a.mount(&[]);
+    for i in 2..=6 {
+        fs::write(a.fx.p(&format!("file-{i}.txt")), format!("{i}")).expect("write");
+        a.sync(&format!("sync {i}")).assert_success("sync");
+    }
+    a.fx.umount();
+    // The chain put back as it was; the lease, packs and everything else stay.
+    for dir in &dirs {
+        fs::remove_dir_all(backend.join(dir)).expect("rm");
+        copy_dir(&saved.join(dir), &backend.join(dir));
+    }
+    let listing = |dir: &Path| common::walk_tree(dir).into_iter().map(|(rel, _, m)| (rel, m.len())).collect::<Vec<_>>();
+    let before = listing(&backend);
+
+    let refused = |out: &common::Output, what: &str| {
+        assert!(!out.success(), "{what}: a rolled-back store was taken: {}", out.stdout);
+        let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap_or_default();
+        assert_eq!(json["kind"], "corrupt", "{what}: {}\n{}", out.stdout, out.stderr);
+        let said = format!("{}{}", out.stdout, out.stderr);
+        assert!(said.contains("went back in time") && said.contains("last writer"), "{what}: {said}");
+    };
+    let mut b = Node::new(&a.store_file);
+    refused(&b.try_mount(&[]), "a fresh writer");
+    assert!(!common::is_mounted(&b.fx.mountpoint));
+    refused(&b.try_mount(&["--read-only"]), "a fresh read-only mount");
+    let copy = b.fx.tmp.path().join("copy");
+    let mut cmd = env(b.fx.tierfs());
+    cmd.args(["--json", "restore", "--store"]).arg(&a.store_file).arg(&copy);
+    refused(&run(&mut cmd, Duration::from_secs(120)), "a restore");
+    assert!(!copy.exists() || fs::read_dir(&copy).expect("readdir").next().is_none(), "the refused restore wrote");
+    assert_eq!(listing(&backend), before, "a refusal changed the store");
+
+    b.wipe_local_state();
+    b.mount(&["--accept-rollback"]);
+    assert_eq!(fs::read_to_string(b.fx.p("first.txt")).expect("the store's state"), "one");
+    assert!(!b.fx.p("file-2.txt").exists(), "the chain's later state is gone");
+    b.fx.umount();
+    // Accepted: the mark starts over from the store's state, and the next node mounts it.
+    let mut c = Node::new(&a.store_file);
+    c.mount(&[]);
+    assert_eq!(fs::read_to_string(c.fx.p("first.txt")).expect("on the next node"), "one");
+    c.fx.umount();
+}
