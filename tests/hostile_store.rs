@@ -8,6 +8,13 @@
 //! the body was never read (the backend's received-bytes counter), and that the process's peak
 //! RSS stayed far below the object's size. One more plants a journal segment whose header
 //! claims 2^32-1 batches.
+//!
+//! The rest plant well-formed journal batches, sealed with the store's own keys at the key of
+//! the segment a reader takes next (what a buggy or hostile writer that knows the key can
+//! do): names that are no path component, a symlink with an entry beneath it, a directory
+//! cycle, a setuid-root file and a device node. A restore (a read-only session and the
+//! export `tierfs restore` runs) refuses each with its kind or leaves the rights out, and a
+//! canary directory beside the target stays empty.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,8 +22,13 @@ use std::time::Duration;
 
 use tierfs::backend::{BackendSpec, Credentials};
 use tierfs::crypto::{KdfParams, ObjectKind, Secret};
+use tierfs::export::{self, Visitor, Written};
+use tierfs::meta::codec;
+use tierfs::meta::{InodeRecord, JournalBatch, JournalOp};
+use tierfs::remote::{Workspace, encode_segment};
 use tierfs::session::{Access, Session, SessionConfig, SessionError, StoreLocality};
 use tierfs::store::{Store, StoreConfig, StoreError, WholeObject};
+use tierfs::types::{Attr, FileKind, Timestamp};
 use tierfs::vfs::{Caller, ROOT_INO};
 use tierfs::{Error, ErrorKind};
 use tierfs_test_support::moto::MotoServer;
@@ -258,4 +270,232 @@ fn on_s3_an_oversized_lease_is_refused_unread() {
     let err = fx.open("node-b", Access::ReadWrite, store.clone()).err().expect("an oversized lease is refused");
     assert!(received(&store) - before < 1 << 20, "the lease's body was not read");
     assert_refused(Error::from(err), &lease, &[planted, WholeObject::Lease.max_len()]);
+}
+
+/// The batch number of planted batches: past anything the writer made.
+const PLANTED_SEQ: u64 = 1_000_000;
+
+/// The ops of one batch, as a writer's metadata store would journal them.
+#[derive(Default)]
+struct Planted(Vec<JournalOp>);
+
+impl Planted {
+    fn entry(mut self, parent: u64, name: &[u8], ino: u64, kind: FileKind) -> Planted {
+        self.0.push(JournalOp::Put {
+            key: codec::dentry_key(parent, name),
+            value: codec::encode_dentry(ino, kind).to_vec(),
+        });
+        self
+    }
+
+    /// An inode: `perm` with its setid bits, owned by `uid`, device number `rdev`.
+    fn inode(mut self, ino: u64, kind: FileKind, perm: u16, uid: u32, rdev: u32) -> Planted {
+        let t = Timestamp { secs: 1_700_000_000, nanos: 0 };
+        let attr = Attr {
+            ino,
+            kind,
+            perm,
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            uid,
+            gid: uid,
+            rdev,
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+        };
+        let rec = InodeRecord { attr, parent: ROOT_INO, dense: true, no_xattrs: true };
+        self.0.push(JournalOp::Put { key: codec::inode_key(ino), value: codec::encode_inode(&rec) });
+        self
+    }
+
+    fn symlink(mut self, ino: u64, target: &[u8]) -> Planted {
+        self = self.inode(ino, FileKind::Symlink, 0o777, 0, 0);
+        self.0.push(JournalOp::Put { key: codec::symlink_key(ino), value: target.to_vec() });
+        self
+    }
+}
+
+impl Fixture {
+    /// Seals `planted` as the next journal segment with the store's keys, replacing whatever
+    /// was planted there before (a `file://` store).
+    fn plant_batch(&self, store: &Store, planted: Planted) {
+        let key = self.next_segment_key(store);
+        let n = u64::from_str_radix(key.rsplit('/').next().expect("a number"), 16).expect("hex");
+        let batch = JournalBatch { seq: PLANTED_SEQ, ops: planted.0 };
+        let plain = encode_segment(n, "hostile", "hostile:1", 0, &[batch]).expect("encode");
+        self.plant_bytes(&key, &store.keys().seal(ObjectKind::Journal, key.as_bytes(), &plain));
+    }
+
+    /// What `tierfs restore` does: a read-only session on a new data dir, then the export
+    /// into `target` (made here, empty), unprivileged unless `privileged`.
+    fn restore(
+        &self,
+        data_dir: &str,
+        store: Arc<Store>,
+        target: &std::path::Path,
+        privileged: bool,
+    ) -> Result<Written, Error> {
+        std::fs::create_dir_all(target).expect("target");
+        let session = self.open(data_dir, Access::ReadOnly, store).map_err(Error::from)?;
+        Ok(export::write_tree(session.vfs(), target, privileged, &mut Quiet)?)
+    }
+
+    /// An empty directory beside the restore targets, where a store's names may point.
+    fn canary(&self) -> PathBuf {
+        let canary = self.dir.path().join("canary");
+        std::fs::create_dir_all(&canary).expect("canary");
+        canary
+    }
+}
+
+struct Quiet;
+impl Visitor for Quiet {}
+
+fn assert_empty(dir: &std::path::Path) {
+    let names: Vec<_> = std::fs::read_dir(dir).expect("readdir").map(|e| e.expect("entry").file_name()).collect();
+    assert!(names.is_empty(), "{} holds {names:?}", dir.display());
+}
+
+/// Every name that is no path component (`..`, a path, NUL, 256 bytes, …) is refused where the
+/// batch is imported, before anything of the restore is written, with kind `Corrupt`.
+#[test]
+fn names_that_are_no_path_component_are_refused_and_nothing_is_written() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let canary = fx.canary();
+    let escape = format!("../../{}/escaped", canary.file_name().and_then(|n| n.to_str()).expect("a name"));
+    let absolute = format!("{}/escaped", canary.display());
+    let long = vec![b'x'; 256];
+    let names: [&[u8]; 8] = [escape.as_bytes(), absolute.as_bytes(), b"a/b", b"nul\0byte", &long, b".", b"..", b""];
+    for (i, name) in names.into_iter().enumerate() {
+        fx.plant_batch(
+            &store,
+            Planted::default().inode(900, FileKind::File, 0o644, 0, 0).entry(ROOT_INO, name, 900, FileKind::File),
+        );
+        let target = fx.dir.path().join(format!("copies/{i}"));
+        let err =
+            fx.restore(&format!("reader-{i}"), store.clone(), &target, false).expect_err("a bad name was restored");
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{name:?}: {err}");
+        assert!(err.to_string().contains("directory entry"), "{name:?}: {err}");
+        assert_empty(&target);
+        assert_empty(&canary);
+    }
+    assert!(peak_rss() < PEAK_RSS_BOUND);
+}
+
+/// A symlink to a directory outside the target, with an entry beneath the symlink: the entry is
+/// never written through it (the restore makes the symlink and descends only into
+/// directories), so the canary stays empty.
+#[test]
+fn an_entry_beneath_a_symlink_is_never_written_through_it() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let canary = fx.canary();
+    let planted = Planted::default()
+        .symlink(900, canary.as_os_str().as_encoded_bytes())
+        .entry(ROOT_INO, b"s", 900, FileKind::Symlink)
+        .inode(901, FileKind::File, 0o644, 0, 0)
+        .entry(900, b"x", 901, FileKind::File);
+    fx.plant_batch(&store, planted);
+    let target = fx.dir.path().join("copy");
+    // The symlink is made; the entry beneath it belongs to no directory of the tree, so it
+    // is never visited: only the writer's file and the symlink are written.
+    let written = fx.restore("reader", store, &target, false).expect("restore");
+    assert_eq!((written.files, written.symlinks, written.dirs), (1, 1, 0), "{written:?}");
+    assert_eq!(std::fs::read_link(target.join("s")).expect("the symlink"), canary);
+    assert_empty(&canary);
+}
+
+/// A directory that holds itself, and one holding the root again: the restore fails with
+/// `Corrupt` (not a tree) instead of recursing, and writes nothing outside the target.
+#[test]
+fn a_directory_cycle_is_refused_without_recursing() {
+    for (i, back_to) in [900, ROOT_INO].into_iter().enumerate() {
+        let fx = Fixture::file();
+        let store = fx.store();
+        let canary = fx.canary();
+        let planted = Planted::default()
+            .inode(900, FileKind::Dir, 0o755, 0, 0)
+            .entry(ROOT_INO, b"a", 900, FileKind::Dir)
+            .entry(900, b"again", back_to, FileKind::Dir);
+        fx.plant_batch(&store, planted);
+        let target = fx.dir.path().join("copy");
+        let err = fx.restore(&format!("reader-{i}"), store, &target, false).expect_err("a cycle was restored");
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains("already in the tree"), "{err}");
+        assert!(!target.join("a/again/a").exists(), "the cycle was followed");
+        assert_empty(&canary);
+    }
+}
+
+/// A setuid-root file and a device node from the store: an unprivileged restore makes the file
+/// without its setuid bit and owner and leaves the device out, counting both. As root with
+/// `privileged` (`--same-owner`) they are made as stored, beneath the target only.
+#[test]
+fn setuid_files_and_devices_from_a_store_need_same_owner() {
+    let fx = Fixture::file();
+    let store = fx.store();
+    let null = (1 << 8) | 3; // 1:3, /dev/null's number in the kernel's old encoding
+    let planted = Planted::default()
+        .inode(900, FileKind::File, 0o4755, 0, 0)
+        .entry(ROOT_INO, b"suid", 900, FileKind::File)
+        .inode(901, FileKind::CharDev, 0o666, 0, null)
+        .entry(ROOT_INO, b"dev", 901, FileKind::CharDev);
+    fx.plant_batch(&store, planted);
+    let target = fx.dir.path().join("copy");
+    let written = fx.restore("reader", store.clone(), &target, false).expect("restore");
+    assert_eq!(written.left_out.setid_bits, 1, "{written:?}");
+    assert_eq!(written.left_out.devices, 1, "{written:?}");
+    let mode = std::fs::metadata(target.join("suid")).expect("the file").permissions();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7000, 0, "the setuid bit was restored");
+    assert!(!target.join("dev").exists(), "a device node was made");
+    if rustix::process::geteuid().is_root() {
+        let target = fx.dir.path().join("copy-as-root");
+        let written = fx.restore("reader-root", store, &target, true).expect("restore --same-owner");
+        assert!(written.left_out.is_empty(), "{written:?}");
+        let mode = std::fs::metadata(target.join("suid")).expect("the file").permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777, 0o4755);
+        let dev = std::fs::symlink_metadata(target.join("dev")).expect("the device");
+        assert!(std::os::unix::fs::FileTypeExt::is_char_device(&dev.file_type()));
+    }
+}
+
+/// On a real S3 server: a traversal name planted at the next segment's key is refused as on
+/// `file://` (the batch is appended with the library's own conditional create).
+#[test]
+fn on_s3_a_traversal_name_is_refused_and_nothing_is_written() {
+    let server = MotoServer::start();
+    let bucket = "hostile-names";
+    server.create_bucket(bucket);
+    let mut store_config = StoreConfig::new(vec![server.url(bucket, "store")]);
+    store_config.replicas = Some(1);
+    store_config.credentials =
+        Credentials { access_key_id: Some("test".into()), secret_access_key: Some("test".into()), session_token: None };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fx = Fixture::written(dir, store_config, None);
+    let store = fx.store();
+    let canary = fx.canary();
+    let key = fx.next_segment_key(&store);
+    let n = u64::from_str_radix(key.rsplit('/').next().expect("a number"), 16).expect("hex");
+    let escape = format!("../{}/escaped", canary.file_name().and_then(|n| n.to_str()).expect("a name"));
+    let planted = Planted::default().inode(900, FileKind::File, 0o644, 0, 0).entry(
+        ROOT_INO,
+        escape.as_bytes(),
+        900,
+        FileKind::File,
+    );
+    let ws = Workspace::new(store.clone(), "default");
+    let appended = fx
+        .rt
+        .block_on(ws.append_segment(n, "hostile", "hostile:1", &[JournalBatch { seq: PLANTED_SEQ, ops: planted.0 }]))
+        .expect("append");
+    assert!(appended, "the planted segment was created");
+    let target = fx.dir.path().join("copy");
+    let err = fx.restore("reader", store, &target, false).expect_err("a traversal name was restored");
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert_empty(&target);
+    assert_empty(&canary);
 }
