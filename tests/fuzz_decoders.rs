@@ -563,9 +563,9 @@ fn targets() -> Vec<Target> {
                 }
                 Ok(())
             },
-            // A malformed record is `InvalidInput` (not JSON, wrong key) or `Internal` (a field
-            // that does not decode: `CryptoError::Kdf`).
-            kinds: &[ErrorKind::InvalidInput, ErrorKind::Internal, ErrorKind::Corrupt],
+            // A record that does not decode, or whose fields do not, is `Corrupt`; one that
+            // decodes and does not open is the secret's fault (`InvalidInput`: wrong key).
+            kinds: &[ErrorKind::InvalidInput, ErrorKind::Corrupt],
             extra: 0,
         },
         Target {
@@ -583,7 +583,7 @@ fn targets() -> Vec<Target> {
             fields: no_fields,
             prepare: unchanged,
             decode: |b| StoreInfo::decode(b).map(drop).map_err(|e| Some(e.kind())),
-            // A store config that does not parse is `InvalidInput` (StoreError::Config).
+            // A store config that does not parse is `Corrupt`; a newer format `InvalidInput`.
             kinds: &[ErrorKind::InvalidInput, ErrorKind::Corrupt],
             extra: 0,
         },

@@ -25,6 +25,12 @@ pub enum CryptoError {
     BadKeyFile(String),
     #[error("key derivation failed: {0}")]
     Kdf(String),
+    #[error("a passphrase cannot be empty")]
+    EmptyPassphrase,
+    /// A wrapped-key record read from the store that cannot be tried: a field that does not
+    /// decode, or Argon2id parameters past the limits or the unlock budget.
+    #[error("wrapped key {id} in the store is unusable: {reason}")]
+    BadRecord { id: String, reason: String },
 }
 
 impl CryptoError {
@@ -33,9 +39,13 @@ impl CryptoError {
         use crate::types::ErrorKind;
         match self {
             CryptoError::WrongKey | CryptoError::BadKeyFile(_) => ErrorKind::InvalidInput,
-            CryptoError::Authentication { .. } | CryptoError::Truncated { .. } => ErrorKind::Corrupt,
-            CryptoError::UnsupportedVersion { .. } => ErrorKind::InvalidInput,
-            CryptoError::Kdf(_) => ErrorKind::Internal,
+            CryptoError::Authentication { .. } | CryptoError::Truncated { .. } | CryptoError::BadRecord { .. } => {
+                ErrorKind::Corrupt
+            }
+            // Parameters the user asked for when wrapping a key.
+            CryptoError::UnsupportedVersion { .. } | CryptoError::Kdf(_) | CryptoError::EmptyPassphrase => {
+                ErrorKind::InvalidInput
+            }
         }
     }
 }

@@ -157,7 +157,7 @@ pub fn wrap_key(
     let (kdf, salt) = match secret {
         Secret::Passphrase(passphrase) => {
             if passphrase.is_empty() {
-                return Err(CryptoError::Kdf("the passphrase is empty".into()));
+                return Err(CryptoError::EmptyPassphrase);
             }
             let mut salt = [0u8; SALT_LEN];
             os_random(&mut salt);
@@ -203,13 +203,13 @@ pub fn wrap_key(
 /// Unwraps the data key with `secret`.
 ///
 /// [`CryptoError::WrongKey`] if the secret does not open it (never garbage), including a secret
-/// of the other method; [`CryptoError::Kdf`] if the record itself is malformed or its KDF
-/// parameters are out of bounds.
+/// of the other method; [`CryptoError::BadRecord`] (corrupt) if the record itself is malformed
+/// or its KDF parameters are out of bounds.
 pub fn unwrap_key(wrapped: &WrappedKey, secret: &Secret<'_>) -> Result<DataKey, CryptoError> {
     if wrapped.method != secret.method() {
         return Err(CryptoError::WrongKey);
     }
-    let malformed = |what: &str| CryptoError::Kdf(format!("wrapped key {} is malformed: {what}", wrapped.id));
+    let malformed = |what: &str| CryptoError::BadRecord { id: wrapped.id.clone(), reason: what.to_string() };
     let salt = hex::decode(&wrapped.salt).map_err(|_| malformed("salt is not hex"))?;
     if let Secret::Passphrase(_) = secret {
         if wrapped.kdf.is_none() {
@@ -223,7 +223,10 @@ pub fn unwrap_key(wrapped: &WrappedKey, secret: &Secret<'_>) -> Result<DataKey, 
     let sealed: Zeroizing<[u8; KEY_LEN + TAG_LEN]> =
         Zeroizing::new(decode_hex_array(&wrapped.wrapped).ok_or_else(|| malformed("bad wrapped key length"))?);
 
-    let wrapping_key = wrapping_key(secret, wrapped.kdf, &salt)?;
+    let wrapping_key = wrapping_key(secret, wrapped.kdf, &salt).map_err(|e| match e {
+        CryptoError::Kdf(reason) => CryptoError::BadRecord { id: wrapped.id.clone(), reason },
+        e => e,
+    })?;
     let (body, tag) = sealed.split_at(KEY_LEN);
     let mut key = Zeroizing::new([0u8; KEY_LEN]);
     let buf = aead::inout::InOutBuf::new(body, &mut key[..]).map_err(|_| malformed("bad length"))?;
@@ -251,10 +254,10 @@ pub fn unwrap_any(wrapped: &[WrappedKey], secret: &Secret<'_>) -> Result<(DataKe
     let mut budget = KdfParams::UNLOCK_BUDGET;
     for (index, candidate) in candidates {
         let Some(left) = budget.checked_sub(cost(candidate)) else {
-            malformed = malformed.or(Some(CryptoError::Kdf(format!(
-                "wrapped key {} asks for more Argon2id work ({:?}) than an unlock spends",
-                candidate.id, candidate.kdf
-            ))));
+            malformed = malformed.or(Some(CryptoError::BadRecord {
+                id: candidate.id.clone(),
+                reason: format!("it asks for more Argon2id work ({:?}) than an unlock spends", candidate.kdf),
+            }));
             continue;
         };
         budget = left;
@@ -438,7 +441,9 @@ mod tests {
         for (i, tamper) in malformed.iter().enumerate() {
             let mut bad = good.clone();
             tamper(&mut bad);
-            assert!(matches!(unwrap_key(&bad, &secret), Err(CryptoError::Kdf(_))), "case {i}");
+            let err = unwrap_key(&bad, &secret).err();
+            assert!(matches!(err, Some(CryptoError::BadRecord { .. })), "case {i}: {err:?}");
+            assert_eq!(err.map(|e| e.kind()), Some(crate::types::ErrorKind::Corrupt), "case {i}");
         }
     }
 
@@ -447,12 +452,16 @@ mod tests {
         let secret = Secret::Passphrase(b"pw");
         let mut bad = wrap_key(&data_key(), &secret, KdfParams::for_tests(), "p").unwrap();
         bad.kdf = Some(KdfParams { m_cost_kib: u32::MAX, t_cost: 1, p_cost: 1 });
-        assert!(matches!(unwrap_key(&bad, &secret), Err(CryptoError::Kdf(_))));
+        let err = unwrap_key(&bad, &secret).err();
+        assert!(matches!(err, Some(CryptoError::BadRecord { .. })), "{err:?}");
+        assert_eq!(err.map(|e| e.kind()), Some(crate::types::ErrorKind::Corrupt), "a store's record");
         let too_little = KdfParams { m_cost_kib: 1, t_cost: 1, p_cost: 1 };
-        assert!(matches!(wrap_key(&data_key(), &secret, too_little, "p"), Err(CryptoError::Kdf(_))));
+        let err = wrap_key(&data_key(), &secret, too_little, "p").err();
+        assert!(matches!(err, Some(CryptoError::Kdf(_))), "{err:?}");
+        assert_eq!(err.map(|e| e.kind()), Some(crate::types::ErrorKind::InvalidInput), "the user's parameters");
         assert!(matches!(
             wrap_key(&data_key(), &Secret::Passphrase(b""), KdfParams::for_tests(), "p"),
-            Err(CryptoError::Kdf(_))
+            Err(CryptoError::EmptyPassphrase)
         ));
     }
 
@@ -480,7 +489,7 @@ mod tests {
         // Past the per-record limits: refused outright.
         let over = KdfParams { t_cost: KdfParams::MAX_T_COST + 1, ..KdfParams::for_tests() };
         let bad = WrappedKey { kdf: Some(over), ..good.clone() };
-        assert!(matches!(unwrap_key(&bad, &secret), Err(CryptoError::Kdf(_))));
+        assert!(matches!(unwrap_key(&bad, &secret), Err(CryptoError::BadRecord { .. })));
     }
 
     #[test]
@@ -507,7 +516,7 @@ mod tests {
         let with_broken = [broken.clone(), records[2].clone()];
         assert_eq!(unwrap_any(&with_broken, &Secret::Passphrase(b"bob")).unwrap().1, 1);
         assert!(matches!(unwrap_any(&with_broken, &Secret::Passphrase(b"eve")), Err(CryptoError::WrongKey)));
-        assert!(matches!(unwrap_any(&[broken], &Secret::Passphrase(b"eve")), Err(CryptoError::Kdf(_))));
+        assert!(matches!(unwrap_any(&[broken], &Secret::Passphrase(b"eve")), Err(CryptoError::BadRecord { .. })));
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub enum StoreError {
     TooNew { found: u32, supported: u32 },
     #[error("{0}")]
     Key(String),
+    /// An object of the store's own (its config, a wrapped key) that does not decode: damaged,
+    /// or written by something that is not tierfs.
+    #[error("{what} in the store does not decode: {reason}")]
+    Undecodable { what: String, reason: String },
     #[error("no key with id {0}")]
     NoSuchKey(String),
     /// A writer was about to store an object its kind's readers refuse (`limits.rs`).
@@ -104,6 +108,7 @@ impl StoreError {
             StoreError::NotInitialized(_) | StoreError::NoSuchKey(_) => ErrorKind::NotFound,
             StoreError::AlreadyInitialized(_) => ErrorKind::Conflict,
             StoreError::TooLarge { .. } => ErrorKind::InvalidInput,
+            StoreError::Undecodable { .. } => ErrorKind::Corrupt,
         }
     }
 }
@@ -648,19 +653,21 @@ impl StoreInfo {
     /// Decodes the store's `config` object (JSON, in clear), its format checked first so a
     /// newer one is reported as such, not as garbage.
     pub fn decode(bytes: &[u8]) -> Result<StoreInfo> {
-        let v: ConfigVersion =
-            serde_json::from_slice(bytes).map_err(|e| StoreError::Config(format!("store config: {e}")))?;
+        let undecodable =
+            |e: serde_json::Error| StoreError::Undecodable { what: "the config object".into(), reason: e.to_string() };
+        let v: ConfigVersion = serde_json::from_slice(bytes).map_err(undecodable)?;
         if v.format > STORE_FORMAT {
             return Err(StoreError::TooNew { found: v.format, supported: STORE_FORMAT });
         }
-        serde_json::from_slice(bytes).map_err(|e| StoreError::Config(format!("store config object is invalid: {e}")))
+        serde_json::from_slice(bytes).map_err(undecodable)
     }
 }
 
 /// Decodes the wrapped key object stored at `key` (JSON, in clear); [`crypto::unwrap_key`]
 /// checks its fields.
 pub fn decode_wrapped_key(key: &str, bytes: &[u8]) -> Result<WrappedKey> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::Key(format!("{key}: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| StoreError::Undecodable { what: format!("wrapped key {key}"), reason: e.to_string() })
 }
 
 async fn list_keys(backend: &RedundantStore) -> Result<Vec<WrappedKey>> {
