@@ -34,6 +34,10 @@ pub(crate) fn split_shard_key(key: &str) -> Option<(&str, usize)> {
     if base.is_empty() || suffix.is_empty() || suffix.len() > 3 || !suffix.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
+    // Only the spelling `shard_key` makes: `x.s07` is some other object.
+    if suffix.len() > 1 && suffix.starts_with('0') {
+        return None;
+    }
     let index: usize = suffix.parse().ok()?;
     (index < 256).then_some((base, index))
 }
@@ -241,6 +245,109 @@ mod tests {
         assert_eq!(codec.locate(10, 2..4).unwrap(), vec![(0, 2..3), (1, 0..1)]);
         assert_eq!(codec.locate(10, 3..6).unwrap(), vec![(1, 0..3)]);
         assert_eq!(codec.locate(10, 9..10).unwrap(), vec![(3, 0..1)]);
+    }
+
+    /// What a store may do to one shard object.
+    #[derive(Debug, Clone)]
+    enum Damage {
+        None,
+        Gone,
+        Truncate(usize),
+        Extend(Vec<u8>),
+        Flip(usize, u8),
+        Replace(Vec<u8>),
+        /// Another shard's object of the same pack put at this one's key (no key needed).
+        MovedFrom(usize),
+    }
+
+    fn damage() -> impl Strategy<Value = Damage> {
+        prop_oneof![
+            3 => Just(Damage::None),
+            1 => Just(Damage::Gone),
+            1 => any::<usize>().prop_map(Damage::Truncate),
+            1 => proptest::collection::vec(any::<u8>(), 1..64).prop_map(Damage::Extend),
+            1 => (any::<usize>(), 0..8u8).prop_map(|(at, bit)| Damage::Flip(at, bit)),
+            1 => proptest::collection::vec(any::<u8>(), 0..300).prop_map(Damage::Replace),
+            1 => any::<usize>().prop_map(Damage::MovedFrom),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// Shard objects as a hostile store serves them, read the way a whole-pack read does
+        /// (each object checked by [`open_shard`], the bad ones rebuilt from the others, the
+        /// data shards joined at the index's length): never a panic; either an error or the
+        /// pack's own bytes. The one exception is a shard object moved to another shard's key
+        /// of the same pack: its trailer holds, so the join may be wrong, and the envelope of
+        /// every block read from it is what refuses it (docs/SEMANTICS.md).
+        #[test]
+        fn hostile_shard_objects_yield_the_pack_or_an_error(
+            data in proptest::collection::vec(any::<u8>(), 0..2000),
+            k in 1usize..6,
+            m in 0usize..4,
+            damages in proptest::collection::vec(damage(), 9),
+            claimed in prop_oneof![Just(None), any::<u64>().prop_map(Some)],
+        ) {
+            let codec = Codec::new(k, m).unwrap();
+            let objects = codec.encode(&data).unwrap();
+            let pack_len = claimed.unwrap_or(data.len() as u64);
+            let Ok(s) = codec.shard_len(pack_len) else { return Ok(()) };
+            let mut moved = false;
+            let served: Vec<Option<Bytes>> = objects
+                .iter()
+                .zip(&damages)
+                .map(|(object, d)| {
+                    let mut bytes = object.to_vec();
+                    match d {
+                        Damage::None => {}
+                        Damage::Gone => return None,
+                        Damage::Truncate(at) => bytes.truncate(at % (bytes.len() + 1)),
+                        Damage::Extend(more) => bytes.extend_from_slice(more),
+                        Damage::Flip(at, bit) => {
+                            let n = bytes.len();
+                            bytes[at % n] ^= 1 << bit;
+                        }
+                        Damage::Replace(other) => bytes = other.clone(),
+                        Damage::MovedFrom(from) => {
+                            let from = &objects[from % objects.len()];
+                            moved |= from != object;
+                            bytes = from.to_vec();
+                        }
+                    }
+                    Some(Bytes::from(bytes))
+                })
+                .collect();
+            let mut shards: Vec<Option<Vec<u8>>> =
+                served.iter().map(|o| o.as_ref().and_then(|o| open_shard(o, s).ok()).map(|b| b.to_vec())).collect();
+            let joined = codec.reconstruct(&mut shards, true).and_then(|()| codec.join(&shards, pack_len));
+            if let Ok(bytes) = joined {
+                if claimed.is_none() && !moved {
+                    prop_assert_eq!(bytes, data);
+                } else if !moved {
+                    // A length the index did not give: a prefix of the pack's bytes, never others.
+                    prop_assert!(bytes.len() as u64 == pack_len && (bytes.len() > data.len() || bytes[..] == data[..bytes.len()]));
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// Listed keys are the store's word: any string folds to a shard of index < 256 of a
+        /// non-empty key, or to nothing, and a shard key folds back to what made it.
+        #[test]
+        fn listed_keys_fold_to_shards_only_when_they_are_shard_keys(
+            key in prop_oneof![".{0,40}", "[a-z./]{0,6}\\.s[0-9]{0,4}"],
+            index in 0usize..300,
+        ) {
+            if let Some((base, i)) = split_shard_key(&key) {
+                prop_assert!(!base.is_empty() && i < 256);
+                prop_assert_eq!(shard_key(base, i), key.clone());
+            }
+            if !key.is_empty() && index < 256 {
+                let made = shard_key(&key, index);
+                prop_assert_eq!(split_shard_key(&made), Some((key.as_str(), index)));
+            }
+        }
     }
 
     proptest! {

@@ -212,6 +212,22 @@ fn add_pack(
     Ok(())
 }
 
+/// Adds history object `n` (`plain`: its envelope opened) to `repo`: its header decoded, its
+/// git pack indexed by libgit2, its head looked up. What is wrong with it is `Corrupt`.
+fn import_object(repo: &git2::Repository, n: u64, plain: &[u8]) -> Result<()> {
+    let corrupt = |reason: String| HistoryError::Corrupt { seq: n, reason };
+    let (head, pack) = decode_history_object(n, plain)?;
+    add_pack(repo, pack, head, &format!("import {n}"), &corrupt)
+}
+
+/// Imports history object `n` into a new bare repository in `dir`, as a fresh node's first
+/// import does: for tests that feed it hostile bytes.
+#[doc(hidden)]
+pub fn import_into_new_repository(dir: &Path, n: u64, plain: &[u8]) -> Result<()> {
+    let repo = git2::Repository::init_bare(dir).map_err(HistoryError::git("creating a repository"))?;
+    import_object(&repo, n, plain)
+}
+
 /// `url` as it may be shown: a user name or password in it (`https://user:token@host/...`)
 /// is replaced by `***`, so that logs, errors and `--json` never carry a credential.
 pub fn redact_url(url: &str) -> String {
@@ -414,9 +430,7 @@ impl History {
     }
 
     fn import(&mut self, n: u64, plain: &[u8]) -> Result<()> {
-        let corrupt = |reason: String| HistoryError::Corrupt { seq: n, reason };
-        let (head, pack) = decode_history_object(n, plain)?;
-        add_pack(&self.repo, pack, head, &format!("import {n}"), &corrupt)?;
+        import_object(&self.repo, n, plain)?;
         self.set_seq(n)
     }
 
