@@ -17,6 +17,19 @@ pub const NAME_MAX: usize = 255;
 /// Block size reported in `st_blksize` and used for `st_blocks` rounding.
 pub const BLOCK_SIZE: u32 = 4096;
 
+/// Longest symlink target in bytes (PATH_MAX; the kernel itself passes at most 4095).
+pub const SYMLINK_MAX: usize = 4096;
+
+/// Largest xattr value (Linux XATTR_SIZE_MAX).
+pub const XATTR_SIZE_MAX: usize = 65536;
+
+/// Largest file size tierfs supports: 16 TiB less 4 KiB, what ext4 (with 4 KiB blocks, the
+/// usual data-dir filesystem) can hold in one data file. One limit everywhere, so a
+/// workspace restores on any node whatever its data dir's filesystem; a truncate, write,
+/// fallocate or copy past it fails with EFBIG before anything is touched, and a store's
+/// record of a larger file is refused (docs/SEMANTICS.md, "Limits").
+pub const MAX_FILE_SIZE: u64 = (16 << 40) - 4096;
+
 /// The type of an inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FileKind {

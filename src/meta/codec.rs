@@ -92,6 +92,12 @@ pub fn orphan_key(ino: Ino) -> Vec<u8> {
 /// Prefix of all orphan markers (inodes unlinked while open).
 pub const ORPHAN_TABLE: [u8; 1] = [TAG_ORPHAN];
 
+/// The first byte of every symlink target's key.
+pub const SYMLINK_TABLE: [u8; 1] = [TAG_SYMLINK];
+
+/// The first byte of every xattr's key.
+pub const XATTR_TABLE: [u8; 1] = [TAG_XATTR];
+
 /// Decodes the inode number that follows the tag byte of a key.
 pub fn key_ino(key: &[u8]) -> Result<Ino, MetaError> {
     key.get(1..9)

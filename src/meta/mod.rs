@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions};
 
-use crate::types::ErrorKind;
-use crate::types::{FileKind, Ino};
+use crate::block::CHUNK_SIZE;
+use crate::types::{ErrorKind, FileKind, Ino, MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX, XATTR_SIZE_MAX};
 use cache::{DentryCache, Entry, InodeCache, Lookup, Touched};
 pub use codec::{ChunkRecord, InodeRecord};
 pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
@@ -74,32 +74,73 @@ fn is_dentry_key(key: &[u8]) -> bool {
     key.len() > 9 && key[..1] == codec::DENTRY_TABLE
 }
 
-/// A directory entry from the store, checked before anything is written: its name must be one
-/// path component (1 to 255 bytes, no `/` or NUL, not `.` or `..`), or a restore that turns
-/// names into paths would write outside its target, and its value must decode. Every
-/// checkpoint part and journal batch reaches the database through [`MetaStore::import`], so
-/// this is the one check of names read from a store.
-fn check_dentry(key: &[u8], value: &[u8]) -> Result<()> {
-    if key.first() != Some(&codec::DENTRY_TABLE[0]) {
-        return Ok(());
-    }
-    let name = key.get(9..).unwrap_or_default();
-    let bad = match name {
-        [] => Some("an empty name"),
-        b"." | b".." => Some("a name that is `.` or `..`"),
-        n if n.len() > 255 => Some("a name longer than 255 bytes"),
-        n if n.contains(&b'/') => Some("a name with a `/`"),
-        n if n.contains(&0) => Some("a name with a NUL byte"),
-        _ => None,
+/// A record from the store, checked before anything is written. Every checkpoint part and
+/// journal batch reaches the database through [`MetaStore::import`], so this is the one check
+/// of what a store says about the tree:
+/// - a directory entry's name is one path component (1 to 255 bytes, no `/` or NUL, not `.`
+///   or `..`), or a restore that turns names into paths would write outside its target;
+/// - an inode record decodes, and its size is at most [`MAX_FILE_SIZE`];
+/// - a symlink target is 1 to [`SYMLINK_MAX`] bytes without NUL;
+/// - an xattr name is 1 to 255 bytes without NUL, its value at most [`XATTR_SIZE_MAX`];
+/// - a chunk record decodes, at an index inside the largest file, holding at most one chunk;
+/// - every other record's value decodes.
+fn check_put(key: &[u8], value: &[u8]) -> Result<()> {
+    let Some(&tag) = key.first() else { return Ok(()) };
+    let ino = || codec::key_ino(key);
+    let bad = |what: String| -> Result<()> {
+        Err(MetaError::Corrupt(format!("the store holds {what} (inode {})", ino().unwrap_or_default())))
     };
-    if let Some(bad) = bad {
-        return Err(MetaError::Corrupt(format!(
-            "the store holds a directory entry with {bad} ({:?} in directory {})",
-            String::from_utf8_lossy(name),
-            codec::key_ino(key)?
-        )));
+    // What follows the inode number in an entry's or xattr's key: its name.
+    let name = || ino().map(|_| &key[9..]);
+    match tag {
+        t if t == codec::DENTRY_TABLE[0] => {
+            let name = name()?;
+            let why = match name {
+                [] => Some("an empty name"),
+                b"." | b".." => Some("a name that is `.` or `..`"),
+                n if n.len() > NAME_MAX => Some("a name longer than 255 bytes"),
+                n if n.contains(&b'/') => Some("a name with a `/`"),
+                n if n.contains(&0) => Some("a name with a NUL byte"),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return bad(format!("a directory entry with {why} ({:?})", String::from_utf8_lossy(name)));
+            }
+            codec::decode_dentry(value)?;
+        }
+        t if t == codec::INODE_TABLE[0] => {
+            let rec = codec::decode_inode(ino()?, value)?;
+            if rec.attr.size > MAX_FILE_SIZE {
+                return bad(format!("a file of {} bytes, past the largest ({MAX_FILE_SIZE})", rec.attr.size));
+            }
+        }
+        t if t == codec::SYMLINK_TABLE[0] => {
+            ino()?;
+            if value.is_empty() || value.len() > SYMLINK_MAX || value.contains(&0) {
+                return bad(format!("a symlink target of {} bytes (1 to {SYMLINK_MAX}, no NUL)", value.len()));
+            }
+        }
+        t if t == codec::XATTR_TABLE[0] => {
+            let name = name()?;
+            if name.is_empty() || name.len() > NAME_MAX || name.contains(&0) {
+                return bad(format!("an xattr name of {} bytes (1 to 255, no NUL)", name.len()));
+            }
+            if value.len() > XATTR_SIZE_MAX {
+                return bad(format!("an xattr value of {} bytes (at most {XATTR_SIZE_MAX})", value.len()));
+            }
+        }
+        t if t == codec::CHUNK_TABLE[0] => {
+            let (_, index) = codec::decode_chunk_key(key)?;
+            let chunk = codec::decode_chunk(value)?;
+            if index > MAX_FILE_SIZE / CHUNK_SIZE || u64::from(chunk.len) > CHUNK_SIZE || chunk.data > chunk.len {
+                return bad(format!(
+                    "chunk {index} of {} bytes, {} of them data (at most {CHUNK_SIZE} bytes a chunk)",
+                    chunk.len, chunk.data
+                ));
+            }
+        }
+        _ => {}
     }
-    codec::decode_dentry(value)?;
     Ok(())
 }
 
@@ -748,7 +789,7 @@ impl MetaStore {
             }
             match op {
                 JournalOp::Put { key, value } => {
-                    check_dentry(key, value)?;
+                    check_put(key, value)?;
                     wb.put(self.sealing.key(key), self.sealing.value(key, value))
                 }
                 JournalOp::Delete { key } => wb.delete(self.sealing.key(key)),
@@ -968,6 +1009,7 @@ impl MetaBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::Attr;
 
     #[test]
     fn writes_name_the_inode_records_they_touch() {
@@ -1086,6 +1128,56 @@ mod tests {
         assert!(store.import(&[bad_value], 1).is_err(), "a value that does not decode");
         store.import(&[good], 1).expect("a good entry imports");
         assert_eq!(store.dentry(1, b"ok").expect("read"), Some((7, FileKind::File)));
+    }
+
+    #[test]
+    fn records_from_the_store_past_their_bounds_are_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(dir.path()).expect("open");
+        let good = JournalOp::Put {
+            key: codec::dentry_key(1, b"ok"),
+            value: codec::encode_dentry(7, FileKind::File).to_vec(),
+        };
+        let huge = codec::InodeRecord {
+            attr: Attr { size: MAX_FILE_SIZE + 1, ..codec::test_file_record(9, 0).attr },
+            ..codec::test_file_record(9, 0)
+        };
+        let chunk = |len: u32, data: u32| codec::ChunkRecord { block: [1; 32], len, data, resident: false };
+        let put = |key: Vec<u8>, value: Vec<u8>| JournalOp::Put { key, value };
+        let bad = [
+            ("a file of", put(codec::inode_key(9), codec::encode_inode(&huge))),
+            ("record of 3 bytes", put(codec::inode_key(9), vec![2, 1, 0])),
+            ("a symlink target of 0 bytes", put(codec::symlink_key(9), Vec::new())),
+            ("a symlink target of 4097 bytes", put(codec::symlink_key(9), vec![b'a'; SYMLINK_MAX + 1])),
+            ("a symlink target of 3 bytes", put(codec::symlink_key(9), b"a\0b".to_vec())),
+            ("an xattr name of 0 bytes", put(codec::xattr_key(9, b""), b"v".to_vec())),
+            ("an xattr name of 256 bytes", put(codec::xattr_key(9, &[b'u'; 256]), b"v".to_vec())),
+            ("an xattr value of 65537 bytes", put(codec::xattr_key(9, b"user.x"), vec![0; XATTR_SIZE_MAX + 1])),
+            ("of 4194305 bytes", put(codec::chunk_key(9, 0), codec::encode_chunk(&chunk(4 << 20 | 1, 1)).to_vec())),
+            ("2 of them data", put(codec::chunk_key(9, 0), codec::encode_chunk(&chunk(1, 2)).to_vec())),
+            ("chunk 4194304", put(codec::chunk_key(9, 4 << 20), codec::encode_chunk(&chunk(1, 1)).to_vec())),
+            ("chunk record of 5 bytes", put(codec::chunk_key(9, 0), vec![2; 5])),
+            ("short key", put(b"D12".to_vec(), codec::encode_dentry(8, FileKind::File).to_vec())),
+        ];
+        for (said, op) in bad {
+            let err = store.import(&[good.clone(), op], 1).expect_err(said);
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{said}: {err}");
+            assert!(err.to_string().contains(said), "{said}: {err}");
+            assert_eq!(store.dentry(1, b"ok").expect("read"), None, "{said}: nothing of the batch was written");
+        }
+        // At the bounds: imported.
+        let largest = codec::InodeRecord {
+            attr: Attr { size: MAX_FILE_SIZE, ..codec::test_file_record(9, 0).attr },
+            ..codec::test_file_record(9, 0)
+        };
+        let ok = [
+            put(codec::inode_key(9), codec::encode_inode(&largest)),
+            put(codec::symlink_key(9), vec![b'a'; SYMLINK_MAX]),
+            put(codec::xattr_key(9, &[b'u'; 255]), vec![0; XATTR_SIZE_MAX]),
+            put(codec::chunk_key(9, MAX_FILE_SIZE / (4 << 20)), codec::encode_chunk(&chunk(4 << 20, 0)).to_vec()),
+            good,
+        ];
+        store.import(&ok, 1).expect("records at their bounds import");
     }
 
     #[test]

@@ -61,14 +61,7 @@ const READDIR_BATCH: usize = 512;
 /// The same for readdirplus, where each entry costs a metadata read and is ~4x larger.
 const READDIRPLUS_BATCH: usize = 128;
 
-/// Largest xattr value (Linux XATTR_SIZE_MAX).
-const XATTR_SIZE_MAX: usize = 65536;
-/// Largest file size tierfs supports: 16 TiB less 4 KiB, what ext4 (with 4 KiB blocks, the
-/// usual data-dir filesystem) can hold in one data file. One limit everywhere, so a
-/// workspace restores on any node whatever its data dir's filesystem; a truncate, write,
-/// fallocate or copy past it fails with EFBIG before anything is touched
-/// (docs/SEMANTICS.md, "Limits").
-pub const MAX_FILE_SIZE: u64 = (16 << 40) - 4096;
+pub use crate::types::{MAX_FILE_SIZE, XATTR_SIZE_MAX};
 
 /// How to open a workspace's local state.
 #[derive(Debug, Clone)]

@@ -94,7 +94,7 @@ impl Vfs {
         if target.is_empty() {
             return Err(VfsError::NotFound);
         }
-        if target.len() > libc::PATH_MAX as usize {
+        if target.len() > crate::types::SYMLINK_MAX {
             return Err(VfsError::NameTooLong);
         }
         self.create_node(
