@@ -1,6 +1,6 @@
 //! The layer rules of docs/ARCHITECTURE.md, checked from the source: no module of the core
-//! (`src/`) names a module of its own layer or of one above it, and the daemon's modules
-//! (`tierfs-daemon/src/`) form no cycle. Read from the `crate::…` paths of each file, comments
+//! (`src/`) names a module of its own layer or of one above it, the daemon's modules
+//! (`tierfs-daemon/src/`) form no cycle, and no files of one directory form a circle. Read from the `crate::…` paths of each file, comments
 //! left out; the checkers are tested on made-up trees first, so this test can fail.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -61,21 +61,59 @@ fn references(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
 
 /// The module names after `crate::` in code (not in `//` comments), in `use` lines and paths.
 fn crate_paths(text: &str) -> Vec<String> {
+    paths_after(text, "crate::")
+}
+
+/// The names after `prefix` (`crate::`, `super::`) in code, comments left out.
+fn paths_after(text: &str, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
     for line in text.lines() {
         let code = line.split("//").next().unwrap_or("");
         let mut rest = code;
-        while let Some(i) = rest.find("crate::") {
+        while let Some(i) = rest.find(prefix) {
             let before = rest[..i].chars().last();
-            rest = &rest[i + "crate::".len()..];
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-                continue; // e.g. `tierfs_crate::`
+            rest = &rest[i + prefix.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue; // e.g. `tierfs_crate::`, `super::super::`
             }
             let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
             if !name.is_empty() {
                 out.push(name);
             }
         }
+    }
+    out
+}
+
+/// For each directory under `root`, the files in it (sibling modules) and the siblings each
+/// names: `crate::x` at the crate's root, `super::x` in a module's directory. A `mod.rs` is the
+/// directory's parent module, not a sibling.
+fn sibling_references(root: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let mut files = Vec::new();
+        let mut siblings = BTreeSet::new();
+        for entry in fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            let name = path.file_stem().expect("a name").to_string_lossy().into_owned();
+            if path.is_dir() {
+                stack.push(path);
+                siblings.insert(name);
+            } else if path.extension().is_some_and(|e| e == "rs") && !["mod", "lib", "main"].contains(&name.as_str()) {
+                siblings.insert(name.clone());
+                files.push((name, path));
+            }
+        }
+        let prefix = if dir == root { "crate::" } else { "super::" };
+        let mut refs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (name, path) in files {
+            let text = fs::read_to_string(&path).expect("read");
+            let named: BTreeSet<String> =
+                paths_after(&text, prefix).into_iter().filter(|u| *u != name && siblings.contains(u)).collect();
+            refs.insert(name, named);
+        }
+        out.insert(dir.strip_prefix(root).expect("under root").display().to_string(), refs);
     }
     out
 }
@@ -178,5 +216,22 @@ fn daemon_modules_form_no_cycle() {
     assert!(refs.contains_key("serve") && refs.contains_key("cli"), "the daemon's modules were not found: {refs:?}");
     if let Some(cycle) = find_cycle(&refs) {
         panic!("the daemon's modules import each other in a circle: {}", cycle.join(" -> "));
+    }
+}
+
+/// No two files of one directory name each other, in the core, the adapter or the daemon
+/// (a circle of files is a module that should be one, or a piece in the wrong file).
+#[test]
+fn sibling_files_form_no_circle() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let core = sibling_references(&here.join("src"));
+    // The reader sees what it must: a known one-way edge.
+    assert!(core["tier/cold"]["refill"].contains("fetch"), "references were not read: {:?}", core["tier/cold"]);
+    for root in ["src", "tierfs-mount/src", "tierfs-daemon/src"] {
+        for (dir, refs) in sibling_references(&here.join(root)) {
+            if let Some(cycle) = find_cycle(&refs) {
+                panic!("files of {root}/{dir} import each other in a circle: {}", cycle.join(" -> "));
+            }
+        }
     }
 }

@@ -13,8 +13,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -28,7 +27,7 @@ use crate::MountOptions;
 use crate::convert::{
     XattrReply, errno, file_attr, file_type, rename_flags, shared_ttl, time_set, timestamp_from_kernel, xattr_reply,
 };
-use crate::meter::{FuseOp, FuseStats, Timer};
+use crate::meter::{FuseOp, FuseStats, Timer, fail};
 use crate::pool::Pool;
 
 /// Largest write the kernel may send in one request. 1 MiB is the kernel's default page
@@ -159,27 +158,6 @@ impl TierFuse {
 /// The credentials of the process that made the request.
 fn caller(req: &Request) -> Caller {
     Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
-}
-
-/// Logs a failed operation and returns its errno. Failures of what lies underneath (disk
-/// full, metadata store, store) are warnings, at most one a second (the count of the ones
-/// left out goes with the next), so a program retrying in a loop cannot flood the log.
-pub(crate) fn fail(op: &'static str, err: &VfsError) -> Errno {
-    static LAST_WARN_S: AtomicU64 = AtomicU64::new(0);
-    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
-    if err.is_fault() {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let last = LAST_WARN_S.load(Ordering::Relaxed);
-        if now > last && LAST_WARN_S.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
-            tracing::warn!(op, error = %err, suppressed, "operation failed");
-        } else {
-            SUPPRESSED.fetch_add(1, Ordering::Relaxed);
-        }
-    } else {
-        tracing::debug!(op, error = %err, "vfs operation failed");
-    }
-    errno(err)
 }
 
 fn empty_result(t: Timer, result: Result<(), VfsError>, reply: ReplyEmpty) {

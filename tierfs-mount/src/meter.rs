@@ -12,7 +12,8 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::Errno;
 use tierfs::telemetry::{OpSnapshot, OpStats};
@@ -141,10 +142,10 @@ impl Timer {
         errno
     }
 
-    /// Logs a failed operation (see [`crate::filesystem`]'s `fail`), counts it, and returns
+    /// Logs a failed operation (see [`fail`]), counts it, and returns
     /// its errno.
     pub(crate) fn fail(&self, err: &VfsError) -> Errno {
-        self.errno(crate::filesystem::fail(self.name(), err))
+        self.errno(fail(self.name(), err))
     }
 }
 
@@ -154,6 +155,27 @@ impl Drop for Timer {
             stats.ops[self.op as usize].record(started.elapsed(), self.failed.get());
         }
     }
+}
+
+/// Logs a failed operation and returns its errno. Failures of what lies underneath (disk
+/// full, metadata store, store) are warnings, at most one a second (the count of the ones
+/// left out goes with the next), so a program retrying in a loop cannot flood the log.
+pub(crate) fn fail(op: &'static str, err: &VfsError) -> Errno {
+    static LAST_WARN_S: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    if err.is_fault() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let last = LAST_WARN_S.load(Ordering::Relaxed);
+        if now > last && LAST_WARN_S.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
+            tracing::warn!(op, error = %err, suppressed, "operation failed");
+        } else {
+            SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+        }
+    } else {
+        tracing::debug!(op, error = %err, "vfs operation failed");
+    }
+    crate::convert::errno(err)
 }
 
 #[cfg(test)]

@@ -12,17 +12,35 @@
 use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::MutexGuard;
 
-use super::refill::{Foreground, WALK_BATCH};
 use super::{ColdError, ColdTier, ReadGuard, State, chunks_of};
 use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
 use crate::types::Ino;
+
+/// Files of one batch of directory-order read-ahead.
+pub(super) const WALK_BATCH: usize = 32;
+
+/// Counts foreground fetches in flight while alive (see [`ColdTier::hydrate`]).
+pub(super) struct Foreground<'a>(&'a AtomicUsize);
+
+impl<'a> Foreground<'a> {
+    pub(super) fn new(count: &'a AtomicUsize) -> Foreground<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        Foreground(count)
+    }
+}
+
+impl Drop for Foreground<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Read-ahead fetches up to this many consecutive chunks of a file together.
 pub(super) const FETCH_GROUP: usize = 4;

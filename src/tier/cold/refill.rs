@@ -38,8 +38,6 @@ const BATCH_BYTES: u64 = 2 * CHUNK_SIZE;
 const BATCH_CHUNKS: usize = 256;
 /// Files waiting for directory-order read-ahead at most.
 pub const MAX_WALK_QUEUE: usize = 4096;
-/// Files of one batch of directory-order read-ahead.
-pub(super) const WALK_BATCH: usize = 32;
 /// How often a refill worker looks again while foreground reads use the store.
 const YIELD: Duration = Duration::from_millis(5);
 
@@ -140,22 +138,6 @@ struct Planned {
     ino: Ino,
     idx: u64,
     data: u64,
-}
-
-/// Counts foreground fetches in flight while alive (see [`ColdTier::hydrate`]).
-pub(super) struct Foreground<'a>(&'a AtomicUsize);
-
-impl<'a> Foreground<'a> {
-    pub(super) fn new(count: &'a AtomicUsize) -> Foreground<'a> {
-        count.fetch_add(1, Ordering::AcqRel);
-        Foreground(count)
-    }
-}
-
-impl Drop for Foreground<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl ColdTier {
