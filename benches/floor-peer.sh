@@ -4,8 +4,8 @@
 # Mounts/unmounts the `floor` peer of benches/compare.sh: tierfs-fuse-floor
 # (benches/fuse-floor), an in-memory FUSE filesystem with tierfs's FUSE settings that does no
 # work of its own. Its rates are the ceiling any FUSE filesystem with those settings reaches
-# on this machine (see benches/README.md, "The FUSE floor"). `mount` prints the mountpoint on
-# stdout (everything else goes to stderr).
+# on this machine (see benches/README.md, "The FUSE floor, and why some targets are out of
+# reach"). `mount` prints the mountpoint on stdout (everything else goes to stderr).
 #
 # Env: FLOOR_BIN (the tierfs-fuse-floor binary), BENCH_ROOT (mountpoint parent),
 #      OUTDIR (the log lands here).

@@ -475,7 +475,7 @@ const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
 /// to the parent. It matters on ext4 without a journal, which will not reuse an inode freed
 /// in the last minutes and scans past every such inode on each create: data files packed in
 /// the groups of a tree just deleted cost 300-550 us per create instead of 18-27 us
-/// (measured, benches/README.md). Best effort: any failure is only logged at debug level.
+/// (measured, benches/results/compare.md, 2026-11-30). Best effort: any failure is only logged at debug level.
 fn spread_subdirectories(dir: &Path) {
     let set = || -> std::io::Result<()> {
         let d = File::open(dir)?;

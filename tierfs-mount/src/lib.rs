@@ -70,7 +70,7 @@ pub struct MountOptions {
     /// Threads reading kernel requests (each with its own cloned /dev/fuse fd when more
     /// than one). One by default: the kernel wakes the reader that has waited longest, and
     /// a metadata operation is answered fastest by the thread that just ran (measured in
-    /// benches/README.md).
+    /// benches/results/compare.md, the run of 2026-12-01 10:53 UTC).
     pub n_threads: usize,
     /// Threads for the operations that may wait for the store (see [`pool`]); 0 runs them
     /// on the request threads.
@@ -98,7 +98,7 @@ impl Default for MountOptions {
             n_threads: 1,
             // Eight readers of cold files wait on the store side by side: with four, eight
             // DataLoader-style readers had 3.7 GETs in flight and read 178 files/s; with eight,
-            // 7.5 and 275 (benches/README.md, smallfiles.sh).
+            // 7.5 and 275 (benches/results/smallfiles.md, the run of f77f00f).
             io_threads: 8,
             // Long: every change to the tree passes through this mount and the kernel updates
             // or invalidates its cache on each of them (pjdfstest passes with 1 h TTLs and a
