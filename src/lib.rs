@@ -35,6 +35,10 @@
 //! assert_eq!(fs.lookup(ROOT_INO, b"hello.txt")?.size, 5);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! No `unsafe` here: system calls go through rustix, whose wrappers are safe.
+
+#![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod block;

@@ -86,10 +86,9 @@ fn is_dead_here(process: &str) -> bool {
     if place != my_place || place.starts_with('/') || !place.contains("pid:[") || pid <= 0 {
         return false; // another machine or namespace, or identity unknown: wait for expiry
     }
-    // SAFETY: kill with signal 0 only checks whether the process exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    if rc != 0 {
-        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else { return false };
+    if let Err(e) = rustix::process::test_kill_process(pid) {
+        return e == rustix::io::Errno::SRCH;
     }
     // A killed daemon nobody has reaped yet (its parent is gone) is a zombie: dead too.
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

@@ -21,10 +21,10 @@
 //! seals fixed-size chunks of a data file into immutable content-addressed blocks and records
 //! them per chunk in the metadata; a chunk that is sealed and evicted becomes a hole here.
 
+use rustix::fs::IFlags;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -133,11 +133,9 @@ impl DataDirLock {
             .mode(0o600)
             .open(&path)
             .map_err(io_err("open", &path))?;
-        // SAFETY: flock on a valid, owned descriptor has no memory-safety preconditions.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        if let Err(errno) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            let err = std::io::Error::from(errno);
+            if errno == rustix::io::Errno::WOULDBLOCK {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
@@ -389,24 +387,12 @@ impl HotTier {
     }
 
     /// `statvfs` of the disk holding the data files.
-    pub fn disk_stats(&self) -> Result<libc::statvfs> {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(self.root.as_os_str().as_bytes()).map_err(|_| HotTierError::Io {
+    pub fn disk_stats(&self) -> Result<rustix::fs::StatVfs> {
+        rustix::fs::statvfs(&self.root).map_err(|e| HotTierError::Io {
             op: "statvfs",
             path: self.root.clone(),
-            source: std::io::ErrorKind::InvalidInput.into(),
-        })?;
-        // SAFETY: statvfs is plain old data; zeroed is a valid initial value.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out pointer.
-        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-            return Err(HotTierError::Io {
-                op: "statvfs",
-                path: self.root.clone(),
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(st)
+            source: e.into(),
+        })
     }
 }
 
@@ -466,9 +452,6 @@ fn sized(hot: &HotTier, file: File, ino: Ino, size: u64) -> Result<File> {
     Ok(file)
 }
 
-/// ext2/3/4's "top of directory hierarchies" inode flag (`FS_TOPDIR_FL`, `chattr +T`).
-const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
-
 /// Marks `dir` as a top of directory hierarchies (`chattr +T`) where the filesystem knows the
 /// flag (ext2/3/4; elsewhere this does nothing): ext4 then places its subdirectories, the
 /// fan-out directories created later, in block groups with many free inodes instead of next
@@ -479,30 +462,15 @@ const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
 fn spread_subdirectories(dir: &Path) {
     let set = || -> std::io::Result<()> {
         let d = File::open(dir)?;
-        let mut flags = inode_flags(&d)?;
-        if flags & FS_TOPDIR_FL != 0 {
+        let flags = rustix::fs::ioctl_getflags(&d)?;
+        if flags.contains(IFlags::TOPDIR) {
             return Ok(());
         }
-        flags |= FS_TOPDIR_FL;
-        // SAFETY: FS_IOC_SETFLAGS reads one int through a valid pointer on a valid descriptor.
-        if unsafe { libc::ioctl(d.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        Ok(rustix::fs::ioctl_setflags(&d, flags | IFlags::TOPDIR)?)
     };
     if let Err(e) = set() {
         tracing::debug!("chattr +T {}: {e} (not ext2/3/4? harmless)", dir.display());
     }
-}
-
-/// The inode flags of `file` (`lsattr`), where its filesystem has them.
-fn inode_flags(file: &File) -> std::io::Result<libc::c_int> {
-    let mut flags: libc::c_int = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes one int through a valid pointer on a valid descriptor.
-    if unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(flags)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
@@ -604,22 +572,24 @@ impl<'a> DataFile<'a> {
     }
 
     fn raw_fallocate(&self, mode: i32, offset: u64, len: u64) -> Result<()> {
-        // SAFETY: plain syscall on an owned descriptor.
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) };
-        if rc != 0 {
-            return Err(self.err("fallocate")(std::io::Error::last_os_error()));
-        }
-        Ok(())
+        let mode = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+        rustix::fs::fallocate(self.file, mode, offset, len).map_err(|e| self.err("fallocate")(e.into()))
     }
 
     /// `lseek(2)` with SEEK_DATA / SEEK_HOLE. Safe to share: tierfs never uses the file offset.
     pub fn seek(&self, offset: i64, whence: i32) -> Result<i64> {
-        // SAFETY: plain syscall on an owned descriptor.
-        let rc = unsafe { libc::lseek(self.file.as_raw_fd(), offset, whence) };
-        if rc < 0 {
-            return Err(self.err("lseek")(std::io::Error::last_os_error()));
-        }
-        Ok(rc)
+        use rustix::fs::SeekFrom as At;
+        let invalid = || self.err("lseek")(std::io::Error::from(rustix::io::Errno::INVAL));
+        let at = match whence {
+            libc::SEEK_DATA => At::Data(u64::try_from(offset).map_err(|_| invalid())?),
+            libc::SEEK_HOLE => At::Hole(u64::try_from(offset).map_err(|_| invalid())?),
+            libc::SEEK_SET => At::Start(u64::try_from(offset).map_err(|_| invalid())?),
+            libc::SEEK_END => At::End(offset),
+            libc::SEEK_CUR => At::Current(offset),
+            _ => return Err(invalid()),
+        };
+        let pos = rustix::fs::seek(self.file, at).map_err(|e| self.err("lseek")(e.into()))?;
+        i64::try_from(pos).map_err(|_| invalid())
     }
 
     /// The runs of `range` that hold data (`SEEK_DATA`/`SEEK_HOLE`), in order: what a scan
@@ -661,26 +631,14 @@ impl<'a> DataFile<'a> {
         }
         let mut copied = 0u64;
         while copied < len {
-            let mut i = (off_in + copied) as i64;
-            let mut o = (off_out + copied) as i64;
-            // SAFETY: valid descriptors and offset pointers that live across the call.
-            let n = unsafe {
-                libc::copy_file_range(
-                    self.file.as_raw_fd(),
-                    &mut i,
-                    out.file.as_raw_fd(),
-                    &mut o,
-                    (len - copied) as usize,
-                    0,
-                )
+            let mut i = off_in + copied;
+            let mut o = off_out + copied;
+            let want = usize::try_from(len - copied).unwrap_or(usize::MAX);
+            let n = match rustix::fs::copy_file_range(self.file, Some(&mut i), out.file, Some(&mut o), want) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(self.err("copy_file_range")(e.into())),
             };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(self.err("copy_file_range")(e));
-            }
             if n == 0 {
                 break;
             }
@@ -697,19 +655,15 @@ mod tests {
     #[test]
     fn the_data_root_spreads_its_fan_out_directories_on_ext4() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let c = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
-        // SAFETY: zeroed statfs is valid plain data; `c` is a valid C string.
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pointers, see above.
-        assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);
+        let st = rustix::fs::statfs(dir.path()).expect("statfs");
         if st.f_type != 0xEF53 {
             eprintln!("skipped: {} is not on ext2/3/4 (f_type {:#x})", dir.path().display(), st.f_type);
             return;
         }
         let _hot = HotTier::open(dir.path(), 0, None).expect("open");
         let d = File::open(dir.path().join("data")).expect("open data/");
-        let flags = inode_flags(&d).expect("FS_IOC_GETFLAGS on ext4");
-        assert_ne!(flags & FS_TOPDIR_FL, 0, "data/ is not marked as a top of directory hierarchies");
+        let flags = rustix::fs::ioctl_getflags(&d).expect("FS_IOC_GETFLAGS on ext4");
+        assert!(flags.contains(IFlags::TOPDIR), "data/ is not marked as a top of directory hierarchies");
     }
 
     #[test]

@@ -259,8 +259,7 @@ impl Vfs {
         let mut vfs = vfs;
         if vfs.meta.inode(ROOT_INO)?.is_none() {
             let now = Timestamp::now();
-            // SAFETY: geteuid/getegid cannot fail.
-            let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+            let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
             let root = InodeRecord {
                 attr: Attr {
                     ino: ROOT_INO,

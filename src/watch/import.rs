@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -204,9 +203,7 @@ pub(super) fn unchanged(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
 /// reads the file itself and verifies). The clone is one version of the file if the file's metadata did not
 /// move between the caller's `fstat` before it and one after it.
 pub(super) fn clone_of(file: &File, tmp: File) -> Option<File> {
-    // SAFETY: ioctl(2) FICLONE between two descriptors this function holds.
-    let rc = unsafe { libc::ioctl(tmp.as_raw_fd(), libc::FICLONE, file.as_raw_fd()) };
-    (rc == 0).then_some(tmp)
+    rustix::fs::ioctl_ficlone(&tmp, file).ok().map(|()| tmp)
 }
 
 /// A read or seek of a file of the watched directory failed (named by its path, not as a data
