@@ -237,22 +237,9 @@ impl Committer {
         let mut backoff = Duration::from_millis(100);
         loop {
             if Instant::now() >= next_renewal {
-                self.mark_lease();
-                match self.lease.renew().await {
-                    Ok(()) => {
-                        self.lease_expires_unix
-                            .store(unix_now() + self.lease.renew_every().as_secs() * 3, Ordering::Relaxed);
-                        next_renewal = Instant::now() + self.lease.renew_every();
-                        *self.renewed_at.lock() = Instant::now();
-                    }
-                    Err(e @ RemoteError::TakenOver { .. }) => {
-                        self.stop_for_good(e.to_string());
-                        return;
-                    }
-                    Err(e) => {
-                        self.note_error(format!("renewing the lease: {e}"));
-                        next_renewal = Instant::now() + Duration::from_secs(2);
-                    }
+                match self.renew_when_due().await {
+                    Some(next) => next_renewal = next,
+                    None => return,
                 }
             }
             let o = journal_owner.clone();
@@ -322,23 +309,50 @@ impl Committer {
                     }
                 }
             }
-            if self.since_checkpoint.fetch_add(1, Ordering::Relaxed) + 1 >= SEGMENTS_PER_CHECKPOINT {
-                // Exporting the whole metadata costs time: at most a tenth of it goes there.
-                let due = {
-                    let last = self.checkpointing.lock().await;
-                    last.at.elapsed() >= (last.took * 10).max(MIN_CHECKPOINT_INTERVAL)
-                };
-                if due {
-                    // Beside the journal, which keeps going meanwhile (the cut is consistent).
-                    let c = self.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = c.checkpoint(None).await {
-                            c.note_error(format!("automatic checkpoint: {e}"));
-                        }
-                    });
-                    self.since_checkpoint.store(0, Ordering::Relaxed);
-                }
+            self.checkpoint_when_due().await;
+        }
+    }
+
+    /// The run loop's renewal: when to renew next, or `None` once the lease was taken over
+    /// (the journal is stopped for good then).
+    async fn renew_when_due(&self) -> Option<Instant> {
+        self.mark_lease();
+        match self.lease.renew().await {
+            Ok(()) => {
+                self.lease_expires_unix.store(unix_now() + self.lease.renew_every().as_secs() * 3, Ordering::Relaxed);
+                *self.renewed_at.lock() = Instant::now();
+                Some(Instant::now() + self.lease.renew_every())
             }
+            Err(e @ RemoteError::TakenOver { .. }) => {
+                self.stop_for_good(e.to_string());
+                None
+            }
+            Err(e) => {
+                self.note_error(format!("renewing the lease: {e}"));
+                Some(Instant::now() + Duration::from_secs(2))
+            }
+        }
+    }
+
+    /// After each segment: a checkpoint every [`SEGMENTS_PER_CHECKPOINT`] segments, but at most
+    /// a tenth of the time goes there (exporting the whole metadata costs time).
+    async fn checkpoint_when_due(self: &Arc<Self>) {
+        if self.since_checkpoint.fetch_add(1, Ordering::Relaxed) + 1 < SEGMENTS_PER_CHECKPOINT {
+            return;
+        }
+        let due = {
+            let last = self.checkpointing.lock().await;
+            last.at.elapsed() >= (last.took * 10).max(MIN_CHECKPOINT_INTERVAL)
+        };
+        if due {
+            // Beside the journal, which keeps going meanwhile (the cut is consistent).
+            let c = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = c.checkpoint(None).await {
+                    c.note_error(format!("automatic checkpoint: {e}"));
+                }
+            });
+            self.since_checkpoint.store(0, Ordering::Relaxed);
         }
     }
 

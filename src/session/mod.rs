@@ -308,21 +308,8 @@ pub struct Session {
 impl Session {
     /// Opens the session `config` describes (see the module documentation). Blocking.
     pub fn open(config: SessionConfig, handle: &Handle) -> Result<Session, SessionError> {
+        check_config(&config)?;
         let store = config.store.clone();
-        if matches!(config.access, Access::Snapshot(_)) && store.is_none() {
-            return Err(SessionError::NoStore);
-        }
-        if config.encrypt_cache && store.is_none() {
-            return Err(SessionError::EncryptCacheNoStore);
-        }
-        if config.follow.is_some() {
-            if config.access != Access::ReadOnly {
-                return Err(SessionError::FollowNotReadOnly);
-            }
-            if store.is_none() {
-                return Err(SessionError::NoStore);
-            }
-        }
         // Before anything may clear the data dir.
         let repairs = store.as_ref().map(|s| Arc::new(RepairLog::load(&config.data_dir, s)));
         if matches!(config.access, Access::Snapshot(_)) || config.follow.is_some() {
@@ -396,11 +383,8 @@ impl Session {
                 return Err(e.into());
             }
         };
-        let workspace = match (&committer, &store) {
-            (Some(c), _) => Some(c.workspace().clone()),
-            (None, Some(s)) => Some(Arc::new(Workspace::new(s.clone(), &config.workspace))),
-            (None, None) => None,
-        };
+        let new_workspace = |s: &Arc<Store>| Arc::new(Workspace::new(s.clone(), &config.workspace));
+        let workspace = committer.as_ref().map(|c| c.workspace().clone()).or_else(|| store.as_ref().map(new_workspace));
         let hot = workspace
             .as_ref()
             .filter(|_| config.hot_set && !matches!(config.access, Access::Snapshot(_)))
@@ -740,6 +724,26 @@ fn restore_view(
     }
     prepared.meta().cut_to_stored_data()?;
     Ok(None)
+}
+
+/// Refuses a configuration whose parts do not go together, before anything is touched.
+fn check_config(config: &SessionConfig) -> Result<(), SessionError> {
+    let no_store = config.store.is_none();
+    if matches!(config.access, Access::Snapshot(_)) && no_store {
+        return Err(SessionError::NoStore);
+    }
+    if config.encrypt_cache && no_store {
+        return Err(SessionError::EncryptCacheNoStore);
+    }
+    if config.follow.is_some() {
+        if config.access != Access::ReadOnly {
+            return Err(SessionError::FollowNotReadOnly);
+        }
+        if no_store {
+            return Err(SessionError::NoStore);
+        }
+    }
+    Ok(())
 }
 
 /// Restores the workspace's latest state, refused before anything is written when the lease's

@@ -138,6 +138,26 @@ impl Vfs {
         self.recut(follow, &unsealed, &inos)
     }
 
+    /// Each changed file's chunk records in the new head: its records now, then its chunk ops.
+    #[allow(clippy::type_complexity)]
+    fn chunks_in_new_head(
+        &self,
+        chunk_ops: BTreeMap<Ino, Vec<(u64, Option<ChunkRecord>)>>,
+    ) -> VfsResult<BTreeMap<Ino, Vec<(u64, ChunkRecord)>>> {
+        let mut files = BTreeMap::new();
+        for (ino, changes) in chunk_ops {
+            let mut records: BTreeMap<u64, ChunkRecord> = self.meta.file_chunks(ino)?.into_iter().collect();
+            for (idx, rec) in changes {
+                match rec {
+                    Some(r) => records.insert(idx, r),
+                    None => records.remove(&idx),
+                };
+            }
+            files.insert(ino, records.into_iter().collect::<Vec<_>>());
+        }
+        Ok(files)
+    }
+
     /// Switches a follower to a newer head of the workspace: `ops` are the head's changes
     /// since the last one, or (`whole`) its entire state; `seq` its last batch. Returns what
     /// changed. Blocking: waits for reads in progress, and fetches in progress of the files
@@ -197,18 +217,7 @@ impl Vfs {
             }
             rest.push(op);
         }
-        // Each changed file's records in the new head: its records now, then its chunk ops.
-        let mut files = BTreeMap::new();
-        for (ino, changes) in chunk_ops {
-            let mut records: BTreeMap<u64, ChunkRecord> = self.meta.file_chunks(ino)?.into_iter().collect();
-            for (idx, rec) in changes {
-                match rec {
-                    Some(r) => records.insert(idx, r),
-                    None => records.remove(&idx),
-                };
-            }
-            files.insert(ino, records.into_iter().collect::<Vec<_>>());
-        }
+        let files = self.chunks_in_new_head(chunk_ops)?;
         // Inodes the head creates or deletes, for the inode count (no scan of the table).
         let mut existed = Vec::new();
         for op in &rest {

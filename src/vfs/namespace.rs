@@ -312,13 +312,7 @@ impl Vfs {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> VfsResult<DataFileRemoval> {
-        check_name(new_name)?;
-        if name.len() > NAME_MAX {
-            return Err(VfsError::NameTooLong);
-        }
-        if flags.exchange && flags.noreplace {
-            return Err(VfsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
-        }
+        check_rename(name, new_name, flags)?;
         let _ns = self.namespace.lock();
         // A parent that is not a directory is ENOTDIR before any name is looked up.
         self.dir_record(parent)?;
@@ -365,21 +359,10 @@ impl Vfs {
             b.put_dentry(new_parent, new_name, src, src_kind);
             if parent != new_parent && src_is_dir != dst_is_dir {
                 let (gains, loses) = if src_is_dir { (new_parent, parent) } else { (parent, new_parent) };
-                if let Some(r) = recs.get_mut(&gains) {
-                    r.attr.nlink += 1;
-                }
-                if let Some(r) = recs.get_mut(&loses) {
-                    r.attr.nlink -= 1;
-                }
+                move_dir_link(&mut recs, loses, gains);
             }
-            if let Some(r) = recs.get_mut(&src) {
-                r.parent = new_parent;
-                r.attr.ctime = now;
-            }
-            if let Some(r) = recs.get_mut(&dst_ino) {
-                r.parent = parent;
-                r.attr.ctime = now;
-            }
+            reparent(&mut recs, src, new_parent, now);
+            reparent(&mut recs, dst_ino, parent, now);
         } else {
             if let Some((dst_ino, dst_kind)) = dst {
                 if flags.noreplace {
@@ -413,17 +396,9 @@ impl Vfs {
             b.delete_dentry(parent, name);
             b.put_dentry(new_parent, new_name, src, src_kind);
             if src_is_dir && parent != new_parent {
-                if let Some(r) = recs.get_mut(&parent) {
-                    r.attr.nlink -= 1;
-                }
-                if let Some(r) = recs.get_mut(&new_parent) {
-                    r.attr.nlink += 1;
-                }
+                move_dir_link(&mut recs, parent, new_parent);
             }
-            if let Some(r) = recs.get_mut(&src) {
-                r.parent = new_parent;
-                r.attr.ctime = now;
-            }
+            reparent(&mut recs, src, new_parent, now);
         }
         for p in [parent, new_parent] {
             if let Some(r) = recs.get_mut(&p) {
@@ -447,4 +422,34 @@ pub(super) struct NewNode<'a> {
     pub(super) perm: u32,
     pub(super) rdev: u32,
     pub(super) symlink: Option<&'a [u8]>,
+}
+
+/// The arguments of a rename that no state can make valid.
+fn check_rename(name: &[u8], new_name: &[u8], flags: RenameFlags) -> VfsResult<()> {
+    check_name(new_name)?;
+    if name.len() > NAME_MAX {
+        return Err(VfsError::NameTooLong);
+    }
+    if flags.exchange && flags.noreplace {
+        return Err(VfsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
+    }
+    Ok(())
+}
+
+/// A directory moved from `from` to `to` takes its `..` link along.
+fn move_dir_link(recs: &mut HashMap<Ino, InodeRecord>, from: Ino, to: Ino) {
+    if let Some(r) = recs.get_mut(&to) {
+        r.attr.nlink += 1;
+    }
+    if let Some(r) = recs.get_mut(&from) {
+        r.attr.nlink -= 1;
+    }
+}
+
+/// An entry renamed into `parent` at `now`.
+fn reparent(recs: &mut HashMap<Ino, InodeRecord>, ino: Ino, parent: Ino, now: Timestamp) {
+    if let Some(r) = recs.get_mut(&ino) {
+        r.parent = parent;
+        r.attr.ctime = now;
+    }
 }

@@ -366,6 +366,20 @@ struct FileState {
 }
 
 impl FileState {
+    /// A file none of whose chunks is dirty any more is clean: its dirty time is cleared, and
+    /// its marker (from a version that marked inodes only) removed in `batch`.
+    fn clean_if_sealed(&mut self, ino: Ino, batch: &mut MetaBatch) {
+        if self.dirty_chunks == 0 {
+            self.dirty_since = None;
+            if self.marked_dirty {
+                self.marked_dirty = false;
+                batch.delete_dirty(ino);
+            }
+        }
+    }
+}
+
+impl FileState {
     /// Whether chunk `idx` must be fetched or verified before its bytes are used.
     fn not_ready(&self, idx: u64) -> bool {
         self.chunks.get(&idx).is_some_and(Chunk::not_ready)
@@ -513,6 +527,24 @@ impl Drop for ReadGuard<'_> {
     }
 }
 
+/// Drops the chunk records past the end of a file (a crash between a truncate and its
+/// cleanup) or of deleted files, at start.
+fn drop_chunks_past_the_end(st: &mut State, sizes: &HashMap<Ino, u64>, stale: &mut MetaBatch) {
+    st.files.retain(|ino, f| {
+        let size = sizes.get(ino).copied().unwrap_or(0);
+        let n = size.div_ceil(CHUNK_SIZE);
+        let beyond: Vec<u64> = f.chunks.range(n..).map(|(i, _)| *i).collect();
+        for i in beyond {
+            stale.delete_chunk(*ino, i);
+            f.chunks.remove(&i);
+        }
+        if f.chunks.is_empty() && f.marked_dirty {
+            stale.delete_dirty(*ino);
+        }
+        !f.chunks.is_empty()
+    });
+}
+
 impl ColdTier {
     /// Loads the chunk state from the metadata store, marks everything not yet stored as
     /// dirty, and starts the uploader, evictor and prefetcher threads.
@@ -591,21 +623,7 @@ impl ColdTier {
                 stale.delete_unsealed(ino, idx);
             }
         }
-        // Chunk records past the end of a file (a crash between a truncate and its cleanup)
-        // or of deleted files are dropped.
-        st.files.retain(|ino, f| {
-            let size = sizes.get(ino).copied().unwrap_or(0);
-            let n = size.div_ceil(CHUNK_SIZE);
-            let beyond: Vec<u64> = f.chunks.range(n..).map(|(i, _)| *i).collect();
-            for i in beyond {
-                stale.delete_chunk(*ino, i);
-                f.chunks.remove(&i);
-            }
-            if f.chunks.is_empty() && f.marked_dirty {
-                stale.delete_dirty(*ino);
-            }
-            !f.chunks.is_empty()
-        });
+        drop_chunks_past_the_end(&mut st, &sizes, &mut stale);
         st.resident_bytes =
             st.files.values().flat_map(|f| f.chunks.values()).map(|c| if c.evicted() { 0 } else { c.local_len }).sum();
         meta.commit(stale)?;

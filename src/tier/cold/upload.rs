@@ -196,6 +196,22 @@ impl ColdTier {
         }
     }
 
+    /// Stores `pack` (when it holds anything): the batch that records where its blocks are.
+    fn upload(&self, pack: PackBuilder) -> Result<MetaBatch, ColdError> {
+        let mut batch = MetaBatch::new();
+        if !pack.is_empty() {
+            let locs = self.store.put_pack(pack)?;
+            // What went into the store: a sparse block's data, not its holes.
+            let bytes: u64 = locs.iter().map(|(_, loc)| loc.stored_len()).sum();
+            self.counters.uploaded_bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.counters.uploaded_packs.fetch_add(1, Ordering::Relaxed);
+            for (id, loc) in &locs {
+                batch.put_block(id, loc);
+            }
+        }
+        Ok(batch)
+    }
+
     /// Reads the claimed chunks, uploads the blocks the store does not have, and records the
     /// chunks that did not change meanwhile as sealed. Each chunk is read straight into the
     /// pack, hashed there and encrypted in place (no copy of its plaintext).
@@ -249,17 +265,7 @@ impl ColdTier {
                 pack.seal_staged_runs(self.store.keys(), &id, &data_runs);
             }
         }
-        let mut batch = MetaBatch::new();
-        if !pack.is_empty() {
-            let locs = self.store.put_pack(pack)?;
-            // What went into the store: a sparse block's data, not its holes.
-            let bytes: u64 = locs.iter().map(|(_, loc)| loc.stored_len()).sum();
-            self.counters.uploaded_bytes.fetch_add(bytes, Ordering::Relaxed);
-            self.counters.uploaded_packs.fetch_add(1, Ordering::Relaxed);
-            for (id, loc) in &locs {
-                batch.put_block(id, loc);
-            }
-        }
+        let mut batch = self.upload(pack)?;
         let mut st = self.state.lock();
         let State { files: fstate, dirty_bytes, resident_bytes, .. } = &mut *st;
         let mut touched = HashSet::new();
@@ -308,13 +314,7 @@ impl ColdTier {
         }
         for ino in touched {
             if let Some(f) = fstate.get_mut(&ino) {
-                if f.dirty_chunks == 0 {
-                    f.dirty_since = None;
-                    if f.marked_dirty {
-                        f.marked_dirty = false;
-                        batch.delete_dirty(ino);
-                    }
-                }
+                f.clean_if_sealed(ino, &mut batch);
             }
         }
         // Under the state lock, so a writer that dirties a chunk next cannot be overtaken.
