@@ -86,8 +86,9 @@ impl TierFuse {
     }
 
     /// Starts timing one request.
-    fn time(&self, op: FuseOp) -> Timer {
-        Timer::start(op, self.stats.as_ref())
+    /// The timer of request `req` on inode `ino` (its first inode), which carries its span.
+    fn time(&self, op: FuseOp, req: &Request, ino: INodeNo) -> Timer {
+        Timer::start(op, self.stats.as_ref(), req.unique().0, ino.0)
     }
 
     /// Runs `op` on the pool, or here when there is none. For operations that may wait for
@@ -251,8 +252,8 @@ impl Filesystem for TierFuse {
     /// cache for the entry TTL: every create, link and rename into the directory passes through
     /// this mount and replaces it, and programs probe missing names again and again (`$PATH`
     /// searches, build tools, config-file probes).
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let t = self.time(FuseOp::Lookup);
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let t = self.time(FuseOp::Lookup, req, parent);
         match self.vfs.lookup(parent.0, name.as_bytes()) {
             Ok(attr) => self.reply_entry(reply, &attr),
             Err(VfsError::NotFound) => {
@@ -265,8 +266,8 @@ impl Filesystem for TierFuse {
     /// Inodes have no in-memory lifetime in tierfs, so there is nothing to release.
     fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {}
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let t = self.time(FuseOp::Getattr);
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let t = self.time(FuseOp::Getattr, req, ino);
         match self.vfs.getattr(ino.0) {
             Ok(attr) => reply.attr(&self.opts.attr_ttl, &file_attr(&attr)),
             Err(err) => reply.error(t.fail(&err)),
@@ -291,7 +292,7 @@ impl Filesystem for TierFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let t = self.time(FuseOp::Setattr);
+        let t = self.time(FuseOp::Setattr, req, ino);
         let changes = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -310,8 +311,8 @@ impl Filesystem for TierFuse {
         self.offload_if(size.is_some(), op);
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let t = self.time(FuseOp::Readlink);
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let t = self.time(FuseOp::Readlink, req, ino);
         match self.vfs.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(err) => reply.error(t.fail(&err)),
@@ -319,29 +320,29 @@ impl Filesystem for TierFuse {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let t = self.time(FuseOp::Mknod);
+        let t = self.time(FuseOp::Mknod, req, parent);
         let result = self.vfs.mknod(&caller(req), parent.0, name.as_bytes(), mode, umask, rdev);
         self.entry_result(t, result, reply);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let t = self.time(FuseOp::Mkdir);
+        let t = self.time(FuseOp::Mkdir, req, parent);
         let result = self.vfs.mkdir(&caller(req), parent.0, name.as_bytes(), mode, umask);
         self.entry_result(t, result, reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let t = self.time(FuseOp::Unlink);
+        let t = self.time(FuseOp::Unlink, req, parent);
         self.removal_result(t, self.vfs.unlink_deferred(&caller(req), parent.0, name.as_bytes()), reply);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let t = self.time(FuseOp::Rmdir);
+        let t = self.time(FuseOp::Rmdir, req, parent);
         empty_result(t, self.vfs.rmdir(&caller(req), parent.0, name.as_bytes()), reply);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let t = self.time(FuseOp::Symlink);
+        let t = self.time(FuseOp::Symlink, req, parent);
         let target = target.as_os_str().as_bytes();
         let result = self.vfs.symlink(&caller(req), parent.0, link_name.as_bytes(), target);
         self.entry_result(t, result, reply);
@@ -357,7 +358,7 @@ impl Filesystem for TierFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let t = self.time(FuseOp::Rename);
+        let t = self.time(FuseOp::Rename, req, parent);
         let flags = match rename_flags(flags.bits()) {
             Ok(flags) => flags,
             Err(errno) => return reply.error(t.errno(errno)),
@@ -368,13 +369,13 @@ impl Filesystem for TierFuse {
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let t = self.time(FuseOp::Link);
+        let t = self.time(FuseOp::Link, req, ino);
         let result = self.vfs.link(&caller(req), ino.0, newparent.0, newname.as_bytes());
         self.entry_result(t, result, reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let t = self.time(FuseOp::Open);
+        let t = self.time(FuseOp::Open, req, ino);
         let caller = caller(req);
         let op = move |vfs: &Vfs| match vfs.open(&caller, ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), open_flags(vfs.page_cache(fh))),
@@ -386,7 +387,7 @@ impl Filesystem for TierFuse {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -395,7 +396,7 @@ impl Filesystem for TierFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let t = self.time(FuseOp::Read);
+        let t = self.time(FuseOp::Read, req, ino);
         let op = move |vfs: &Vfs| match vfs.read_bytes(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(err) => reply.error(t.fail(&err)),
@@ -405,7 +406,7 @@ impl Filesystem for TierFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -415,7 +416,7 @@ impl Filesystem for TierFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let t = self.time(FuseOp::Write);
+        let t = self.time(FuseOp::Write, req, ino);
         let result = move |vfs: &Vfs, data: &[u8], reply: ReplyWrite| match vfs.write(ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
             Err(err) => reply.error(t.fail(&err)),
@@ -428,14 +429,14 @@ impl Filesystem for TierFuse {
         }
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        let t = self.time(FuseOp::Flush);
+    fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let t = self.time(FuseOp::Flush, req, ino);
         empty_result(t, self.vfs.flush(ino.0, fh.0), reply);
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -443,25 +444,25 @@ impl Filesystem for TierFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let t = self.time(FuseOp::Release);
+        let t = self.time(FuseOp::Release, req, ino);
         empty_result(t, self.vfs.release(ino.0, fh.0), reply);
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let t = self.time(FuseOp::Fsync);
+    fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let t = self.time(FuseOp::Fsync, req, ino);
         self.offload(move |vfs| empty_result(t, vfs.fsync(ino.0, fh.0, datasync), reply));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let t = self.time(FuseOp::Opendir);
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let t = self.time(FuseOp::Opendir, req, ino);
         match self.vfs.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(err) => reply.error(t.fail(&err)),
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let t = self.time(FuseOp::Readdir);
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let t = self.time(FuseOp::Readdir, req, ino);
         match self.vfs.readdir(ino.0, fh.0, offset) {
             Ok(entries) => {
                 for e in &entries {
@@ -475,8 +476,8 @@ impl Filesystem for TierFuse {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let t = self.time(FuseOp::Readdirplus);
+    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let t = self.time(FuseOp::Readdirplus, req, ino);
         match self.vfs.readdirplus(ino.0, fh.0, offset) {
             Ok(entries) => {
                 let ttl = self.ttl();
@@ -492,18 +493,18 @@ impl Filesystem for TierFuse {
         }
     }
 
-    fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        let t = self.time(FuseOp::Releasedir);
+    fn releasedir(&self, req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let t = self.time(FuseOp::Releasedir, req, ino);
         empty_result(t, self.vfs.releasedir(ino.0, fh.0), reply);
     }
 
-    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let t = self.time(FuseOp::Fsyncdir);
+    fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let t = self.time(FuseOp::Fsyncdir, req, ino);
         self.offload(move |vfs| empty_result(t, vfs.fsyncdir(ino.0), reply));
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let t = self.time(FuseOp::Statfs);
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let t = self.time(FuseOp::Statfs, req, ino);
         match self.vfs.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
             Err(err) => reply.error(t.fail(&err)),
@@ -521,28 +522,28 @@ impl Filesystem for TierFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let t = self.time(FuseOp::Setxattr);
+        let t = self.time(FuseOp::Setxattr, req, ino);
         empty_result(t, self.vfs.setxattr(&caller(req), ino.0, name.as_bytes(), value, flags), reply);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let t = self.time(FuseOp::Getxattr);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let t = self.time(FuseOp::Getxattr, req, ino);
         xattr_result(t, size, self.vfs.getxattr(ino.0, name.as_bytes()), reply);
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let t = self.time(FuseOp::Listxattr);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let t = self.time(FuseOp::Listxattr, req, ino);
         xattr_result(t, size, self.vfs.listxattr(ino.0), reply);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let t = self.time(FuseOp::Removexattr);
+        let t = self.time(FuseOp::Removexattr, req, ino);
         empty_result(t, self.vfs.removexattr(&caller(req), ino.0, name.as_bytes()), reply);
     }
 
     /// Not sent while `default_permissions` is on (the kernel checks), kept for completeness.
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let t = self.time(FuseOp::Access);
+        let t = self.time(FuseOp::Access, req, ino);
         empty_result(t, self.vfs.access(&caller(req), ino.0, mask.bits()), reply);
     }
 
@@ -556,7 +557,7 @@ impl Filesystem for TierFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let t = self.time(FuseOp::Create);
+        let t = self.time(FuseOp::Create, req, parent);
         match self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags) {
             Ok((attr, fh)) => {
                 reply.created(&self.ttl(), &file_attr(&attr), GENERATION, FileHandle(fh), file_open_flags())
@@ -567,7 +568,7 @@ impl Filesystem for TierFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -575,14 +576,14 @@ impl Filesystem for TierFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let t = self.time(FuseOp::Fallocate);
+        let t = self.time(FuseOp::Fallocate, req, ino);
         self.offload(move |vfs| empty_result(t, vfs.fallocate(ino.0, fh.0, offset, length, mode), reply));
     }
 
     /// The kernel sends only SEEK_DATA and SEEK_HOLE; it resolves the other whences itself.
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
@@ -591,7 +592,7 @@ impl Filesystem for TierFuse {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let t = self.time(FuseOp::Ioctl);
+        let t = self.time(FuseOp::Ioctl, req, ino);
         if cmd != tierfs::vfs::IOCTL_KEEP_CACHED {
             return reply.error(t.errno(Errno::ENOTTY));
         }
@@ -601,8 +602,8 @@ impl Filesystem for TierFuse {
         });
     }
 
-    fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        let t = self.time(FuseOp::Lseek);
+    fn lseek(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let t = self.time(FuseOp::Lseek, req, ino);
         // With the writeback cache, written bytes may still sit in the kernel's page cache, and
         // the kernel does not flush them before FUSE_LSEEK: the data file would report a hole
         // where the program just wrote, and `cp`/`tar` (which skip holes with SEEK_DATA) would
@@ -620,7 +621,7 @@ impl Filesystem for TierFuse {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
@@ -631,7 +632,7 @@ impl Filesystem for TierFuse {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let t = self.time(FuseOp::CopyFileRange);
+        let t = self.time(FuseOp::CopyFileRange, req, ino_in);
         // copy_file_range(2) defines no flags yet.
         if !flags.is_empty() {
             return reply.error(t.errno(Errno::EINVAL));

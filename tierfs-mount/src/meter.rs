@@ -122,14 +122,18 @@ impl FuseStats {
 /// One request on its way to its reply; counts it when dropped.
 pub(crate) struct Timer {
     op: FuseOp,
+    /// `fuse` at debug level, with the request's id, operation and inode: what is logged of
+    /// the request (its failure) is logged inside it.
+    span: tracing::Span,
     /// With the time it started, when the mount is metered.
     meter: Option<(Arc<FuseStats>, Instant)>,
     failed: Cell<bool>,
 }
 
 impl Timer {
-    pub(crate) fn start(op: FuseOp, stats: Option<&Arc<FuseStats>>) -> Timer {
-        Timer { op, meter: stats.map(|s| (Arc::clone(s), Instant::now())), failed: Cell::new(false) }
+    pub(crate) fn start(op: FuseOp, stats: Option<&Arc<FuseStats>>, id: u64, ino: u64) -> Timer {
+        let span = tracing::debug_span!("fuse", id, op = op.name(), ino);
+        Timer { op, span, meter: stats.map(|s| (Arc::clone(s), Instant::now())), failed: Cell::new(false) }
     }
 
     pub(crate) fn name(&self) -> &'static str {
@@ -145,6 +149,7 @@ impl Timer {
     /// Logs a failed operation (see [`fail`]), counts it, and returns
     /// its errno.
     pub(crate) fn fail(&self, err: &VfsError) -> Errno {
+        let _in = self.span.enter();
         self.errno(fail(self.name(), err))
     }
 }
@@ -190,15 +195,47 @@ mod tests {
         assert_eq!(FuseOp::CopyFileRange as usize + 1, FUSE_OPS.len());
     }
 
+    /// A failure is logged inside the request's span: its id, operation and inode go with it.
+    #[test]
+    fn a_failure_is_logged_with_the_request_it_answers() {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("lock").extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let t = Timer::start(FuseOp::Unlink, None, 4711, 42);
+            assert_eq!(t.fail(&VfsError::NotFound), Errno::ENOENT);
+        });
+        let said = String::from_utf8(lines.0.lock().expect("lock").clone()).expect("utf-8");
+        assert!(
+            said.contains("fuse{id=4711 op=\"unlink\" ino=42}") && said.contains("failed"),
+            "the failure was not logged in its request's span: {said:?}"
+        );
+    }
+
     #[test]
     fn a_request_counts_once_when_it_ends() {
         let stats = Arc::new(FuseStats::default());
-        drop(Timer::start(FuseOp::Getattr, Some(&stats)));
-        let t = Timer::start(FuseOp::Getattr, Some(&stats));
+        drop(Timer::start(FuseOp::Getattr, Some(&stats), 1, 1));
+        let t = Timer::start(FuseOp::Getattr, Some(&stats), 2, 1);
         assert_eq!(t.errno(Errno::ENOENT), Errno::ENOENT);
         assert_eq!(stats.snapshot()[0].calls, 1, "not counted before it ends");
         drop(t);
-        drop(Timer::start(FuseOp::Read, None));
+        drop(Timer::start(FuseOp::Read, None, 3, 1));
         let s = stats.snapshot();
         assert_eq!(s.len(), 1, "only what was requested: {s:?}");
         assert_eq!((s[0].op.as_str(), s[0].calls, s[0].errors, s[0].latency.count()), ("getattr", 2, 1, 2));
