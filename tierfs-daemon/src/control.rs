@@ -31,6 +31,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::admit::{Admission, IDLE};
+use tierfs::ErrorKind;
+
 use crate::logging::Reported;
 
 /// Whether the user `uid` may talk to a mount served by this process whose owner is `owner`:
@@ -91,6 +93,10 @@ pub struct FlushReport {
     /// Why not, when not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// With `error`, what the caller can do about it (`ErrorKind::name`: `fenced` for a
+    /// writer another node took the workspace from), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// What is still only on this node when the answer is sent.
     pub dirty_bytes: u64,
     pub dirty_files: u64,
@@ -99,8 +105,9 @@ pub struct FlushReport {
 
 impl FlushReport {
     /// A flush that did not run (nothing known of what is left).
-    pub fn failed(error: String) -> FlushReport {
-        FlushReport { flushed: false, error: Some(error), dirty_bytes: 0, dirty_files: 0, millis: 0 }
+    pub fn failed(error: String, kind: Option<ErrorKind>) -> FlushReport {
+        let kind = kind.map(|k| k.name().to_string());
+        FlushReport { flushed: false, error: Some(error), kind, dirty_bytes: 0, dirty_files: 0, millis: 0 }
     }
 }
 
@@ -143,6 +150,9 @@ pub struct Response {
     /// With `error`, what the caller can do about it (`ErrorKind::name`), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// With `error`, a refinement of the kind (`logging::Reason::name`), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pong: Option<Pong>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,6 +195,21 @@ pub struct SyncReport {
 impl Response {
     pub fn error(message: impl Into<String>) -> Response {
         Response { ok: false, error: Some(message.into()), ..Response::default() }
+    }
+
+    /// The answer for a failure with its kind and reason.
+    pub fn failed(e: Reported) -> Response {
+        Response {
+            kind: e.kind.map(|k| k.name().to_string()),
+            reason: e.reason.map(|r| r.name().to_string()),
+            ..Response::error(e.message)
+        }
+    }
+
+    /// This answer's failure as the client's error (`otherwise` when it gives no message).
+    pub fn failure(self, otherwise: &str) -> Reported {
+        let message = self.error.unwrap_or_else(|| otherwise.to_string());
+        Reported::from_names(message, self.kind.as_deref(), self.reason.as_deref())
     }
 }
 
@@ -339,7 +364,7 @@ pub struct UnmountReport {
 pub struct UnmountRequest {
     pub lazy: bool,
     /// Where the serving loop sends the outcome (or why it refuses, e.g. busy).
-    pub reply: oneshot::Sender<Result<UnmountReport, String>>,
+    pub reply: oneshot::Sender<Result<UnmountReport, Reported>>,
     /// Fired by the connection once the answer is written, so the serving loop does not
     /// exit (and tear the connection down) before the client has it.
     pub written: oneshot::Receiver<()>,
@@ -356,16 +381,16 @@ pub trait ControlHandler: Send + Sync + 'static {
         Some(self.status())
     }
     /// Blocks until the barrier is done; called from a blocking-capable thread.
-    fn sync(&self, _message: Option<String>, _timeout: Duration) -> Result<SyncReport, String> {
-        Err("this mount cannot take snapshots".into())
+    fn sync(&self, _message: Option<String>, _timeout: Duration) -> Result<SyncReport, Reported> {
+        Err(Reported::new(ErrorKind::InvalidInput, "this mount cannot take snapshots"))
     }
     /// Blocks (it may read the store); called from a blocking-capable thread.
     fn history(&self, _op: HistoryOp) -> Result<HistoryAnswer, Reported> {
-        Err(Reported { message: "this mount has no history".into(), kind: Some(tierfs::ErrorKind::InvalidInput) })
+        Err(Reported::new(ErrorKind::InvalidInput, "this mount has no history"))
     }
     /// Blocks up to `timeout`; called from a blocking-capable thread.
     fn flush(&self, _timeout: Duration) -> FlushReport {
-        FlushReport::failed("this mount cannot flush".into())
+        FlushReport::failed("this mount cannot flush".into(), Some(ErrorKind::InvalidInput))
     }
 }
 
@@ -482,7 +507,7 @@ async fn serve_connection(
                 let timeout = Duration::from_secs(timeout_secs);
                 let response = match tokio::task::spawn_blocking(move || h.sync(message, timeout)).await {
                     Ok(Ok(report)) => Response { ok: true, sync: Some(report), ..Response::default() },
-                    Ok(Err(message)) => Response::error(message),
+                    Ok(Err(failed)) => Response::failed(failed),
                     Err(err) => Response::error(format!("sync failed: {err}")),
                 };
                 send(&mut write, &response).await?;
@@ -500,7 +525,7 @@ async fn serve_connection(
                 let h = handler.clone();
                 let response = match tokio::task::spawn_blocking(move || h.history(op)).await {
                     Ok(Ok(answer)) => Response { ok: true, history: Some(answer), ..Response::default() },
-                    Ok(Err(e)) => Response { kind: e.kind.map(|k| k.name().to_string()), ..Response::error(e.message) },
+                    Ok(Err(e)) => Response::failed(e),
                     Err(err) => Response::error(format!("history failed: {err}")),
                 };
                 send(&mut write, &response).await?;
@@ -514,7 +539,7 @@ async fn serve_connection(
                 } else {
                     match reply_rx.await {
                         Ok(Ok(report)) => Response { ok: true, unmount: Some(report), ..Response::default() },
-                        Ok(Err(message)) => Response::error(message),
+                        Ok(Err(failed)) => Response::failed(failed),
                         Err(_) => Response::error("the mount is already being unmounted"),
                     }
                 };
@@ -688,7 +713,7 @@ mod tests {
         // The serving loop: refuse the first unmount (busy), accept the second.
         rt.spawn(async move {
             let first: UnmountRequest = rx.recv().await.unwrap();
-            first.reply.send(Err("busy".into())).unwrap();
+            first.reply.send(Err(Reported::new(crate::logging::Reason::PathInUse, "busy"))).unwrap();
             let second = rx.recv().await.unwrap();
             assert!(second.lazy);
             second
