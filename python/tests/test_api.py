@@ -8,6 +8,7 @@ restores their files."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -187,6 +188,31 @@ def test_a_daemon_that_outlives_the_mount_timeout(isolated: Path, moto: tuple[su
         proc.send_signal(signal.SIGCONT)
     assert (caught.value.kind, caught.value.reason) == ("unavailable", "timeout")
     nothing_mounted_at(mnt, isolated)
+
+
+def test_a_writer_fenced_by_a_takeover(isolated: Path) -> None:
+    store = make_file_store(isolated / "persistent")
+    first = tierfs.mount(isolated / "a", store=store, quiet=True)
+    (isolated / "a" / "before").write_text("from a\n")
+    first.sync("before the takeover")
+    second = tierfs.mount(
+        isolated / "b", store=store, takeover=True, options=["--data-dir", str(isolated / "b-data")], quiet=True
+    )
+    assert (isolated / "b" / "before").read_text() == "from a\n"
+    # The first writer's next durable write fails (EIO), and its sync says why: fenced,
+    # which no retry fixes.
+    with open(isolated / "a" / "after", "wb") as f:
+        f.write(b"lost")
+        f.flush()
+        with pytest.raises(OSError) as fsynced:
+            os.fsync(f.fileno())
+    assert fsynced.value.errno == errno.EIO
+    with pytest.raises(tierfs.FencedError) as caught:
+        first.sync("after the takeover")
+    assert caught.value.kind == "fenced" and caught.value.reason is None
+    with contextlib.suppress(tierfs.TierfsError):
+        first.unmount()  # its flush cannot reach the store either
+    second.unmount()
 
 
 def test_path_in_use(isolated: Path) -> None:
