@@ -646,4 +646,8 @@ def test_status_of_a_watch() -> None:
 def test_which_mount_failures_mean_no_fuse(message: str, reason: str | None) -> None:
     from tierfs.mount import _fuse_error_reason
 
-    assert _fuse_error_reason(tierfs.TierfsError(message)) == reason
+    # The CLI gives these failures (and only these) the reason `fuse_unavailable`; the
+    # message picks the words, never the decision.
+    given = "fuse_unavailable" if reason is not None else None
+    assert _fuse_error_reason(tierfs.TierfsError(message, reason=given)) == reason
+    assert _fuse_error_reason(tierfs.TierfsError(message)) is None

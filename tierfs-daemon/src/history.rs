@@ -20,8 +20,7 @@ use serde::Serialize;
 
 use crate::cli::{CheckoutCommand, Cli, DiffCommand, HistoryAction, LogCommand, ShowCommand};
 use crate::control::{self, HistoryAnswer, HistoryOp, Request, StatusReport};
-use crate::logging::Reported;
-use crate::logging::{bail_with, failure};
+use crate::logging::{Reported, bail_with, failure};
 use tierfs::ErrorKind;
 
 /// How long a history request may take (an export or push of a long history).

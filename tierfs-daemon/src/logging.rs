@@ -167,6 +167,10 @@ pub(crate) use bail_with;
 /// What a caller can do about `err`: the kind of the outermost cause that has one (a core
 /// error, a [`Reported`] failure, or a local I/O error). `None` when no cause says.
 pub fn error_kind(err: &anyhow::Error) -> Option<ErrorKind> {
+    // A `Reported` given as context is no element of the chain; anyhow finds it.
+    if let Some(kind) = err.downcast_ref::<Reported>().and_then(|r| r.kind) {
+        return Some(kind);
+    }
     err.chain().find_map(|cause| {
         tierfs::error::kind_of(cause)
             .or_else(|| cause.downcast_ref::<Reported>().and_then(|r| r.kind))
@@ -178,6 +182,9 @@ pub fn error_kind(err: &anyhow::Error) -> Option<ErrorKind> {
 /// error that means one (a wrong key, a data directory in use), looked for through the core's
 /// wrappers as [`cli_hint`] does.
 pub fn error_reason(err: &anyhow::Error) -> Option<Reason> {
+    if let Some(reason) = err.downcast_ref::<Reported>().and_then(|r| r.reason) {
+        return Some(reason);
+    }
     err.chain().find_map(|cause| cause.downcast_ref::<Reported>().and_then(|r| r.reason).or_else(|| core_reason(cause)))
 }
 
@@ -356,6 +363,10 @@ mod tests {
         assert_eq!((error_kind(&busy), error_reason(&busy)), (Some(ErrorKind::Conflict), Some(Reason::PathInUse)));
         let wrong = anyhow::Error::new(StoreError::Crypto(CryptoError::WrongKey)).context("opening the store");
         assert_eq!((error_kind(&wrong), error_reason(&wrong)), (Some(ErrorKind::InvalidInput), Some(Reason::WrongKey)));
+        let context = anyhow::Error::new(std::io::Error::other("refused"))
+            .context(Reported::new(Reason::FuseUnavailable, "mounting FUSE filesystem at /m"));
+        assert_eq!(error_reason(&context), Some(Reason::FuseUnavailable), "a Reported given as context counts");
+        assert_eq!(error_kind(&context), Some(ErrorKind::Unavailable));
         let plain = failure!(ErrorKind::NotFound, "no such mount");
         assert_eq!((error_kind(&plain), error_reason(&plain)), (Some(ErrorKind::NotFound), None));
         for reason in Reason::ALL {

@@ -238,7 +238,7 @@ pub fn check_fuse_device() -> anyhow::Result<()> {
              (`modprobe fuse`), or use `tierfs watch DIR`, which needs no FUSE"
         ))),
         Err(err) if matches!(err.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => Ok(()),
-        Err(err) => Err(anyhow::Error::new(err).context("checking /dev/fuse")),
+        Err(err) => Err(unavailable(format!("checking /dev/fuse: {err}"))),
     }
 }
 

@@ -54,7 +54,7 @@ pub fn tighten_data_dir(dir: &Path) -> Result<()> {
 /// write or run, naming the command that fixes it.
 pub fn check_secret_file(path: &Path, what: &str) -> Result<()> {
     let meta = std::fs::metadata(path).with_context(|| format!("reading {what} {}", path.display()))?;
-    tierfs::store::private_mode(path, meta.mode(), what).map_err(anyhow::Error::msg)
+    Ok(tierfs::store::private_mode(path, meta.mode(), what)?)
 }
 
 #[cfg(test)]

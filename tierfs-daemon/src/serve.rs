@@ -47,8 +47,7 @@ use crate::control::{
     UnmountRequest,
 };
 use crate::launch::{Readiness, ReadyInfo};
-use crate::logging::Reported;
-use crate::logging::{Reason, bail_with, failure};
+use crate::logging::{Reason, Reported, bail_with, failure};
 use crate::mounts::{self, UnmountError};
 use crate::paths;
 use crate::stop::Stop;
@@ -414,17 +413,18 @@ impl ControlSocket {
 
 /// Adds what a user needs to fix a failed mount.
 fn explain_mount_error(err: io::Error, config: &MountConfig, mountpoint: &Path) -> anyhow::Error {
-    let hint = if err.kind() == io::ErrorKind::PermissionDenied && !mounts::is_root() {
-        if config.allow_other {
-            " (allow_other needs `user_allow_other` in /etc/fuse.conf; or mount with \
-             --no-allow-other)"
-        } else {
-            " (non-root mounts need the setuid fusermount3 helper from the fuse3 package)"
-        }
-    } else {
-        ""
-    };
-    anyhow::Error::new(err).context(format!("mounting FUSE filesystem at {}{hint}", mountpoint.display()))
+    let refused = err.kind() == io::ErrorKind::PermissionDenied && !mounts::is_root();
+    if refused && config.allow_other {
+        // An option the user can drop, not a reason to do without FUSE.
+        return anyhow::Error::new(err).context(format!(
+            "mounting FUSE filesystem at {} (allow_other needs `user_allow_other` in /etc/fuse.conf; or mount \
+             with --no-allow-other)",
+            mountpoint.display()
+        ));
+    }
+    let hint =
+        if refused { " (non-root mounts need the setuid fusermount3 helper from the fuse3 package)" } else { "" };
+    failure!(Reason::FuseUnavailable, "mounting FUSE filesystem at {}{hint}: {err}", mountpoint.display())
 }
 
 /// Unmount on a signal: the process is asked to go away, so a busy mount is detached

@@ -32,8 +32,7 @@ use crate::control::{
     UnmountRequest, WatchStatus,
 };
 use crate::launch::{Readiness, ReadyInfo};
-use crate::logging::Reported;
-use crate::logging::{Reason, bail_with, failure};
+use crate::logging::{Reason, Reported, bail_with, failure};
 use crate::serve::{GivenSocket, Served, Supplied, control_listener, session_context};
 use crate::stop::Stop;
 use tierfs::ErrorKind;

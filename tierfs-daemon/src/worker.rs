@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tierfs::store::StoreConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -45,8 +45,7 @@ use zeroize::Zeroizing;
 use crate::config::MountConfig;
 use crate::control::{self, ControlHandler, Pong, Request, StatusReport};
 use crate::launch::{Readiness, ReadyInfo, ReadyMessage};
-use crate::logging::Reported;
-use crate::logging::{Reason, bail_with, failure};
+use crate::logging::{Reason, Reported, bail_with, failure};
 use crate::mounts::{self, UnmountError};
 use crate::serve::{GivenSocket, SupervisorUnmount, Supplied};
 use crate::stop::Stop;
@@ -382,10 +381,12 @@ async fn converse(
                 if status.success() {
                     return Ok(());
                 }
-                let message = failure.map(|f| f.message).unwrap_or_else(|| {
-                    format!("the worker serving it as uid {} ended ({status}); its log lines are above", owner.uid)
+                // What the worker reported, with its kind, else that it ended.
+                let failed = failure.unwrap_or_else(|| {
+                    let ended = format!("the worker serving it as uid {} ended ({status}); its log lines are above", owner.uid);
+                    Reported::new(ErrorKind::Internal, ended)
                 });
-                return Err(anyhow!("{message}"));
+                return Err(failed.into());
             }
             reason = stop.wait(), if !stopping => {
                 stopping = true;
