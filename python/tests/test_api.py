@@ -210,8 +210,9 @@ def test_a_writer_fenced_by_a_takeover(isolated: Path) -> None:
     with pytest.raises(tierfs.FencedError) as caught:
         first.sync("after the takeover")
     assert caught.value.kind == "fenced" and caught.value.reason is None
-    with contextlib.suppress(tierfs.TierfsError):
-        first.unmount()  # its flush cannot reach the store either
+    with pytest.raises(tierfs.FencedError, match="flush did not complete"):
+        first.unmount()  # its last metadata cannot reach the store either
+    assert not first.is_mounted
     second.unmount()
 
 

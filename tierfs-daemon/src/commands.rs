@@ -523,8 +523,10 @@ fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
         println!("tierfs: {done} {} (flushed in {} ms)", mountpoint.display(), report.flush_millis);
     }
     if !report.flushed {
+        // The kind of what stopped the flush (`fenced`, `no_space`, ...), else worth a retry.
+        let kind = report.flush_kind.as_deref().and_then(ErrorKind::from_name).unwrap_or(ErrorKind::Unavailable);
         bail_with!(
-            ErrorKind::Unavailable,
+            kind,
             "{} {}, but the flush did not complete: {}",
             if watch { "stopped watching" } else { "unmounted" },
             mountpoint.display(),

@@ -357,6 +357,32 @@ pub struct UnmountReport {
     /// Why the flush did not complete, when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flush_error: Option<String>,
+    /// With `flush_error`, the kind of its first failure that has one (`fenced` for a writer
+    /// another node took the workspace from), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush_kind: Option<String>,
+}
+
+impl UnmountReport {
+    /// The report of a flush that ended with `errors` (each with its kind, when known).
+    pub fn new(
+        mountpoint: &Path,
+        flush_millis: u64,
+        flush_timeout_secs: f64,
+        errors: Vec<(String, Option<ErrorKind>)>,
+    ) -> UnmountReport {
+        let flush_kind = errors.iter().find_map(|(_, kind)| *kind).map(|k| k.name().to_string());
+        let flush_error =
+            (!errors.is_empty()).then(|| errors.into_iter().map(|(e, _)| e).collect::<Vec<_>>().join("; "));
+        UnmountReport {
+            mountpoint: mountpoint.to_path_buf(),
+            flushed: flush_error.is_none(),
+            flush_millis,
+            flush_timeout_secs,
+            flush_error,
+            flush_kind,
+        }
+    }
 }
 
 /// An unmount asked for over the socket, handed to the serving loop.
@@ -724,6 +750,7 @@ mod tests {
                     flush_millis: 1,
                     flush_timeout_secs: 60.0,
                     flush_error: None,
+                    flush_kind: None,
                 }))
                 .unwrap();
             second.written.await.unwrap();

@@ -532,8 +532,9 @@ async fn finish(
     let start = Instant::now();
     let deadline = tokio::time::Instant::now() + config.flush_timeout;
     let timeout_secs = config.flush_timeout.as_secs_f64();
-    let flush =
-        || async { session.flush(deadline).await.map_err(|e| format!("{e} (--flush-timeout {timeout_secs} s)")) };
+    let flush = || async {
+        session.flush(deadline).await.map_err(|e| (format!("{e} (--flush-timeout {timeout_secs} s)"), Some(e.kind())))
+    };
 
     let mut fuse = fuse_ended;
     if fuse.is_none() {
@@ -544,39 +545,36 @@ async fn finish(
     }
     let mut flushed = flush().await;
     let fuse = match fuse {
-        Some(result) => result,
+        Some(result) => result.map_err(|e| (e, None)),
         None => {
             info!("files are still open on the detached mount; waiting for them to be closed");
             match tokio::time::timeout_at(deadline, fuse_done).await {
                 Ok(ended) => {
                     flushed = flush().await;
-                    flatten_session_result(ended)
+                    flatten_session_result(ended).map_err(|e| (e, None))
                 }
-                Err(_) => Err(format!(
-                    "files were still open on the lazily detached mount when the {timeout_secs} s \
-                     flush timeout expired: what they wrote before the flush is safe, later \
-                     writes are lost"
+                Err(_) => Err((
+                    format!(
+                        "files were still open on the lazily detached mount when the {timeout_secs} s \
+                         flush timeout expired: what they wrote before the flush is safe, later \
+                         writes are lost"
+                    ),
+                    Some(ErrorKind::Unavailable),
                 )),
             }
         }
     };
     // Local data is flushed and uploaded; now the metadata that finds it.
-    let closed = session.close(deadline).await.map_err(|e| e.to_string());
+    let closed = session.close(deadline).await.map_err(|e| (e.to_string(), Some(e.kind())));
 
     let flush_millis = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let errors: Vec<String> = [fuse, flushed, closed].into_iter().filter_map(Result::err).collect();
-    let flush_error = (!errors.is_empty()).then(|| errors.join("; "));
-    match &flush_error {
+    let errors = [fuse, flushed, closed].into_iter().filter_map(Result::err).collect();
+    let report = UnmountReport::new(mountpoint, flush_millis, timeout_secs, errors);
+    match &report.flush_error {
         None => info!("flushed everything for {} in {flush_millis} ms", mountpoint.display()),
         Some(message) => error!("flush of {} incomplete after {flush_millis} ms: {message}", mountpoint.display()),
     }
-    UnmountReport {
-        mountpoint: mountpoint.to_path_buf(),
-        flushed: flush_error.is_none(),
-        flush_millis,
-        flush_timeout_secs: timeout_secs,
-        flush_error,
-    }
+    report
 }
 
 /// What the control socket reports about this mount.

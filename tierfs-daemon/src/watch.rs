@@ -221,22 +221,20 @@ async fn finish(session: &Session, config: &MountConfig, dir: &Path, tx: &Sender
         Ok(()) => {
             let waited = tokio::task::spawn_blocking(move || answer.recv_timeout(Duration::from_secs(3600)));
             match tokio::time::timeout_at(deadline, waited).await {
-                Ok(Ok(Ok(r))) => r,
-                _ => Err("the last pass over the directory did not finish within the flush timeout".into()),
+                Ok(Ok(Ok(r))) => r.map_err(|e| (e, Some(ErrorKind::Unavailable))),
+                _ => Err((
+                    "the last pass over the directory did not finish within the flush timeout".into(),
+                    Some(ErrorKind::Unavailable),
+                )),
             }
         }
-        Err(_) => Err("the watch thread is gone".into()),
+        Err(_) => Err(("the watch thread is gone".into(), Some(ErrorKind::Internal))),
     };
-    let flushed = session.flush(deadline).await.map_err(|e| e.to_string());
-    let closed = session.close(deadline).await.map_err(|e| e.to_string());
-    let error = [last.err(), flushed.err(), closed.err()].into_iter().flatten().collect::<Vec<_>>();
-    let report = UnmountReport {
-        mountpoint: dir.to_path_buf(),
-        flushed: error.is_empty(),
-        flush_millis: start.elapsed().as_millis() as u64,
-        flush_timeout_secs: config.flush_timeout.as_secs_f64(),
-        flush_error: (!error.is_empty()).then(|| error.join("; ")),
-    };
+    let flushed = session.flush(deadline).await.map_err(|e| (e.to_string(), Some(e.kind())));
+    let closed = session.close(deadline).await.map_err(|e| (e.to_string(), Some(e.kind())));
+    let errors = [last.err(), flushed.err(), closed.err()].into_iter().flatten().collect();
+    let millis = start.elapsed().as_millis() as u64;
+    let report = UnmountReport::new(dir, millis, config.flush_timeout.as_secs_f64(), errors);
     if report.flushed {
         info!("stopped watching {} (flushed in {} ms)", dir.display(), report.flush_millis);
     } else {
