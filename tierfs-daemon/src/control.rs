@@ -37,7 +37,7 @@ use crate::logging::Reported;
 
 /// Whether the user `uid` may talk to a mount served by this process whose owner is `owner`:
 /// the serving user, root and the owner may.
-pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), String> {
+pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), Reported> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if uid == euid || uid == 0 || owner == Some(uid) {
@@ -50,7 +50,7 @@ pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), String> {
         _ if euid == 0 => "root".to_owned(),
         _ => format!("uid {euid} (the daemon) and root"),
     };
-    Err(format!("uid {uid} may not control this mount: only {owners} may"))
+    Err(Reported::new(ErrorKind::InvalidInput, format!("uid {uid} may not control this mount: only {owners} may")))
 }
 
 /// Longest request line the server reads.
@@ -461,9 +461,8 @@ pub async fn serve(
 
 /// Answers a connection that was not admitted with one refusal line and closes it without
 /// waiting for its request: the client reads the line even when its own write failed.
-async fn refuse_now(mut stream: UnixStream, refusal: String) {
-    let kind = Some(tierfs::ErrorKind::Unavailable.name().to_owned());
-    if let Ok(mut line) = serde_json::to_string(&Response { kind, ..Response::error(refusal) }) {
+async fn refuse_now(mut stream: UnixStream, refusal: Reported) {
+    if let Ok(mut line) = serde_json::to_string(&Response::failed(refusal)) {
         line.push('\n');
         let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
     }
@@ -485,8 +484,7 @@ async fn serve_connection(
         // (else its write fails with EPIPE and the message is never read).
         let mut bounded = (&mut reader).take(MAX_LINE as u64 + 1);
         let _ = tokio::time::timeout(Duration::from_secs(5), bounded.read_line(&mut line)).await;
-        let kind = Some(tierfs::ErrorKind::InvalidInput.name().to_owned());
-        return send(&mut write, &Response { kind, ..Response::error(refusal) }).await;
+        return send(&mut write, &Response::failed(refusal)).await;
     }
     loop {
         line.clear();

@@ -51,13 +51,16 @@ pub struct HandoffRequest {
 }
 
 /// Whether `uid` may hand mounts to a node daemon running as `node_uid`.
-pub fn may_hand_off(uid: u32, node_uid: u32) -> Result<(), String> {
+pub fn may_hand_off(uid: u32, node_uid: u32) -> Result<(), Reported> {
     if uid == 0 || uid == node_uid {
         Ok(())
     } else {
-        Err(format!(
-            "uid {uid} may not hand mounts to the node daemon (uid {node_uid}): only root and uid {node_uid} may; \
-             `tierfs mount --standalone` serves the mount in a process of your own"
+        Err(Reported::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "uid {uid} may not hand mounts to the node daemon (uid {node_uid}): only root and uid {node_uid} \
+                 may; `tierfs mount --standalone` serves the mount in a process of your own"
+            ),
         ))
     }
 }
@@ -132,7 +135,7 @@ pub async fn read_request(stream: &mut AsyncBufReader<UnixStream>, runtime_dir: 
         Err(_) => return Err(failed("no request within 5 s".into())),
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
-    may_hand_off(uid, unsafe { libc::geteuid() }).map_err(failed)?;
+    may_hand_off(uid, unsafe { libc::geteuid() }).map_err(ReadyMessage::failed)?;
     let request: HandoffRequest =
         serde_json::from_str(line.trim()).map_err(|e| failed(format!("bad hand-off request: {e}")))?;
     let mut config = request.config;
@@ -162,6 +165,7 @@ mod tests {
         assert!(may_hand_off(1000, 1000).is_ok());
         assert!(may_hand_off(0, 1000).is_ok());
         let refusal = may_hand_off(1001, 0).expect_err("another user");
-        assert!(refusal.contains("uid 1001") && refusal.contains("--standalone"), "{refusal}");
+        assert!(refusal.message.contains("uid 1001") && refusal.message.contains("--standalone"), "{refusal}");
+        assert_eq!(refusal.kind, Some(ErrorKind::InvalidInput));
     }
 }

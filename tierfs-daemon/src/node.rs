@@ -345,7 +345,7 @@ async fn serve_handoffs(
                     let _permit = match admitted {
                         Ok(permit) => permit,
                         Err(refusal) => {
-                            let refusal = ReadyMessage::failed(Reported::new(tierfs::ErrorKind::Unavailable, refusal));
+                            let refusal = ReadyMessage::failed(refusal);
                             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), handoff::answer(&mut stream, &refusal)).await;
                             return;
                         }
