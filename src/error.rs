@@ -13,7 +13,7 @@ use crate::block::BlockError;
 use crate::crypto::CryptoError;
 use crate::export::ExportError;
 use crate::history::HistoryError;
-use crate::meta::MetaError;
+use crate::meta::{JournalError, MetaError};
 use crate::remote::RemoteError;
 use crate::session::{FlushError, FollowError, SessionError};
 use crate::store::StoreError;
@@ -71,6 +71,7 @@ from_module_errors!(
     BlockError,
     CryptoError,
     MetaError,
+    JournalError,
     StoreError,
     HotTierError,
     ColdError,

@@ -8,6 +8,7 @@ restores their files."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -25,7 +26,7 @@ from conftest import daemon_pids, make_file_store, nothing_mounted_at, run_witho
 
 import tierfs
 from tierfs import _mounttable
-from tierfs.errors import classify
+from tierfs.errors import error_class
 from tierfs.status import Status, WatchState
 
 TOOLS = Path(os.environ.get("TIERFS_TOOLS_DIR", "/var/lib/tierfs-test-tools"))
@@ -101,12 +102,15 @@ def test_wrong_passphrase(isolated: Path) -> None:
     with pytest.raises(tierfs.WrongKeyError, match="wrong passphrase") as caught:
         tierfs.mount(mnt, store=store, passphrase="wrong", timeout=60, quiet=True)
     assert caught.value.kind == "invalid_input" and "wrong passphrase" in str(caught.value)
+    assert caught.value.reason == "wrong_key", "the CLI says why, beside the kind"
     nothing_mounted_at(mnt, isolated)
-    with pytest.raises(tierfs.WrongKeyError, match="TIERFS_PASSPHRASE"):
+    with pytest.raises(tierfs.WrongKeyError, match="TIERFS_PASSPHRASE") as caught:
         tierfs.mount(mnt, store=store, timeout=60, quiet=True)
+    assert caught.value.reason == "wrong_key"
     nothing_mounted_at(mnt, isolated)
-    with pytest.raises(tierfs.WrongKeyError):
+    with pytest.raises(tierfs.WrongKeyError) as caught:
         tierfs.snapshots(store, passphrase="wrong")
+    assert caught.value.reason == "wrong_key"
     # The right one mounts: the failures above were about the passphrase.
     m = tierfs.mount(mnt, store=store, passphrase="right horse battery", timeout=60, quiet=True)
     assert m.is_mounted
@@ -170,6 +174,48 @@ def test_unreachable_store(isolated: Path, moto: tuple[subprocess.Popen[bytes], 
         tierfs.snapshots(store, timeout=120)
 
 
+def test_a_daemon_that_outlives_the_mount_timeout(isolated: Path, moto: tuple[subprocess.Popen[bytes], str]) -> None:
+    proc, url = moto
+    store = isolated / "s3.toml"
+    tierfs_cmd("init", "--store", str(store), "--backend", url, "--key-file", str(isolated / "s3.key"))
+    # The store's server hangs: it takes connections and never answers them.
+    proc.send_signal(signal.SIGSTOP)
+    mnt = isolated / "mnt"
+    try:
+        with pytest.raises(tierfs.CommandTimeoutError, match="did not report the mount ready") as caught:
+            tierfs.mount(mnt, store=store, timeout=2, mode="fuse", quiet=True)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert (caught.value.kind, caught.value.reason) == ("unavailable", "timeout")
+    nothing_mounted_at(mnt, isolated)
+
+
+def test_a_writer_fenced_by_a_takeover(isolated: Path) -> None:
+    store = make_file_store(isolated / "persistent")
+    first = tierfs.mount(isolated / "a", store=store, quiet=True)
+    (isolated / "a" / "before").write_text("from a\n")
+    first.sync("before the takeover")
+    second = tierfs.mount(
+        isolated / "b", store=store, takeover=True, options=["--data-dir", str(isolated / "b-data")], quiet=True
+    )
+    assert (isolated / "b" / "before").read_text() == "from a\n"
+    # The first writer's next durable write fails (EIO), and its sync says why: fenced,
+    # which no retry fixes.
+    with open(isolated / "a" / "after", "wb") as f:
+        f.write(b"lost")
+        f.flush()
+        with pytest.raises(OSError) as fsynced:
+            os.fsync(f.fileno())
+    assert fsynced.value.errno == errno.EIO
+    with pytest.raises(tierfs.FencedError) as caught:
+        first.sync("after the takeover")
+    assert caught.value.kind == "fenced" and caught.value.reason is None
+    with pytest.raises(tierfs.FencedError, match="flush did not complete"):
+        first.unmount()  # its last metadata cannot reach the store either
+    assert not first.is_mounted
+    second.unmount()
+
+
 def test_path_in_use(isolated: Path) -> None:
     store = make_file_store(isolated / "persistent")
 
@@ -177,8 +223,9 @@ def test_path_in_use(isolated: Path) -> None:
     full = isolated / "full"
     full.mkdir()
     (full / "keep.txt").write_text("mine\n")
-    with pytest.raises(tierfs.PathInUseError, match="not empty"):
+    with pytest.raises(tierfs.PathInUseError, match="not empty") as caught:
         tierfs.mount(full, store=store, quiet=True)
+    assert (caught.value.kind, caught.value.reason) == ("conflict", "path_in_use")
     nothing_mounted_at(full, isolated)
     assert (full / "keep.txt").read_text() == "mine\n"
 
@@ -187,8 +234,9 @@ def test_path_in_use(isolated: Path) -> None:
     other.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "tierfs-test", str(other)], check=True)
     try:
-        with pytest.raises(tierfs.PathInUseError, match="already a mount point"):
+        with pytest.raises(tierfs.PathInUseError, match="already a mount point") as caught:
             tierfs.mount(other, store=store, quiet=True)
+        assert caught.value.reason == "path_in_use"
         entry = _mounttable.find(str(other))
         assert entry is not None and entry.fs_type == "tmpfs"
     finally:
@@ -203,8 +251,9 @@ def test_path_in_use(isolated: Path) -> None:
 
     # The same workspace (one data dir) at a second mount point.
     second = isolated / "mnt2"
-    with pytest.raises(tierfs.PathInUseError, match="in use"):
+    with pytest.raises(tierfs.PathInUseError, match="in use") as caught:
         tierfs.mount(second, store=store, workspace="one", quiet=True)
+    assert caught.value.reason == "path_in_use"
     nothing_mounted_at(second, isolated)
     assert daemon_pids(isolated) == [first.pid]
 
@@ -269,28 +318,35 @@ def test_status_warns_about_old_unsynced_data() -> None:
 
 
 @pytest.mark.parametrize(
-    ("message", "kind", "expected"),
+    ("kind", "reason", "expected"),
     [
-        (
-            "opening the store: wrong passphrase or key file: it does not unlock any key of this store",
-            None,
-            tierfs.WrongKeyError,
-        ),
-        ("mountpoint /m is not empty; its files would be hidden while mounted", None, tierfs.PathInUseError),
-        ("data directory /d is in use by another tierfs process (pid 3)", None, tierfs.PathInUseError),
-        ('workspace "w" is in use by n:1 until 12:00 (lease renewed while it runs)', None, tierfs.FencedError),
-        ("s3 is unavailable: connection refused", None, tierfs.UnavailableError),
-        ('no snapshot "x" in this workspace', None, tierfs.NotFoundError),
-        ("/m is busy: a process has a file open there or its working directory inside", None, tierfs.PathInUseError),
-        ("/r is not empty; restore writes into an empty or new directory only", None, tierfs.InvalidInputError),
-        ("something new", None, tierfs.TierfsError),
-        ("something new", "corrupt", tierfs.CorruptError),
-        ("wrong passphrase or key file", "invalid_input", tierfs.WrongKeyError),
-        ("wrong passphrase or key file", "internal", tierfs.InternalError),
+        ("invalid_input", "wrong_key", tierfs.WrongKeyError),
+        ("conflict", "path_in_use", tierfs.PathInUseError),
+        ("unavailable", "timeout", tierfs.CommandTimeoutError),
+        ("unavailable", "fuse_unavailable", tierfs.UnavailableError),
+        ("fenced", None, tierfs.FencedError),
+        ("not_found", None, tierfs.NotFoundError),
+        ("corrupt", None, tierfs.CorruptError),
+        ("no_space", None, tierfs.NoSpaceError),
+        ("internal", "wrong_key", tierfs.InternalError),
+        ("something_new", None, tierfs.TierfsError),
+        (None, "path_in_use", tierfs.PathInUseError),
+        (None, None, tierfs.TierfsError),
     ],
 )
-def test_classify(message: str, kind: str, expected: type) -> None:
-    assert classify(message, kind) is expected
+def test_error_class(kind: str | None, reason: str | None, expected: type) -> None:
+    assert error_class(kind, reason) is expected
+
+
+def test_the_class_comes_from_kind_and_reason_never_from_the_message() -> None:
+    from tierfs import _cli
+
+    reworded = _cli.error_from(["tierfs"], 1, '{"ok": false, "error": "anything at all", "kind": "fenced"}\n', "")
+    assert type(reworded) is tierfs.FencedError and reworded.kind == "fenced"
+    wrong_words = _cli.error_from(
+        ["tierfs"], 1, '{"ok": false, "error": "wrong passphrase or key file", "kind": "corrupt"}\n', ""
+    )
+    assert type(wrong_words) is tierfs.CorruptError and wrong_words.reason is None
 
 
 def test_progress_falls_back_to_plain_text(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -591,4 +647,8 @@ def test_status_of_a_watch() -> None:
 def test_which_mount_failures_mean_no_fuse(message: str, reason: str | None) -> None:
     from tierfs.mount import _fuse_error_reason
 
-    assert _fuse_error_reason(tierfs.TierfsError(message)) == reason
+    # The CLI gives these failures (and only these) the reason `fuse_unavailable`; the
+    # message picks the words, never the decision.
+    given = "fuse_unavailable" if reason is not None else None
+    assert _fuse_error_reason(tierfs.TierfsError(message, reason=given)) == reason
+    assert _fuse_error_reason(tierfs.TierfsError(message)) is None

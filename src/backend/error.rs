@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::types::ErrorKind;
+use crate::types::{ErrorKind, io_error_kind};
 
 /// An error of the object-storage layer.
 #[derive(Debug, thiserror::Error)]
@@ -67,9 +67,14 @@ pub enum BackendError {
     /// A byte range outside the object.
     #[error("range {}..{} is outside {key} (length {len})", range.start, range.end)]
     BadRange { key: String, range: Range<u64>, len: u64 },
-    /// Local I/O around a backend failed (e.g. creating a `file://` directory).
-    #[error("{0}")]
-    Io(String),
+    /// Local I/O around a backend failed (e.g. creating a `file://` directory); the kind is
+    /// the I/O error's (a full disk, a refused or missing path).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// A bug or an unexpected failure inside this layer.
     #[error("internal error in the backend layer: {0}")]
     Internal(String),
@@ -90,7 +95,7 @@ impl BackendError {
                 | BackendError::QuorumFailed { .. }
                 | BackendError::NoMajority { .. }
                 | BackendError::ListIncomplete { .. }
-                | BackendError::Io(_)
+                | BackendError::Io { .. }
         )
     }
 
@@ -109,8 +114,8 @@ impl BackendError {
             | BackendError::Timeout { .. }
             | BackendError::QuorumFailed { .. }
             | BackendError::NoMajority { .. }
-            | BackendError::ListIncomplete { .. }
-            | BackendError::Io(_) => ErrorKind::Unavailable,
+            | BackendError::ListIncomplete { .. } => ErrorKind::Unavailable,
+            BackendError::Io { source, .. } => io_error_kind(source),
             BackendError::Corrupt { .. } => ErrorKind::Corrupt,
             BackendError::Internal(_) => ErrorKind::Internal,
         }
@@ -144,5 +149,21 @@ mod tests {
 
         assert!(BackendError::NotFound { key: "k".into() }.is_not_found());
         assert_eq!(BackendError::Corrupt { key: "k".into(), reason: "r".into() }.kind(), ErrorKind::Corrupt);
+    }
+
+    #[test]
+    fn local_io_keeps_its_error_and_kind() {
+        use std::error::Error as _;
+        let io = |errno| BackendError::Io {
+            what: "cannot create /b".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        assert_eq!(io(libc::ENOSPC).kind(), ErrorKind::NoSpace);
+        assert_eq!(io(libc::EACCES).kind(), ErrorKind::InvalidInput);
+        assert_eq!(io(libc::EIO).kind(), ErrorKind::Unavailable);
+        let e = io(libc::EACCES);
+        let source = e.source().and_then(|s| s.downcast_ref::<std::io::Error>()).expect("the io::Error is the source");
+        assert_eq!(source.raw_os_error(), Some(libc::EACCES));
+        assert!(e.to_string().starts_with("cannot create /b: "), "{e}");
     }
 }

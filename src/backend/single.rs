@@ -251,11 +251,15 @@ impl Backend {
                 Ok(Backend::assemble(name, endpoint.clone(), Arc::new(store), prefix.clone(), opts, 0, deadline))
             }
             BackendSpec::File { path } => {
-                std::fs::create_dir_all(path).map_err(|e| {
-                    BackendError::Io(format!("cannot create the directory {} for backend {name}: {e}", path.display()))
+                std::fs::create_dir_all(path).map_err(|source| BackendError::Io {
+                    what: format!("cannot create the directory {} for backend {name}", path.display()),
+                    source,
                 })?;
                 let store = LocalFileSystem::new_with_prefix(path)
-                    .map_err(|e| BackendError::Io(format!("cannot open backend {name}: {e}")))?
+                    .map_err(|e| BackendError::Io {
+                        what: format!("cannot open backend {name}"),
+                        source: io_error_of(e),
+                    })?
                     // A file backend promises durability once a put returns, like S3 does.
                     .with_fsync(true);
                 let retries = opts.max_retries;
@@ -827,6 +831,21 @@ async fn on_runtime<T: Send + 'static>(
         Ok(result) => result,
         Err(e) => Err(object_store::Error::Generic { store: "tierfs", source: Box::new(e) }),
     }
+}
+
+/// `e` as an I/O error of the kind of the I/O error it wraps, if any (object_store wraps the
+/// error of canonicalizing a `file://` path), so [`BackendError::Io`] keeps that kind.
+fn io_error_of(e: object_store::Error) -> std::io::Error {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    let mut kind = std::io::ErrorKind::Other;
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            kind = io.kind();
+            break;
+        }
+        cause = c.source();
+    }
+    std::io::Error::new(kind, e)
 }
 
 #[cfg(test)]

@@ -11,12 +11,61 @@
 //!   them fetches on demand;
 //! - nothing is dropped from the queue until the committer says it is durable; waiters for a
 //!   sequence number are woken when it is (or when the committer fails for good).
+//!
+//! A waiter that does not get durability gets a [`JournalError`]: the committer's own error
+//! (behind an `Arc`, with the kind it had, so a writer fenced by a takeover reads `Fenced`
+//! rather than a retryable failure), or the deadline that passed.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use super::MetaError;
+use crate::types::ErrorKind;
+
+/// Why the changes a caller waits for are not durable in the store (they are durable locally).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JournalError {
+    /// The committer stopped for good (another writer took over, …): no later change of this
+    /// session reaches the store. `kind` is the kind of `cause`, the committer's own error
+    /// (this layer sits below the committer's, so it keeps the kind beside the error).
+    #[error("{cause}")]
+    Stopped {
+        kind: ErrorKind,
+        #[source]
+        cause: Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The store did not confirm the changes within the caller's deadline.
+    #[error(
+        "the store did not confirm the metadata within {} s (durable up to batch {durable}, need {need})",
+        timeout.as_secs()
+    )]
+    Timeout { timeout: Duration, durable: u64, need: u64 },
+}
+
+impl JournalError {
+    /// The committer stopped for good because of `cause`, whose kind is `kind`.
+    pub fn stopped(kind: ErrorKind, cause: impl std::error::Error + Send + Sync + 'static) -> JournalError {
+        JournalError::Stopped { kind, cause: Arc::new(cause) }
+    }
+
+    /// What a caller can do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            JournalError::Stopped { kind, .. } => *kind,
+            JournalError::Timeout { .. } => ErrorKind::Unavailable,
+        }
+    }
+
+    /// The committer's error when it is a `T`.
+    pub fn cause<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        match self {
+            JournalError::Stopped { cause, .. } => cause.downcast_ref::<T>(),
+            JournalError::Timeout { .. } => None,
+        }
+    }
+}
 
 /// One change to a key of the shared tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,7 +230,7 @@ struct Queue {
     /// Everything up to here is durable remotely.
     durable_seq: u64,
     /// Set when the committer gave up for good (another writer took over, …).
-    failed: Option<String>,
+    failed: Option<JournalError>,
     /// The next segment number handed out by [`Journal::take`].
     next_segment: u64,
     /// Callers in [`Journal::wait_durable`]: while there are any, segments are not held back
@@ -337,13 +386,14 @@ impl Journal {
         self.changed.notify_all();
     }
 
-    /// The committer cannot go on (another writer took over, …): every waiter gets `reason`.
-    pub fn fail(&self, reason: String) {
+    /// The committer cannot go on (another writer took over, …): every waiter gets `reason`
+    /// ([`JournalError::Stopped`]).
+    pub fn fail(&self, reason: JournalError) {
         self.queue.lock().failed = Some(reason);
         self.changed.notify_all();
     }
 
-    pub fn failure(&self) -> Option<String> {
+    pub fn failure(&self) -> Option<JournalError> {
         self.queue.lock().failed.clone()
     }
 
@@ -352,9 +402,9 @@ impl Journal {
         self.changed.notify_all();
     }
 
-    /// Waits until every batch up to `seq` is durable remotely. `Err` with a reason when the
-    /// committer failed or `timeout` passed first.
-    pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), String> {
+    /// Waits until every batch up to `seq` is durable remotely. `Err` when the committer
+    /// failed or `timeout` passed first.
+    pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), JournalError> {
         let deadline = Instant::now() + timeout;
         let mut q = self.queue.lock();
         q.waiters += 1;
@@ -370,7 +420,7 @@ impl Journal {
         seq: u64,
         deadline: Instant,
         timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), JournalError> {
         loop {
             if q.durable_seq >= seq {
                 return Ok(());
@@ -379,11 +429,7 @@ impl Journal {
                 return Err(f.clone());
             }
             if Instant::now() >= deadline {
-                return Err(format!(
-                    "the store did not confirm the metadata within {} s (durable up to batch {}, need {seq})",
-                    timeout.as_secs(),
-                    q.durable_seq
-                ));
+                return Err(JournalError::Timeout { timeout, durable: q.durable_seq, need: seq });
             }
             self.changed.wait_until(q, deadline.min(Instant::now() + Duration::from_millis(200)));
         }
@@ -434,6 +480,10 @@ mod tests {
         }
     }
 
+    #[derive(Debug, thiserror::Error)]
+    #[error("taken over")]
+    struct TakenOver;
+
     #[test]
     fn waiters_see_durability_and_failure() {
         let j = Journal::default();
@@ -443,7 +493,8 @@ mod tests {
             Ok(())
         })
         .expect("append");
-        assert!(j.wait_durable(11, Duration::from_millis(10)).is_err());
+        let late = j.wait_durable(11, Duration::from_millis(10)).expect_err("not durable yet");
+        assert_eq!(late.kind(), ErrorKind::Unavailable, "a deadline that passed is worth a retry: {late}");
         let t = j.take(Duration::ZERO, 1 << 20, Duration::ZERO).expect("pending");
         assert_eq!((t.segment, t.batches.len()), (1, 1));
         j.mark_durable(11);
@@ -456,8 +507,11 @@ mod tests {
         .expect("append");
         assert_eq!(j.last_seq(), 11);
         j.append(vec![JournalOp::Delete { key: b"b".to_vec() }], |_| Ok(())).expect("append");
-        j.fail("taken over".into());
-        assert_eq!(j.wait_durable(12, Duration::from_secs(5)).expect_err("failed"), "taken over");
+        j.fail(JournalError::stopped(ErrorKind::Fenced, TakenOver));
+        let failed = j.wait_durable(12, Duration::from_secs(5)).expect_err("failed");
+        assert_eq!(failed.kind(), ErrorKind::Fenced, "the committer's kind reaches the waiter");
+        assert_eq!(failed.to_string(), "taken over");
+        assert!(failed.cause::<TakenOver>().is_some(), "the committer's error is kept: {failed:?}");
     }
 
     #[test]

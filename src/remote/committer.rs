@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::{ChainState, CheckpointReport, Lease, Manifest, RemoteError, Result, Workspace, unix_now};
-use crate::meta::MetaStore;
+use crate::meta::{JournalError, MetaStore};
 
 /// A checkpoint is written after this many segments (bounds the replay of a restore)...
 const SEGMENTS_PER_CHECKPOINT: u64 = 256;
@@ -296,7 +296,7 @@ impl Committer {
                             _ => "another node".into(),
                         };
                         let e = RemoteError::TakenOver { workspace: self.ws.name().to_string(), holder };
-                        self.stop_for_good(e.to_string());
+                        self.stop_for_good(e);
                         return;
                     }
                     Err(e) => {
@@ -324,7 +324,7 @@ impl Committer {
                 Some(Instant::now() + self.lease.renew_every())
             }
             Err(e @ RemoteError::TakenOver { .. }) => {
-                self.stop_for_good(e.to_string());
+                self.stop_for_good(e);
                 None
             }
             Err(e) => {
@@ -361,7 +361,7 @@ impl Committer {
     async fn after_lease_check(&self, check: Result<()>, backoff: &mut Duration) -> LeaseStep {
         match check {
             Ok(()) => LeaseStep::Go,
-            Err(RemoteError::TakenOver { .. }) => LeaseStep::Stop,
+            Err(RemoteError::TakenOver { .. } | RemoteError::Stopped(_)) => LeaseStep::Stop,
             Err(e) => {
                 self.note_error(format!("confirming the lease: {e}"));
                 tokio::time::sleep(*backoff).await;
@@ -376,17 +376,22 @@ impl Committer {
         *self.last_error.lock() = Some(msg);
     }
 
-    fn stop_for_good(&self, msg: String) {
+    /// The committer cannot go on: every waiter for durability, now and later, gets `e` with
+    /// its kind (`Fenced` for a takeover), which is returned too.
+    fn stop_for_good(&self, e: RemoteError) -> JournalError {
+        let msg = e.to_string();
         tracing::error!("{msg}");
-        self.meta.journal().fail(msg.clone());
+        let stopped = JournalError::stopped(e.kind(), e);
+        self.meta.journal().fail(stopped.clone());
         *self.last_error.lock() = Some(msg);
+        stopped
     }
 
     /// Writes a checkpoint (a snapshot with `snapshot = Some(message)`) of everything committed
     /// so far; every batch up to it is durable once it returns.
     pub async fn checkpoint(&self, snapshot: Option<Option<String>>) -> Result<(Manifest, CheckpointReport)> {
-        if let Some(reason) = self.meta.journal().failure() {
-            return Err(RemoteError::TakenOver { workspace: self.ws.name().to_string(), holder: reason });
+        if let Some(stopped) = self.meta.journal().failure() {
+            return Err(RemoteError::Stopped(stopped));
         }
         let mut last = self.checkpointing.lock().await;
         self.ensure_fresh_lease().await?;
@@ -443,10 +448,7 @@ impl Committer {
                 *self.renewed_at.lock() = Instant::now();
                 Ok(())
             }
-            Err(e @ RemoteError::TakenOver { .. }) => {
-                self.stop_for_good(e.to_string());
-                Err(e)
-            }
+            Err(e @ RemoteError::TakenOver { .. }) => Err(RemoteError::Stopped(self.stop_for_good(e))),
             Err(e) => Err(e),
         }
     }
@@ -483,7 +485,7 @@ impl Committer {
             fencing: self.ws.fencing().name().into(),
             lease_expires_unix: self.lease_expires_unix.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
-            stopped: self.meta.journal().failure(),
+            stopped: self.meta.journal().failure().map(|e| e.to_string()),
         }
     }
 }

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{BackendError, CreateOutcome};
 use crate::crypto::{CryptoError, ObjectKind};
 use crate::meta::journal::{Decoder, MIN_BATCH_LEN};
-use crate::meta::{JournalBatch, JournalOp, MetaError, MetaStore};
+use crate::meta::{JournalBatch, JournalError, JournalOp, MetaError, MetaStore};
 use crate::store::{Fencing, Store, StoreError, WholeObject};
 use crate::types::ErrorKind;
 pub use committer::{Committer, RemoteStats};
@@ -105,6 +105,10 @@ pub enum RemoteError {
     RolledBack { workspace: String, witness: String, seen: u64, store: u64 },
     #[error("no snapshot {0:?} in this workspace")]
     NoSnapshot(String),
+    /// The committer stopped for good earlier (another writer took over, …): the error it
+    /// stopped on, with its kind.
+    #[error(transparent)]
+    Stopped(JournalError),
     #[error(
         "workspace {workspace:?} is in use by {holder}, which is still renewing its lease: this store is fenced by \
          lease only (its servers ignore conditional writes), so a live writer cannot be taken over; unmount it \
@@ -128,6 +132,7 @@ impl RemoteError {
             RemoteError::StaleLocal { .. } | RemoteError::Diverged { .. } => ErrorKind::Conflict,
             RemoteError::RolledBack { .. } => ErrorKind::Corrupt,
             RemoteError::NoSnapshot(_) => ErrorKind::NotFound,
+            RemoteError::Stopped(e) => e.kind(),
         }
     }
 }

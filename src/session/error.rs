@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::backend::BackendError;
-use crate::meta::MetaError;
+use crate::meta::{JournalError, MetaError};
 use crate::remote::RemoteError;
 use crate::types::{ErrorKind, io_error_kind};
 use crate::vfs::VfsError;
@@ -85,8 +85,8 @@ pub enum FlushError {
     Local(#[source] VfsError),
     #[error("flushing did not finish before the deadline")]
     Deadline,
-    #[error("metadata not in the store at close: {0}")]
-    MetadataNotStored(String),
+    #[error("metadata not in the store: {0}")]
+    MetadataNotStored(#[source] JournalError),
     #[error("{0}")]
     Thread(String),
 }
@@ -95,9 +95,8 @@ impl FlushError {
     /// What a caller can do about this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            FlushError::NotUploaded { .. } | FlushError::Deadline | FlushError::MetadataNotStored(_) => {
-                ErrorKind::Unavailable
-            }
+            FlushError::NotUploaded { .. } | FlushError::Deadline => ErrorKind::Unavailable,
+            FlushError::MetadataNotStored(e) => e.kind(),
             FlushError::Local(e) => e.kind(),
             FlushError::Thread(_) => ErrorKind::Internal,
         }

@@ -651,7 +651,7 @@ impl Session {
         let waited = tokio::task::spawn_blocking(move || meta.journal().wait_durable(last, timeout)).await;
         match waited {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(reason)) => Err(FlushError::MetadataNotStored(reason.to_string())),
+            Ok(Err(e)) => Err(FlushError::MetadataNotStored(e)),
             Err(e) => Err(FlushError::Thread(format!("waiting for the store: {e}"))),
         }
     }

@@ -171,11 +171,10 @@ impl StoreConfig {
     pub fn load(path: &Path) -> Result<StoreConfig, StoreError> {
         use std::io::Read;
         use std::os::unix::fs::MetadataExt;
-        let cannot_read =
-            |e: std::io::Error| StoreError::Config(format!("cannot read store file {}: {e}", path.display()));
+        let cannot_read = |source| StoreError::ReadConfig { path: path.to_path_buf(), source };
         let mut file = std::fs::File::open(path).map_err(cannot_read)?;
         let mode = file.metadata().map_err(cannot_read)?.mode();
-        private_mode(path, mode, "store file").map_err(StoreError::Config)?;
+        private_mode(path, mode, "store file")?;
         let mut text = String::new();
         file.read_to_string(&mut text).map_err(cannot_read)?;
         let cfg: StoreConfig = toml::from_str(&text)
@@ -207,22 +206,29 @@ impl StoreConfig {
 /// Refuses a secret file (`what`: "store file", "key file") at `path` whose `mode` lets users
 /// other than its owner read, write or run it, with the `chmod` that fixes it: the one check
 /// of the files that unlock a store.
-pub fn private_mode(path: &Path, mode: u32, what: &str) -> Result<(), String> {
+pub fn private_mode(path: &Path, mode: u32, what: &str) -> Result<(), StoreError> {
     let mode = mode & 0o777;
     if mode & 0o077 == 0 {
         return Ok(());
     }
-    Err(format!(
-        "{what} {} is open to other users (mode {mode:04o}), who could unlock the store with it; run `chmod 600 {}` \
-         and try again",
-        path.display(),
-        path.display()
-    ))
+    Err(StoreError::NotPrivate { what: what.to_string(), path: path.to_path_buf(), mode })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_or_open_store_file_says_so_with_its_kind() {
+        use crate::types::ErrorKind;
+        let missing = StoreConfig::load(Path::new("/nonexistent/store.toml")).expect_err("no such file");
+        assert_eq!(missing.kind(), ErrorKind::NotFound, "{missing}");
+        assert!(missing.to_string().starts_with("cannot read store file /nonexistent/store.toml: "), "{missing}");
+        let open = private_mode(Path::new("/s/store.toml"), 0o100644, "store file").expect_err("readable by others");
+        assert_eq!(open.kind(), ErrorKind::InvalidInput);
+        assert!(open.to_string().contains("(mode 0644)") && open.to_string().contains("chmod 600 /s/store.toml"));
+        private_mode(Path::new("/s/store.toml"), 0o100600, "store file").expect("owner only");
+    }
 
     #[test]
     fn default_policy_is_three_replicas_from_three_backends() {

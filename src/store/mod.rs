@@ -63,6 +63,23 @@ const TRAILER_GUESS: u64 = 64 << 10;
 pub enum StoreError {
     #[error("{0}")]
     Config(String),
+    /// The store file could not be read; the kind is the I/O error's (a missing file is
+    /// `NotFound`).
+    #[error("cannot read store file {}: {source}", path.display())]
+    ReadConfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A secret file (`what`: "store file", "key file") that users other than its owner may
+    /// read, write or run ([`config::private_mode`]).
+    #[error(
+        "{what} {} is open to other users (mode {mode:04o}), who could unlock the store with it; run `chmod 600 {}` \
+         and try again",
+        path.display(),
+        path.display()
+    )]
+    NotPrivate { what: String, path: std::path::PathBuf, mode: u32 },
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error(transparent)]
@@ -99,9 +116,12 @@ impl StoreError {
     /// What a caller can do about this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::Config(_) | StoreError::WrongStore { .. } | StoreError::TooNew { .. } | StoreError::Key(_) => {
-                ErrorKind::InvalidInput
-            }
+            StoreError::Config(_)
+            | StoreError::NotPrivate { .. }
+            | StoreError::WrongStore { .. }
+            | StoreError::TooNew { .. }
+            | StoreError::Key(_) => ErrorKind::InvalidInput,
+            StoreError::ReadConfig { source, .. } => crate::types::io_error_kind(source),
             StoreError::Backend(e) => e.kind(),
             StoreError::Crypto(e) => e.kind(),
             StoreError::Block(e) => e.kind(),

@@ -4,7 +4,7 @@
 //! hot and cold tier) convert into it. [`VfsError::errno`] is the only mapping to errno in tierfs, so
 //! the FUSE adapter and the tests agree on what each failure looks like to a program.
 
-use crate::meta::MetaError;
+use crate::meta::{JournalError, MetaError};
 use crate::tier::{ColdError, HotTierError};
 use crate::types::ErrorKind;
 
@@ -49,9 +49,13 @@ pub enum VfsError {
     HotTier(#[from] HotTierError),
     #[error("cold tier: {0}")]
     Cold(#[from] ColdError),
-    /// fsync could not make the change durable in the store (it is durable locally).
+    /// fsync could not make the metadata durable in the store (it is durable locally): the
+    /// committer stopped (a takeover fenced this writer) or the store did not confirm in time.
     #[error("not durable in the store: {0}")]
-    NotDurable(String),
+    NotDurable(#[from] JournalError),
+    /// fsync could not upload a file's bytes to the store in time (they are durable locally).
+    #[error("not durable in the store: {dirty} bytes of inode {ino} could not be uploaded within {} s", timeout.as_secs())]
+    NotUploaded { ino: crate::types::Ino, dirty: u64, timeout: std::time::Duration },
 }
 
 impl VfsError {
@@ -75,7 +79,8 @@ impl VfsError {
             VfsError::Meta(e) => e.kind(),
             VfsError::HotTier(e) => e.kind(),
             VfsError::Cold(e) => e.kind(),
-            VfsError::NotDurable(_) => ErrorKind::Unavailable,
+            VfsError::NotDurable(e) => e.kind(),
+            VfsError::NotUploaded { .. } => ErrorKind::Unavailable,
         }
     }
 }
@@ -103,14 +108,24 @@ impl VfsError {
             VfsError::Meta(e) => e.errno(),
             VfsError::HotTier(e) => e.errno(),
             VfsError::Cold(e) => e.errno(),
-            VfsError::NotDurable(_) => libc::EIO,
+            // A fenced writer's fsync fails with EIO too (docs/SEMANTICS.md, "Surviving a
+            // runtime reset"): no other errno tells a program "not durable"; the kind (`fenced`
+            // or `unavailable`) tells a front end why.
+            VfsError::NotDurable(_) | VfsError::NotUploaded { .. } => libc::EIO,
         }
     }
 
     /// True when the operation failed because something underneath failed (metadata store,
     /// disk, store) rather than because of what the program asked: worth a line in the log.
     pub fn is_fault(&self) -> bool {
-        matches!(self, VfsError::Meta(_) | VfsError::HotTier(_) | VfsError::Cold(_) | VfsError::NotDurable(_))
+        matches!(
+            self,
+            VfsError::Meta(_)
+                | VfsError::HotTier(_)
+                | VfsError::Cold(_)
+                | VfsError::NotDurable(_)
+                | VfsError::NotUploaded { .. }
+        )
     }
 }
 

@@ -498,14 +498,9 @@ impl Vfs {
             return Ok(());
         }
         if let (Some(ino), Some(cold)) = (ino, &self.cold) {
-            cold.flush_inode(ino, timeout).map_err(|dirty| {
-                VfsError::NotDurable(format!(
-                    "{dirty} bytes of inode {ino} could not be uploaded within {} s",
-                    timeout.as_secs()
-                ))
-            })?;
+            cold.flush_inode(ino, timeout).map_err(|dirty| VfsError::NotUploaded { ino, dirty, timeout })?;
         }
-        journal.wait_durable(journal.last_seq(), timeout).map_err(VfsError::NotDurable)
+        Ok(journal.wait_durable(journal.last_seq(), timeout)?)
     }
 
     /// The metadata store (for the remote committer and checkpoints).

@@ -13,6 +13,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tierfs::ErrorKind;
+use tierfs::types::io_error_kind;
+
+use crate::logging::Reported;
+
 /// Connections one uid may hold open on one socket.
 pub const PER_UID: usize = 32;
 /// Connections all uids together may hold open on one socket.
@@ -38,24 +43,31 @@ impl Admission {
         Arc::new(Admission::default())
     }
 
-    /// A place for a connection of `uid`, or the refusal to answer with.
-    pub fn admit(self: &Arc<Self>, uid: u32) -> Result<Permit, String> {
+    /// A place for a connection of `uid`, or the refusal to answer with (`Unavailable`: a
+    /// place comes back when a connection closes).
+    pub fn admit(self: &Arc<Self>, uid: u32) -> Result<Permit, Reported> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let total: usize = held.values().sum();
         let mine = held.get(&uid).copied().unwrap_or(0);
         if mine >= PER_UID {
-            return Err(format!("uid {uid} already holds {mine} connections to this socket; close some and try again"));
+            let refusal =
+                format!("uid {uid} already holds {mine} connections to this socket; close some and try again");
+            return Err(Reported::new(ErrorKind::Unavailable, refusal));
         }
         if total >= TOTAL {
-            return Err(format!("this socket already holds {total} connections; try again shortly"));
+            let refusal = format!("this socket already holds {total} connections; try again shortly");
+            return Err(Reported::new(ErrorKind::Unavailable, refusal));
         }
         *held.entry(uid).or_insert(0) += 1;
         Ok(Permit { admission: self.clone(), uid })
     }
 
     /// A place for the connection `stream`, by its peer's uid (`SO_PEERCRED`).
-    pub fn admit_peer(self: &Arc<Self>, stream: &tokio::net::UnixStream) -> Result<Permit, String> {
-        let uid = stream.peer_cred().map_err(|e| format!("reading the caller's credentials: {e}"))?.uid();
+    pub fn admit_peer(self: &Arc<Self>, stream: &tokio::net::UnixStream) -> Result<Permit, Reported> {
+        let credentials = stream.peer_cred();
+        let uid = credentials
+            .map_err(|e| Reported::new(io_error_kind(&e), format!("reading the caller's credentials: {e}")))?
+            .uid();
         self.admit(uid)
     }
 
@@ -87,14 +99,15 @@ mod tests {
         let a = Admission::new();
         let mine: Vec<Permit> = (0..PER_UID).map(|_| a.admit(1000).unwrap()).collect();
         let refusal = a.admit(1000).unwrap_err();
-        assert!(refusal.contains("uid 1000"), "{refusal}");
+        assert!(refusal.message.contains("uid 1000"), "{refusal}");
+        assert_eq!(refusal.kind, Some(ErrorKind::Unavailable), "a place comes back: worth a retry");
         let other = a.admit(1001).expect("another uid still gets in");
         drop(mine);
         assert_eq!(a.held(), 1);
         drop(other);
         assert_eq!(a.held(), 0);
         let many: Vec<Permit> = (0..TOTAL as u32).map(|i| a.admit(2000 + i).unwrap()).collect();
-        assert!(a.admit(0).unwrap_err().contains("already holds"));
+        assert!(a.admit(0).unwrap_err().message.contains("already holds"));
         drop(many);
         a.admit(0).unwrap();
     }

@@ -21,8 +21,10 @@ use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 
 use crate::config::{MountConfig, StreamLimit};
+use crate::logging::bail_with;
 use crate::mounts;
 use crate::paths;
+use tierfs::ErrorKind;
 use tierfs::session::{FsyncMode, StoreLocality};
 
 /// Exit status documentation shown at the end of `--help`.
@@ -31,6 +33,15 @@ Exit status:
   0  success
   1  failure (the message on stderr says what failed; with --json also a JSON object on stdout)
   2  usage error (unknown option, bad value)
+
+With --json a failure prints {\"ok\": false, \"error\": MESSAGE, \"kind\": KIND} on stdout (a usage
+error too), and \"reason\": REASON where a script needs more than the kind:
+  kind    not_found, conflict, fenced (another writer holds or took the workspace),
+          unavailable (try again later), no_space, invalid_input, corrupt, internal
+  reason  wrong_key (invalid_input: the passphrase or key file does not unlock the store,
+          or none was given), path_in_use (conflict: the mount point or data dir is taken
+          or busy), fuse_unavailable (unavailable: FUSE does not work here; `tierfs watch`
+          needs none), timeout (unavailable: a daemon did not answer in time)
 
 Environment:
   RUST_LOG            log filter, e.g. `info`, `tierfs=debug` (default: warn; info for a mount)
@@ -963,10 +974,10 @@ impl MountArgs {
             ("follow", self.follow, "takeover", self.takeover),
         ];
         if let Some((a, _, b, _)) = pairs.into_iter().find(|(_, x, _, y)| *x && *y) {
-            anyhow::bail!("`{a}` and `{b}` cannot be used together");
+            bail_with!(ErrorKind::InvalidInput, "`{a}` and `{b}` cannot be used together");
         }
         if self.follow_interval.is_some() && !self.follow {
-            anyhow::bail!("`follow_interval` needs `follow = true`");
+            bail_with!(ErrorKind::InvalidInput, "`follow_interval` needs `follow = true`");
         }
         Ok(())
     }

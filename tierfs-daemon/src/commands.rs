@@ -17,7 +17,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use tierfs::types::ErrorKind;
 
@@ -31,7 +31,7 @@ use crate::frontend;
 use crate::handoff;
 use crate::history;
 use crate::launch::{self, Readiness, ReadyInfo};
-use crate::logging::Reported;
+use crate::logging::{self, Reason, Reported, bail_with, failure};
 use crate::mounts;
 use crate::paths;
 use crate::store_link;
@@ -80,7 +80,8 @@ fn running(cli: &Cli) -> Result<Vec<StatusReport>> {
 fn diff(cli: &Cli, cmd: &DiffCommand) -> Result<()> {
     let store = paths::command_store_file(cmd.store.as_deref())?;
     let Some(b) = &cmd.b else {
-        bail!(
+        bail_with!(
+            ErrorKind::InvalidInput,
             "`tierfs diff A B` lists what changed between two snapshots (B may be `latest`); `tierfs diff -p A` shows the history's diff from A to the workspace as it is now"
         )
     };
@@ -106,7 +107,8 @@ fn forget(cli: &Cli, cmd: &ForgetCommand) -> Result<()> {
         monthly: cmd.keep_monthly,
     };
     if policy.is_empty() {
-        bail!(
+        bail_with!(
+            ErrorKind::InvalidInput,
             "say what to keep (--keep-last, --keep-daily, --keep-weekly, --keep-monthly); forget never removes every snapshot"
         );
     }
@@ -209,9 +211,17 @@ fn flush(cli: &Cli, cmd: &FlushCommand) -> Result<()> {
                 s.spawn(move || {
                     let failed = control::FlushReport::failed;
                     let report = match control::request(socket, &Request::Flush { timeout_secs: secs }, wait) {
-                        Ok(r) if r.ok => r.flush.unwrap_or_else(|| failed("answered without a flush report".into())),
-                        Ok(r) => failed(r.error.unwrap_or_else(|| "refused".into())),
-                        Err(e) => failed(explain_unserved(e, m).to_string()),
+                        Ok(r) if r.ok => r.flush.unwrap_or_else(|| {
+                            failed("answered without a flush report".into(), Some(ErrorKind::Internal))
+                        }),
+                        Ok(r) => failed(
+                            r.error.unwrap_or_else(|| "refused".into()),
+                            r.kind.as_deref().and_then(ErrorKind::from_name),
+                        ),
+                        Err(e) => {
+                            let e = explain_unserved(e, m);
+                            failed(logging::error_message(&e), logging::error_kind(&e))
+                        }
                     };
                     FlushOutcome { mountpoint: m.clone(), report }
                 })
@@ -239,12 +249,15 @@ fn flush(cli: &Cli, cmd: &FlushCommand) -> Result<()> {
         }
     }
     if !left.is_empty() {
-        bail!(
+        // The kind of the first mount that says why (`fenced`, `unavailable`, ...).
+        let kind = left.iter().find_map(|o| o.report.kind.as_deref().and_then(ErrorKind::from_name));
+        let message = format!(
             "{} of {} mounts are not all in the store: {}",
             left.len(),
             outcomes.len(),
             left.iter().map(|o| o.mountpoint.display().to_string()).collect::<Vec<_>>().join(", ")
         );
+        return Err(Reported { message, kind, reason: None }.into());
     }
     Ok(())
 }
@@ -256,8 +269,12 @@ fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
             let all = all_statuses(cli.runtime_dir.as_deref())?;
             match all.as_slice() {
                 [one] => one.mountpoint.clone(),
-                [] => bail!("no tierfs mount of this user is running; mount one first (`tierfs mount MOUNTPOINT`)"),
-                _ => bail!(
+                [] => bail_with!(
+                    ErrorKind::NotFound,
+                    "no tierfs mount of this user is running; mount one first (`tierfs mount MOUNTPOINT`)"
+                ),
+                _ => bail_with!(
+                    ErrorKind::InvalidInput,
                     "several tierfs mounts are running ({}); say which: `tierfs sync MOUNTPOINT`",
                     all.iter().map(|r| r.mountpoint.display().to_string()).collect::<Vec<_>>().join(", ")
                 ),
@@ -276,11 +293,15 @@ fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
         .map_err(|e| explain_unserved(e, &mountpoint))?;
     let report = match response.sync {
         Some(report) if response.ok => report,
-        _ => bail!("sync of {} failed: {}", mountpoint.display(), response.error.unwrap_or_else(|| "no answer".into())),
+        _ => {
+            let failed = response.failure("no answer");
+            return Err(anyhow::Error::new(failed).context(format!("sync of {} failed", mountpoint.display())));
+        }
     };
     if let Some(e) = &report.history_error {
         // The snapshot is safe; the history step is what failed, and that is not success.
-        bail!(
+        bail_with!(
+            ErrorKind::Internal,
             "snapshot {} is committed, but its code and configs were not recorded in the history: {e}",
             report.snapshot
         );
@@ -344,19 +365,18 @@ fn mount(cli: &Cli, cmd: &MountCommand, watch: bool) -> Result<()> {
     if let Some((socket, pong)) = serving(&config.runtime_dir, &config.mountpoint) {
         if pong.watch != config.watch {
             let (is, stop) = if pong.watch { ("watched", "tierfs unwatch") } else { ("mounted", "tierfs umount") };
-            return Err(anyhow::Error::new(Reported {
-                message: format!(
-                    "{} is already {is} by tierfs (pid {}), not {}; stop that first (`{stop} {}`)",
-                    pong.mountpoint.display(),
-                    pong.pid,
-                    if config.watch { "watched" } else { "mounted" },
-                    pong.mountpoint.display()
-                ),
-                kind: Some(ErrorKind::Conflict),
-            }));
+            bail_with!(
+                Reason::PathInUse,
+                "{} is already {is} by tierfs (pid {}), not {}; stop that first (`{stop} {}`)",
+                pong.mountpoint.display(),
+                pong.pid,
+                if config.watch { "watched" } else { "mounted" },
+                pong.mountpoint.display()
+            );
         }
         if pong.data_dir != config.data_dir {
-            bail!(
+            bail_with!(
+                Reason::PathInUse,
                 "{} is already mounted from data dir {} (pid {}); unmount it first",
                 pong.mountpoint.display(),
                 pong.data_dir.display(),
@@ -453,24 +473,39 @@ fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
     };
     let Some(pong) = pong else {
         if watch {
-            bail!("{} is not watched (no tierfs process answers for it)", mountpoint.display());
+            bail_with!(
+                ErrorKind::NotFound,
+                "{} is not watched (no tierfs process answers for it)",
+                mountpoint.display()
+            );
         }
         return umount_unserved(cli, cmd, &mountpoint, &socket, deadline);
     };
     if watch && cmd.lazy {
-        bail!("--lazy detaches a busy FUSE mount; a watched directory has no mount to detach: drop --lazy");
+        bail_with!(
+            ErrorKind::InvalidInput,
+            "--lazy detaches a busy FUSE mount; a watched directory has no mount to detach: drop --lazy"
+        );
     }
     if pong.watch != watch {
         let (is, stop) = if pong.watch { ("watched", "tierfs unwatch") } else { ("a FUSE mount", "tierfs umount") };
-        bail!("{} is {is} (pid {}): stop it with `{stop} {}`", mountpoint.display(), pong.pid, mountpoint.display());
+        bail_with!(
+            ErrorKind::InvalidInput,
+            "{} is {is} (pid {}): stop it with `{stop} {}`",
+            mountpoint.display(),
+            pong.pid,
+            mountpoint.display()
+        );
     }
 
     let response = control::request(&socket, &Request::Unmount { lazy: cmd.lazy }, cmd.timeout)
         .with_context(|| format!("asking pid {} to unmount {}", pong.pid, mountpoint.display()))?;
     if !response.ok {
-        bail!("{}", response.error.unwrap_or_else(|| "the serving process refused to unmount".into()));
+        return Err(response.failure("the serving process refused to unmount").into());
     }
-    let report = response.unmount.ok_or_else(|| anyhow!("the serving process answered without an unmount report"))?;
+    let report = response
+        .unmount
+        .ok_or_else(|| failure!(ErrorKind::Internal, "the serving process answered without an unmount report"))?;
     // The node daemon goes on serving its other mounts: only the mount itself goes.
     let serving_pid = (!pong.node).then_some(pong.pid);
     wait_until_gone(serving_pid, &mountpoint, !cmd.lazy, deadline)?;
@@ -488,7 +523,10 @@ fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
         println!("tierfs: {done} {} (flushed in {} ms)", mountpoint.display(), report.flush_millis);
     }
     if !report.flushed {
-        bail!(
+        // The kind of what stopped the flush (`fenced`, `no_space`, ...), else worth a retry.
+        let kind = report.flush_kind.as_deref().and_then(ErrorKind::from_name).unwrap_or(ErrorKind::Unavailable);
+        bail_with!(
+            kind,
             "{} {}, but the flush did not complete: {}",
             if watch { "stopped watching" } else { "unmounted" },
             mountpoint.display(),
@@ -506,9 +544,10 @@ fn umount_unserved(cli: &Cli, cmd: &UmountCommand, mountpoint: &Path, socket: &P
     }
     let entry = mounts::find_mount(mountpoint)
         .context("reading the mount table")?
-        .ok_or_else(|| anyhow!("{} is not mounted", mountpoint.display()))?;
+        .ok_or_else(|| failure!(ErrorKind::NotFound, "{} is not mounted", mountpoint.display()))?;
     if !(entry.fs_type == "fuse.tierfs" || (entry.is_fuse() && entry.source == "tierfs")) {
-        bail!(
+        bail_with!(
+            ErrorKind::InvalidInput,
             "{} is a {} mount of {}, not a tierfs mount; not touching it",
             mountpoint.display(),
             entry.fs_type,
@@ -549,7 +588,7 @@ fn wait_until_gone(pid: Option<u32>, mountpoint: &Path, check_table: bool, deadl
                 (true, Some(pid)) => format!("serving process {pid} to exit"),
                 _ => format!("{} to disappear from the mount table", mountpoint.display()),
             };
-            bail!("timed out waiting for {what}");
+            bail_with!(Reason::Timeout, "timed out waiting for {what}");
         }
         std::thread::sleep(POLL_INTERVAL);
     }
@@ -597,14 +636,15 @@ fn explain_unserved(err: ClientError, mountpoint: &Path) -> anyhow::Error {
         return err.into();
     }
     match mounts::find_mount(mountpoint) {
-        Ok(Some(entry)) if entry.is_fuse() => anyhow!(
+        Ok(Some(entry)) if entry.is_fuse() => failure!(
+            ErrorKind::NotFound,
             "{} is mounted ({}) but no tierfs process answers for it: its daemon died or runs \
              with another --runtime-dir; `tierfs umount {}` clears a stale mount",
             mountpoint.display(),
             entry.fs_type,
             mountpoint.display()
         ),
-        _ => anyhow!("{} is not a tierfs mount", mountpoint.display()),
+        _ => failure!(ErrorKind::NotFound, "{} is not a tierfs mount", mountpoint.display()),
     }
 }
 
@@ -953,7 +993,10 @@ fn new_secret(key_file: Option<&Path>) -> Result<store_link::SecretBytes> {
             _ => {
                 // The prompt helper reads TIERFS_PASSPHRASE first; a new one must be typed.
                 if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-                    bail!("set TIERFS_NEW_PASSPHRASE (or run in a terminal) to give the new passphrase");
+                    bail_with!(
+                        ErrorKind::InvalidInput,
+                        "set TIERFS_NEW_PASSPHRASE (or run in a terminal) to give the new passphrase"
+                    );
                 }
                 // SAFETY: single-threaded at this point; removes the variable for this process only.
                 unsafe { std::env::remove_var(store_link::PASSPHRASE_ENV) };
@@ -1032,7 +1075,8 @@ fn scrub(cli: &Cli, cmd: &ScrubCommand) -> Result<()> {
         }
     }
     if !report.unrepaired.is_empty() {
-        bail!(
+        bail_with!(
+            ErrorKind::Corrupt,
             "{} objects are damaged{}",
             report.unrepaired.len(),
             if cmd.repair { " and could not be repaired" } else { "; run with --repair" }

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::logging::bail_with;
 use anyhow::{Context, Result};
+use tierfs::ErrorKind;
 pub use tierfs::session::StreamLimit;
 use tierfs::session::{Access, FsyncMode, SessionConfig};
 use tierfs::store::Store;
@@ -97,14 +99,14 @@ impl MountConfig {
                 .chain(self.store.iter().map(|s| ("store", s)))
         {
             if !path.is_absolute() {
-                anyhow::bail!("{what} {} is not an absolute path", path.display());
+                bail_with!(ErrorKind::InvalidInput, "{what} {} is not an absolute path", path.display());
             }
         }
         if self.workspace.is_empty() {
-            anyhow::bail!("the workspace name is empty");
+            bail_with!(ErrorKind::InvalidInput, "the workspace name is empty");
         }
         if (self.follow.is_some() || self.snapshot.is_some()) && !self.read_only {
-            anyhow::bail!("a follower or a snapshot mount is read-only");
+            bail_with!(ErrorKind::InvalidInput, "a follower or a snapshot mount is read-only");
         }
         Ok(())
     }

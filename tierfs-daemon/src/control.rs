@@ -31,11 +31,13 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::admit::{Admission, IDLE};
+use tierfs::ErrorKind;
+
 use crate::logging::Reported;
 
 /// Whether the user `uid` may talk to a mount served by this process whose owner is `owner`:
 /// the serving user, root and the owner may.
-pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), String> {
+pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), Reported> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if uid == euid || uid == 0 || owner == Some(uid) {
@@ -48,7 +50,7 @@ pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), String> {
         _ if euid == 0 => "root".to_owned(),
         _ => format!("uid {euid} (the daemon) and root"),
     };
-    Err(format!("uid {uid} may not control this mount: only {owners} may"))
+    Err(Reported::new(ErrorKind::InvalidInput, format!("uid {uid} may not control this mount: only {owners} may")))
 }
 
 /// Longest request line the server reads.
@@ -91,6 +93,10 @@ pub struct FlushReport {
     /// Why not, when not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// With `error`, what the caller can do about it (`ErrorKind::name`: `fenced` for a
+    /// writer another node took the workspace from), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// What is still only on this node when the answer is sent.
     pub dirty_bytes: u64,
     pub dirty_files: u64,
@@ -99,8 +105,9 @@ pub struct FlushReport {
 
 impl FlushReport {
     /// A flush that did not run (nothing known of what is left).
-    pub fn failed(error: String) -> FlushReport {
-        FlushReport { flushed: false, error: Some(error), dirty_bytes: 0, dirty_files: 0, millis: 0 }
+    pub fn failed(error: String, kind: Option<ErrorKind>) -> FlushReport {
+        let kind = kind.map(|k| k.name().to_string());
+        FlushReport { flushed: false, error: Some(error), kind, dirty_bytes: 0, dirty_files: 0, millis: 0 }
     }
 }
 
@@ -143,6 +150,9 @@ pub struct Response {
     /// With `error`, what the caller can do about it (`ErrorKind::name`), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// With `error`, a refinement of the kind (`logging::Reason::name`), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pong: Option<Pong>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,6 +195,21 @@ pub struct SyncReport {
 impl Response {
     pub fn error(message: impl Into<String>) -> Response {
         Response { ok: false, error: Some(message.into()), ..Response::default() }
+    }
+
+    /// The answer for a failure with its kind and reason.
+    pub fn failed(e: Reported) -> Response {
+        Response {
+            kind: e.kind.map(|k| k.name().to_string()),
+            reason: e.reason.map(|r| r.name().to_string()),
+            ..Response::error(e.message)
+        }
+    }
+
+    /// This answer's failure as the client's error (`otherwise` when it gives no message).
+    pub fn failure(self, otherwise: &str) -> Reported {
+        let message = self.error.unwrap_or_else(|| otherwise.to_string());
+        Reported::from_names(message, self.kind.as_deref(), self.reason.as_deref())
     }
 }
 
@@ -332,6 +357,32 @@ pub struct UnmountReport {
     /// Why the flush did not complete, when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flush_error: Option<String>,
+    /// With `flush_error`, the kind of its first failure that has one (`fenced` for a writer
+    /// another node took the workspace from), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush_kind: Option<String>,
+}
+
+impl UnmountReport {
+    /// The report of a flush that ended with `errors` (each with its kind, when known).
+    pub fn new(
+        mountpoint: &Path,
+        flush_millis: u64,
+        flush_timeout_secs: f64,
+        errors: Vec<(String, Option<ErrorKind>)>,
+    ) -> UnmountReport {
+        let flush_kind = errors.iter().find_map(|(_, kind)| *kind).map(|k| k.name().to_string());
+        let flush_error =
+            (!errors.is_empty()).then(|| errors.into_iter().map(|(e, _)| e).collect::<Vec<_>>().join("; "));
+        UnmountReport {
+            mountpoint: mountpoint.to_path_buf(),
+            flushed: flush_error.is_none(),
+            flush_millis,
+            flush_timeout_secs,
+            flush_error,
+            flush_kind,
+        }
+    }
 }
 
 /// An unmount asked for over the socket, handed to the serving loop.
@@ -339,7 +390,7 @@ pub struct UnmountReport {
 pub struct UnmountRequest {
     pub lazy: bool,
     /// Where the serving loop sends the outcome (or why it refuses, e.g. busy).
-    pub reply: oneshot::Sender<Result<UnmountReport, String>>,
+    pub reply: oneshot::Sender<Result<UnmountReport, Reported>>,
     /// Fired by the connection once the answer is written, so the serving loop does not
     /// exit (and tear the connection down) before the client has it.
     pub written: oneshot::Receiver<()>,
@@ -356,16 +407,16 @@ pub trait ControlHandler: Send + Sync + 'static {
         Some(self.status())
     }
     /// Blocks until the barrier is done; called from a blocking-capable thread.
-    fn sync(&self, _message: Option<String>, _timeout: Duration) -> Result<SyncReport, String> {
-        Err("this mount cannot take snapshots".into())
+    fn sync(&self, _message: Option<String>, _timeout: Duration) -> Result<SyncReport, Reported> {
+        Err(Reported::new(ErrorKind::InvalidInput, "this mount cannot take snapshots"))
     }
     /// Blocks (it may read the store); called from a blocking-capable thread.
     fn history(&self, _op: HistoryOp) -> Result<HistoryAnswer, Reported> {
-        Err(Reported { message: "this mount has no history".into(), kind: Some(tierfs::ErrorKind::InvalidInput) })
+        Err(Reported::new(ErrorKind::InvalidInput, "this mount has no history"))
     }
     /// Blocks up to `timeout`; called from a blocking-capable thread.
     fn flush(&self, _timeout: Duration) -> FlushReport {
-        FlushReport::failed("this mount cannot flush".into())
+        FlushReport::failed("this mount cannot flush".into(), Some(ErrorKind::InvalidInput))
     }
 }
 
@@ -410,9 +461,8 @@ pub async fn serve(
 
 /// Answers a connection that was not admitted with one refusal line and closes it without
 /// waiting for its request: the client reads the line even when its own write failed.
-async fn refuse_now(mut stream: UnixStream, refusal: String) {
-    let kind = Some(tierfs::ErrorKind::Unavailable.name().to_owned());
-    if let Ok(mut line) = serde_json::to_string(&Response { kind, ..Response::error(refusal) }) {
+async fn refuse_now(mut stream: UnixStream, refusal: Reported) {
+    if let Ok(mut line) = serde_json::to_string(&Response::failed(refusal)) {
         line.push('\n');
         let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
     }
@@ -434,8 +484,7 @@ async fn serve_connection(
         // (else its write fails with EPIPE and the message is never read).
         let mut bounded = (&mut reader).take(MAX_LINE as u64 + 1);
         let _ = tokio::time::timeout(Duration::from_secs(5), bounded.read_line(&mut line)).await;
-        let kind = Some(tierfs::ErrorKind::InvalidInput.name().to_owned());
-        return send(&mut write, &Response { kind, ..Response::error(refusal) }).await;
+        return send(&mut write, &Response::failed(refusal)).await;
     }
     loop {
         line.clear();
@@ -482,7 +531,7 @@ async fn serve_connection(
                 let timeout = Duration::from_secs(timeout_secs);
                 let response = match tokio::task::spawn_blocking(move || h.sync(message, timeout)).await {
                     Ok(Ok(report)) => Response { ok: true, sync: Some(report), ..Response::default() },
-                    Ok(Err(message)) => Response::error(message),
+                    Ok(Err(failed)) => Response::failed(failed),
                     Err(err) => Response::error(format!("sync failed: {err}")),
                 };
                 send(&mut write, &response).await?;
@@ -500,7 +549,7 @@ async fn serve_connection(
                 let h = handler.clone();
                 let response = match tokio::task::spawn_blocking(move || h.history(op)).await {
                     Ok(Ok(answer)) => Response { ok: true, history: Some(answer), ..Response::default() },
-                    Ok(Err(e)) => Response { kind: e.kind.map(|k| k.name().to_string()), ..Response::error(e.message) },
+                    Ok(Err(e)) => Response::failed(e),
                     Err(err) => Response::error(format!("history failed: {err}")),
                 };
                 send(&mut write, &response).await?;
@@ -514,7 +563,7 @@ async fn serve_connection(
                 } else {
                     match reply_rx.await {
                         Ok(Ok(report)) => Response { ok: true, unmount: Some(report), ..Response::default() },
-                        Ok(Err(message)) => Response::error(message),
+                        Ok(Err(failed)) => Response::failed(failed),
                         Err(_) => Response::error("the mount is already being unmounted"),
                     }
                 };
@@ -688,7 +737,7 @@ mod tests {
         // The serving loop: refuse the first unmount (busy), accept the second.
         rt.spawn(async move {
             let first: UnmountRequest = rx.recv().await.unwrap();
-            first.reply.send(Err("busy".into())).unwrap();
+            first.reply.send(Err(Reported::new(crate::logging::Reason::PathInUse, "busy"))).unwrap();
             let second = rx.recv().await.unwrap();
             assert!(second.lazy);
             second
@@ -699,6 +748,7 @@ mod tests {
                     flush_millis: 1,
                     flush_timeout_secs: 60.0,
                     flush_error: None,
+                    flush_kind: None,
                 }))
                 .unwrap();
             second.written.await.unwrap();

@@ -23,14 +23,15 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::UnixStream;
 
 use crate::config::MountConfig;
 use crate::launch::{ReadyInfo, ReadyMessage};
-use crate::logging::Reported;
+use crate::logging::{Reason, Reported, failure};
+use tierfs::ErrorKind;
 
 /// The node daemon's hand-off socket in its runtime directory.
 pub const NODE_SOCKET: &str = "node.sock";
@@ -50,13 +51,16 @@ pub struct HandoffRequest {
 }
 
 /// Whether `uid` may hand mounts to a node daemon running as `node_uid`.
-pub fn may_hand_off(uid: u32, node_uid: u32) -> Result<(), String> {
+pub fn may_hand_off(uid: u32, node_uid: u32) -> Result<(), Reported> {
     if uid == 0 || uid == node_uid {
         Ok(())
     } else {
-        Err(format!(
-            "uid {uid} may not hand mounts to the node daemon (uid {node_uid}): only root and uid {node_uid} may; \
-             `tierfs mount --standalone` serves the mount in a process of your own"
+        Err(Reported::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "uid {uid} may not hand mounts to the node daemon (uid {node_uid}): only root and uid {node_uid} \
+                 may; `tierfs mount --standalone` serves the mount in a process of your own"
+            ),
         ))
     }
 }
@@ -88,21 +92,26 @@ pub fn hand_off(socket: &Path, config: &MountConfig, timeout: Duration) -> Resul
     let mut reader = std::io::Read::take(BufReader::new(&stream), MAX_LINE as u64);
     reader.read_line(&mut answer).map_err(|e| {
         if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
-            anyhow!("the node daemon did not report the mount ready within {} s", timeout.as_secs())
+            failure!(Reason::Timeout, "the node daemon did not report the mount ready within {} s", timeout.as_secs())
         } else {
-            anyhow!("reading the node daemon's answer at {}: {e}", socket.display())
+            anyhow::Error::new(e).context(format!("reading the node daemon's answer at {}", socket.display()))
         }
     })?;
     if answer.is_empty() {
-        return Err(anyhow!("the node daemon at {} closed the connection without an answer", socket.display()));
+        return Err(failure!(
+            ErrorKind::Unavailable,
+            "the node daemon at {} closed the connection without an answer",
+            socket.display()
+        ));
     }
     match serde_json::from_str::<ReadyMessage>(answer.trim()) {
         Ok(ReadyMessage::Ready(info)) => Ok(Some(info)),
-        Ok(ReadyMessage::Failed { error, kind }) => Err(anyhow::Error::new(Reported {
-            message: format!("the node daemon could not serve the mount: {error}"),
-            kind: kind.as_deref().and_then(tierfs::ErrorKind::from_name),
-        })),
-        Err(e) => Err(anyhow!("the node daemon answered {:?}: {e}", answer.trim())),
+        Ok(ReadyMessage::Failed { error, kind, reason }) => Err(anyhow::Error::new(Reported::from_names(
+            format!("the node daemon could not serve the mount: {error}"),
+            kind.as_deref(),
+            reason.as_deref(),
+        ))),
+        Err(e) => Err(failure!(ErrorKind::Internal, "the node daemon answered {:?}: {e}", answer.trim())),
     }
 }
 
@@ -115,8 +124,7 @@ pub struct Asked {
 /// Reads one hand-off request from `stream`, checks its caller and resolves its mount under
 /// the node's `runtime_dir`. An `Err` is the line to answer with.
 pub async fn read_request(stream: &mut AsyncBufReader<UnixStream>, runtime_dir: &Path) -> Result<Asked, ReadyMessage> {
-    let failed =
-        |error: String| ReadyMessage::Failed { error, kind: Some(tierfs::ErrorKind::InvalidInput.name().into()) };
+    let failed = |error: String| ReadyMessage::failed(Reported::new(tierfs::ErrorKind::InvalidInput, error));
     let uid = stream.get_ref().peer_cred().map_err(|e| failed(format!("reading the caller's credentials: {e}")))?.uid();
     let mut line = String::new();
     let read = tokio::time::timeout(REQUEST_TIMEOUT, stream.take(MAX_LINE as u64 + 1).read_line(&mut line)).await;
@@ -127,7 +135,7 @@ pub async fn read_request(stream: &mut AsyncBufReader<UnixStream>, runtime_dir: 
         Err(_) => return Err(failed("no request within 5 s".into())),
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
-    may_hand_off(uid, unsafe { libc::geteuid() }).map_err(failed)?;
+    may_hand_off(uid, unsafe { libc::geteuid() }).map_err(ReadyMessage::failed)?;
     let request: HandoffRequest =
         serde_json::from_str(line.trim()).map_err(|e| failed(format!("bad hand-off request: {e}")))?;
     let mut config = request.config;
@@ -157,6 +165,7 @@ mod tests {
         assert!(may_hand_off(1000, 1000).is_ok());
         assert!(may_hand_off(0, 1000).is_ok());
         let refusal = may_hand_off(1001, 0).expect_err("another user");
-        assert!(refusal.contains("uid 1001") && refusal.contains("--standalone"), "{refusal}");
+        assert!(refusal.message.contains("uid 1001") && refusal.message.contains("--standalone"), "{refusal}");
+        assert_eq!(refusal.kind, Some(ErrorKind::InvalidInput));
     }
 }

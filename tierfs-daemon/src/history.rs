@@ -15,12 +15,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::cli::{CheckoutCommand, Cli, DiffCommand, HistoryAction, LogCommand, ShowCommand};
 use crate::control::{self, HistoryAnswer, HistoryOp, Request, StatusReport};
-use crate::logging::Reported;
+use crate::logging::{Reported, bail_with, failure};
+use tierfs::ErrorKind;
 
 /// How long a history request may take (an export or push of a long history).
 const HISTORY_TIMEOUT: Duration = Duration::from_secs(600);
@@ -42,7 +43,7 @@ fn target(all: Vec<StatusReport>, mount: Option<&Path>, path: Option<&Path>) -> 
         let m = std::fs::canonicalize(m).with_context(|| format!("--mount {}", m.display()))?;
         match all.iter().find(|s| s.mountpoint == m) {
             Some(s) => s.clone(),
-            None => bail!("no tierfs mount or watch of this user is at {}", m.display()),
+            None => bail_with!(ErrorKind::NotFound, "no tierfs mount or watch of this user is at {}", m.display()),
         }
     } else if let Some(s) = abs.as_ref().and_then(|a| all.iter().find(|s| inside(s, a))) {
         s.clone()
@@ -51,20 +52,30 @@ fn target(all: Vec<StatusReport>, mount: Option<&Path>, path: Option<&Path>) -> 
     } else {
         match all.as_slice() {
             [one] => one.clone(),
-            [] => bail!("no tierfs mount or watch of this user is running; the history is read through one"),
-            _ => bail!("several tierfs mounts are running ({}); say which with --mount DIR", listing()),
+            [] => bail_with!(
+                ErrorKind::NotFound,
+                "no tierfs mount or watch of this user is running; the history is read through one"
+            ),
+            _ => bail_with!(
+                ErrorKind::InvalidInput,
+                "several tierfs mounts are running ({}); say which with --mount DIR",
+                listing()
+            ),
         }
     };
     let rel = match (path, &abs) {
         (Some(p), Some(a)) => Some(match a.strip_prefix(&status.mountpoint) {
             Ok(r) => r.to_string_lossy().into_owned(),
             Err(_) if p.is_relative() => normalize(p).to_string_lossy().into_owned(),
-            Err(_) => bail!("{} is not inside {}", p.display(), status.mountpoint.display()),
+            Err(_) => {
+                bail_with!(ErrorKind::InvalidInput, "{} is not inside {}", p.display(), status.mountpoint.display())
+            }
         }),
         _ => None,
     };
     if rel.as_deref().is_some_and(|r| r.is_empty() || r.starts_with("..")) {
-        bail!(
+        bail_with!(
+            ErrorKind::InvalidInput,
             "{} is not a file of the workspace at {}",
             path.map(|p| p.display().to_string()).unwrap_or_default(),
             status.mountpoint.display()
@@ -96,16 +107,12 @@ fn ask(status: &StatusReport, op: HistoryOp) -> Result<HistoryAnswer> {
     let response = control::request(&status.socket, &Request::History { op }, HISTORY_TIMEOUT)?;
     match response.history {
         Some(answer) if response.ok => Ok(answer),
-        _ => Err(Reported {
-            message: response.error.unwrap_or_else(|| "the serving process gave no answer".into()),
-            kind: response.kind.as_deref().and_then(tierfs::ErrorKind::from_name),
-        }
-        .into()),
+        _ => Err(response.failure("the serving process gave no answer").into()),
     }
 }
 
 fn unexpected(answer: HistoryAnswer) -> anyhow::Error {
-    anyhow!("unexpected answer from the serving process: {answer:?}")
+    failure!(ErrorKind::Internal, "unexpected answer from the serving process: {answer:?}")
 }
 
 fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
@@ -142,7 +149,7 @@ pub fn log(cli: &Cli, cmd: &LogCommand, all: Vec<StatusReport>) -> Result<()> {
 fn split_spec(spec: &str) -> Result<(&str, &str)> {
     match spec.split_once(':') {
         Some((rev, path)) if !rev.is_empty() && !path.is_empty() => Ok((rev, path)),
-        _ => bail!("expected REV:PATH (e.g. HEAD:train.py), got {spec:?}"),
+        _ => bail_with!(ErrorKind::InvalidInput, "expected REV:PATH (e.g. HEAD:train.py), got {spec:?}"),
     }
 }
 
@@ -224,7 +231,8 @@ pub fn checkout(cli: &Cli, cmd: &CheckoutCommand, all: Vec<StatusReport>) -> Res
             other => return Err(unexpected(other)),
         };
         if let Some(size) = shown.pointer_size {
-            bail!(
+            bail_with!(
+                ErrorKind::InvalidInput,
                 "{rel} at {} is recorded as a pointer ({size} bytes, over the history's size limit); its content is in snapshot {}: `tierfs restore --snapshot {}` writes a copy",
                 cmd.rev,
                 shown.snapshot.as_deref().unwrap_or("?"),
@@ -256,7 +264,8 @@ pub fn checkout(cli: &Cli, cmd: &CheckoutCommand, all: Vec<StatusReport>) -> Res
 
 /// Writes `content` to `dest` whole: a new file beside it, then a rename over it.
 fn write_replacing(dest: &Path, content: &[u8], executable: bool) -> Result<()> {
-    let dir = dest.parent().ok_or_else(|| anyhow!("{} has no parent directory", dest.display()))?;
+    let dir =
+        dest.parent().ok_or_else(|| failure!(ErrorKind::InvalidInput, "{} has no parent directory", dest.display()))?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tierfs-checkout-{}", std::process::id()));
@@ -321,7 +330,7 @@ pub fn history(cli: &Cli, action: &HistoryAction, all: Vec<StatusReport>) -> Res
 
 /// A history failure with its kind, for `--json`.
 fn reported(e: tierfs::history::HistoryError) -> anyhow::Error {
-    Reported { kind: Some(e.kind()), message: e.to_string() }.into()
+    Reported::new(e.kind(), e.to_string()).into()
 }
 
 #[cfg(test)]

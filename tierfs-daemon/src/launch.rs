@@ -23,13 +23,16 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Weak, mpsc};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tracing::warn;
 
+use tierfs::ErrorKind;
+
 use crate::config::MountConfig;
 use crate::control::ControlHandler;
+use crate::logging::{Reason, Reported, bail_with, failure};
 use crate::paths;
 
 /// How many lines of the daemon log to show when it dies without a message.
@@ -57,7 +60,21 @@ pub enum ReadyMessage {
         /// The error's kind ([`tierfs::ErrorKind::name`]), when it has one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         kind: Option<String>,
+        /// Its refinement ([`crate::logging::Reason::name`]), when it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
+}
+
+impl ReadyMessage {
+    /// The line for a failure, with its kind and reason.
+    pub fn failed(e: Reported) -> ReadyMessage {
+        ReadyMessage::Failed {
+            error: e.message,
+            kind: e.kind.map(|k| k.name().to_string()),
+            reason: e.reason.map(|r| r.name().to_string()),
+        }
+    }
 }
 
 /// How a serving process tells its starter that the mount is ready (or why it is not).
@@ -71,7 +88,7 @@ pub enum Readiness {
     Pipe(Option<File>),
     /// The node daemon: the ready mount's control handler (for `status` and `/metrics`), or
     /// why it failed to start, goes to the node.
-    Node(Option<oneshot::Sender<Result<NodeReady, String>>>),
+    Node(Option<oneshot::Sender<Result<NodeReady, Reported>>>),
 }
 
 /// A mount the node daemon serves, once it is ready.
@@ -98,7 +115,7 @@ impl Readiness {
         // SAFETY: F_GETFD only inspects the descriptor table; it fails with EBADF when `fd`
         // is not open, which we check before taking ownership.
         if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            bail!("--ready-fd {fd} is not an open file descriptor");
+            bail_with!(ErrorKind::InvalidInput, "--ready-fd {fd} is not an open file descriptor");
         }
         // SAFETY: `fd` is open (checked above) and was handed to this process for its sole
         // use by `tierfs mount`; nothing else in the process owns it.
@@ -139,13 +156,10 @@ impl Readiness {
     /// Reports a failure to start; a no-op once readiness was reported.
     pub fn failed(&mut self, err: &anyhow::Error) {
         match self {
-            Readiness::Pipe(file) => {
-                let kind = crate::logging::error_kind(err).map(|k| k.name().to_string());
-                send(file, &ReadyMessage::Failed { error: crate::logging::error_message(err), kind });
-            }
+            Readiness::Pipe(file) => send(file, &ReadyMessage::failed(Reported::of(err))),
             Readiness::Node(tx) => {
                 if let Some(tx) = tx.take() {
-                    let _ = tx.send(Err(crate::logging::error_message(err)));
+                    let _ = tx.send(Err(Reported::of(err)));
                 }
             }
             Readiness::Quiet | Readiness::Print { .. } => {}
@@ -176,7 +190,8 @@ pub fn daemon_executable() -> Result<PathBuf> {
     let current = std::env::current_exe().context("finding the tierfs executable")?;
     let daemon = current.with_file_name("tierfs-daemon");
     if !daemon.is_file() {
-        bail!(
+        bail_with!(
+            ErrorKind::NotFound,
             "cannot find tierfs-daemon next to {} (expected {}); install both binaries \
              together, set TIERFS_DAEMON, or use `tierfs mount --foreground`",
             current.display(),
@@ -195,7 +210,8 @@ pub const SERVE_COMMAND: &str = "serve";
 pub fn read_serve_config(input: impl Read, mountpoint: Option<&Path>) -> Result<MountConfig> {
     let config = read_config(input)?;
     if let Some(shown) = mountpoint.filter(|m| *m != config.mountpoint) {
-        bail!(
+        bail_with!(
+            ErrorKind::InvalidInput,
             "the command line names the mountpoint {} but the configuration on stdin is for {}",
             shown.display(),
             config.mountpoint.display()
@@ -284,7 +300,8 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
             // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
             unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
             let _ = child.wait();
-            bail!(
+            bail_with!(
+                Reason::Timeout,
                 "tierfs-daemon did not report the mount ready within {} s and was stopped; \
                  see {}",
                 timeout.as_secs_f64(),
@@ -298,14 +315,14 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
             info.log = Some(log_path);
             Ok(info)
         }
-        Some(Ok(ReadyMessage::Failed { error, kind })) => {
+        Some(Ok(ReadyMessage::Failed { error, kind, reason })) => {
             let _ = child.wait();
-            let kind = kind.as_deref().and_then(tierfs::ErrorKind::from_name);
-            Err(crate::logging::Reported { message: error, kind }.into())
+            Err(Reported::from_names(error, kind.as_deref(), reason.as_deref()).into())
         }
         Some(Err(err)) => {
             let _ = child.wait();
-            Err(anyhow!(
+            Err(failure!(
+                ErrorKind::Internal,
                 "tierfs-daemon sent an unreadable readiness message {answer:?}: {err}; see {}",
                 log_path.display()
             ))
@@ -314,13 +331,15 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
             let status = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| format!("unknown status ({e})"));
             let tail = log_tail(&log_path, log_start).unwrap_or_default();
             if tail.trim().is_empty() {
-                Err(anyhow!(
+                Err(failure!(
+                    ErrorKind::Internal,
                     "tierfs-daemon exited ({status}) before the mount was ready, without a \
                      message; see {}",
                     log_path.display()
                 ))
             } else {
-                Err(anyhow!(
+                Err(failure!(
+                    ErrorKind::Internal,
                     "tierfs-daemon exited ({status}) before the mount was ready; last lines of \
                      {}:\n{tail}",
                     log_path.display()
@@ -374,12 +393,16 @@ mod tests {
 
     #[test]
     fn ready_message_wire_format() {
-        let failed = ReadyMessage::Failed { error: "data dir locked".into(), kind: None };
+        let failed = ReadyMessage::Failed { error: "data dir locked".into(), kind: None, reason: None };
         assert_eq!(serde_json::to_string(&failed).unwrap(), r#"{"status":"failed","error":"data dir locked"}"#);
-        let kinded = ReadyMessage::Failed { error: "held".into(), kind: Some("fenced".into()) };
+        let kinded = ReadyMessage::Failed { error: "held".into(), kind: Some("fenced".into()), reason: None };
         let line = serde_json::to_string(&kinded).unwrap();
         assert_eq!(line, r#"{"status":"failed","error":"held","kind":"fenced"}"#);
         assert_eq!(serde_json::from_str::<ReadyMessage>(&line).unwrap(), kinded);
+        let reasoned = ReadyMessage::failed(Reported::new(Reason::PathInUse, "busy"));
+        let line = serde_json::to_string(&reasoned).unwrap();
+        assert_eq!(line, r#"{"status":"failed","error":"busy","kind":"conflict","reason":"path_in_use"}"#);
+        assert_eq!(serde_json::from_str::<ReadyMessage>(&line).unwrap(), reasoned);
         let ready = ReadyMessage::Ready(ReadyInfo {
             pid: 1,
             mountpoint: "/m".into(),
@@ -396,9 +419,9 @@ mod tests {
     fn pipe_readiness_writes_one_line_and_closes() {
         let (read_end, write_end) = ready_pipe().unwrap();
         let mut readiness = Readiness::Pipe(Some(File::from(write_end)));
-        readiness.failed(&anyhow!("inner").context("outer"));
+        readiness.failed(&anyhow::anyhow!("inner").context("outer"));
         // A second report is a no-op: the pipe is already closed.
-        readiness.failed(&anyhow!("again"));
+        readiness.failed(&anyhow::anyhow!("again"));
         let mut text = String::new();
         File::from(read_end).read_to_string(&mut text).unwrap();
         assert_eq!(text, "{\"status\":\"failed\",\"error\":\"outer: inner\"}\n");

@@ -46,6 +46,18 @@ pub enum UnmountError {
     Failed { path: PathBuf, message: String },
 }
 
+impl UnmountError {
+    /// This error with its kind, for a caller in another process.
+    pub fn reported(&self) -> crate::logging::Reported {
+        use crate::logging::{Reason, Reported};
+        match self {
+            UnmountError::Busy(_) => Reported::new(Reason::PathInUse, self.to_string()),
+            UnmountError::NotMounted(_) => Reported::new(tierfs::ErrorKind::NotFound, self.to_string()),
+            UnmountError::Failed { .. } => Reported::new(tierfs::ErrorKind::Internal, self.to_string()),
+        }
+    }
+}
+
 /// The current mount table of this process's mount namespace.
 pub fn mount_table() -> io::Result<Vec<MountEntry>> {
     Ok(parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo")?))
@@ -208,7 +220,7 @@ pub fn syncfs(path: &Path) -> io::Result<()> {
 /// Checks that the FUSE device exists, with advice when it does not.
 pub fn check_fuse_device() -> anyhow::Result<()> {
     let unavailable = |message: String| {
-        anyhow::Error::new(crate::logging::Reported { message, kind: Some(tierfs::types::ErrorKind::Unavailable) })
+        anyhow::Error::new(crate::logging::Reported::new(crate::logging::Reason::FuseUnavailable, message))
     };
     // Opened, not only looked at: a node of a kernel without the FUSE driver exists but fails
     // to open (ENODEV, ENXIO), and that must show before the store is opened and its lease
@@ -226,7 +238,7 @@ pub fn check_fuse_device() -> anyhow::Result<()> {
              (`modprobe fuse`), or use `tierfs watch DIR`, which needs no FUSE"
         ))),
         Err(err) if matches!(err.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => Ok(()),
-        Err(err) => Err(anyhow::Error::new(err).context("checking /dev/fuse")),
+        Err(err) => Err(unavailable(format!("checking /dev/fuse: {err}"))),
     }
 }
 

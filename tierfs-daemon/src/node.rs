@@ -41,7 +41,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use tokio::io::BufReader as AsyncBufReader;
@@ -54,9 +54,11 @@ use crate::cli::{MountArgs, MountStore};
 use crate::config::MountConfig;
 use crate::handoff;
 use crate::launch::{NodeReady, Readiness, ReadyMessage};
+use crate::logging::{Reported, bail_with, failure};
 use crate::metrics::{self, MountState, Registry};
 use crate::notify::Notifier;
 use crate::stop::Stop;
+use tierfs::ErrorKind;
 
 /// Control sockets of the node's mounts unless `[node] runtime_dir` says otherwise.
 pub const DEFAULT_RUNTIME_DIR: &str = crate::paths::NODE_RUNTIME_DIR;
@@ -104,23 +106,34 @@ impl NodeConfig {
     /// [`NodeConfig::load`] of `text`, read from `file`.
     pub fn parse(file: &Path, text: &str) -> Result<NodeConfig> {
         let at = file.display();
-        let parsed: NodeFile = toml::from_str(text).map_err(|e| anyhow!("{at}: {e}"))?;
+        let parsed: NodeFile = toml::from_str(text).map_err(|e| failure!(ErrorKind::InvalidInput, "{at}: {e}"))?;
         let runtime_dir = match parsed.node.runtime_dir {
             Some(dir) if dir.is_absolute() => dir,
-            Some(dir) => bail!("{at}: [node] runtime_dir {} must be an absolute path", dir.display()),
+            Some(dir) => bail_with!(
+                ErrorKind::InvalidInput,
+                "{at}: [node] runtime_dir {} must be an absolute path",
+                dir.display()
+            ),
             None => PathBuf::from(DEFAULT_RUNTIME_DIR),
         };
         let metrics_addr = match parsed.node.metrics_addr.as_deref().unwrap_or(DEFAULT_METRICS_ADDR) {
             "" => None,
             addr => Some(addr.parse().map_err(|e| {
-                anyhow!("{at}: [node] metrics_addr {addr:?} is not an address and port such as 127.0.0.1:9464 ({e})")
+                failure!(
+                    ErrorKind::InvalidInput,
+                    "{at}: [node] metrics_addr {addr:?} is not an address and port such as 127.0.0.1:9464 ({e})"
+                )
             })?),
         };
         let mut mounts = Vec::new();
         let mut args = Vec::new();
         for (i, mount_args) in parsed.mount.into_iter().enumerate() {
             if mount_args.mountpoint.as_os_str().is_empty() {
-                bail!("{at}: mount {}: no mountpoint (`mountpoint = \"/mnt/NAME\"`)", i + 1);
+                bail_with!(
+                    ErrorKind::InvalidInput,
+                    "{at}: mount {}: no mountpoint (`mountpoint = \"/mnt/NAME\"`)",
+                    i + 1
+                );
             }
             mount_args
                 .check_conflicts()
@@ -135,7 +148,8 @@ impl NodeConfig {
             // A worker serves an owner's mount with the owner's rights: root's embedded store
             // and data dir under root's home are not theirs to reach.
             if owner.is_some_and(|uid| uid != 0) && matches!(mount_args.store_choice(), MountStore::Embedded { .. }) {
-                bail!(
+                bail_with!(
+                    ErrorKind::InvalidInput,
                     "{at}: mount {} ({}): a mount with an owner needs `store` and `data_dir` (or `no_store = true` \
                      and `data_dir`): the embedded default store is root's",
                     i + 1,
@@ -150,10 +164,14 @@ impl NodeConfig {
         let mut data_dirs = BTreeSet::new();
         for m in &mounts {
             if !mountpoints.insert(&m.mountpoint) {
-                bail!("{at}: two mounts on {}", m.mountpoint.display());
+                bail_with!(ErrorKind::InvalidInput, "{at}: two mounts on {}", m.mountpoint.display());
             }
             if !data_dirs.insert(&m.data_dir) {
-                bail!("{at}: two mounts share the data dir {}; give each its own data_dir", m.data_dir.display());
+                bail_with!(
+                    ErrorKind::InvalidInput,
+                    "{at}: two mounts share the data dir {}; give each its own data_dir",
+                    m.data_dir.display()
+                );
             }
         }
         Ok(NodeConfig { file: file.to_path_buf(), runtime_dir, metrics_addr, mounts, args })
@@ -200,7 +218,7 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
                             live += 1;
                             registry.set(i, |m| m.live(ready));
                         }
-                        Ok(Err(message)) => registry.set(i, |m| m.failed(message)),
+                        Ok(Err(message)) => registry.set(i, |m| m.failed(message.message)),
                         Err(_) => registry.set(i, |m| m.failed("it ended before it was ready".into())),
                     },
                     reason = stop.wait() => return Some(reason),
@@ -277,7 +295,8 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
 fn bind_node_socket(runtime_dir: &Path) -> Result<(UnixListener, SocketGuard)> {
     let path = runtime_dir.join(handoff::NODE_SOCKET);
     if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-        bail!(
+        bail_with!(
+            ErrorKind::Conflict,
             "another node daemon serves {} (its socket {} answers); stop it first",
             runtime_dir.display(),
             path.display()
@@ -310,7 +329,7 @@ impl Drop for SocketGuard {
 async fn serve_handoffs(
     listener: &UnixListener,
     runtime_dir: &Path,
-    start: impl Fn(handoff::Asked) -> (usize, oneshot::Receiver<Result<NodeReady, String>>),
+    start: impl Fn(handoff::Asked) -> (usize, oneshot::Receiver<Result<NodeReady, Reported>>),
     registry: &Registry,
 ) -> std::convert::Infallible {
     let start = &start;
@@ -326,7 +345,7 @@ async fn serve_handoffs(
                     let _permit = match admitted {
                         Ok(permit) => permit,
                         Err(refusal) => {
-                            let refusal = ReadyMessage::Failed { error: refusal, kind: Some(tierfs::ErrorKind::Unavailable.name().into()) };
+                            let refusal = ReadyMessage::failed(refusal);
                             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), handoff::answer(&mut stream, &refusal)).await;
                             return;
                         }
@@ -345,8 +364,11 @@ async fn serve_handoffs(
                                     registry.set(i, |m| m.live(ready));
                                     ReadyMessage::Ready(info)
                                 }
-                                Ok(Err(error)) => ReadyMessage::Failed { error, kind: None },
-                                Err(_) => ReadyMessage::Failed { error: "the mount ended before it was ready".into(), kind: None },
+                                Ok(Err(failed)) => ReadyMessage::failed(failed),
+                                Err(_) => ReadyMessage::failed(Reported::new(
+                                    tierfs::ErrorKind::Internal,
+                                    "the mount ended before it was ready",
+                                )),
                             }
                         }
                     };
@@ -372,7 +394,7 @@ fn serve_mount(
     i: usize,
     config: &MountConfig,
     args: Option<&MountArgs>,
-    ready: oneshot::Sender<Result<NodeReady, String>>,
+    ready: oneshot::Sender<Result<NodeReady, Reported>>,
     stop: Stop,
     registry: &Registry,
 ) -> Served {
@@ -420,7 +442,7 @@ fn keep_serving(
     i: usize,
     config: &MountConfig,
     args: Option<&MountArgs>,
-    ready: oneshot::Sender<Result<NodeReady, String>>,
+    ready: oneshot::Sender<Result<NodeReady, Reported>>,
     stop: watch::Receiver<Option<&'static str>>,
     registry: &Arc<Registry>,
     first_start: FirstStart,
@@ -430,7 +452,7 @@ fn keep_serving(
     let mut ever_started = false;
     loop {
         let ready = first.take().unwrap_or_else(|| {
-            let (tx, rx) = oneshot::channel::<Result<NodeReady, String>>();
+            let (tx, rx) = oneshot::channel::<Result<NodeReady, Reported>>();
             let registry = registry.clone();
             rt.spawn(async move {
                 if let Ok(Ok(ready)) = rx.await {

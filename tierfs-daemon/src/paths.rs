@@ -29,7 +29,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use crate::logging::{Reason, bail_with};
+use anyhow::{Context, Result};
+use tierfs::ErrorKind;
 
 /// Longest path a Unix socket address holds (`sun_path` is 108 bytes with the NUL).
 const SOCKET_PATH_MAX: usize = 107;
@@ -59,7 +61,8 @@ pub fn data_home_from(xdg_data_home: Option<OsString>, home: Option<OsString>) -
     }
     match home.map(PathBuf::from) {
         Some(home) if home.is_absolute() => Ok(home.join(".local/share/tierfs")),
-        _ => bail!(
+        _ => bail_with!(
+            ErrorKind::InvalidInput,
             "cannot find a place for tierfs data: neither XDG_DATA_HOME nor HOME is set to an \
              absolute path; pass --data-dir"
         ),
@@ -114,7 +117,8 @@ impl EmbeddedStore {
             .try_exists()
             .with_context(|| format!("looking for the local store {}", self.store_file.display()))?;
         if !exists {
-            bail!(
+            bail_with!(
+                ErrorKind::NotFound,
                 "no --store given and no local store at {} yet (it is created by the first \
                  \"tierfs mount\" without --data-dir)",
                 self.store_file.display()
@@ -205,7 +209,8 @@ pub fn socket_path(runtime_dir: &Path, canonical_mountpoint: &Path) -> Result<Pa
     let name = format!("{}.sock", &hex.as_str()[..SOCKET_HASH_HEX]);
     let path = runtime_dir.join(name);
     if path.as_os_str().len() > SOCKET_PATH_MAX {
-        bail!(
+        bail_with!(
+            ErrorKind::InvalidInput,
             "control socket path {} is longer than the {SOCKET_PATH_MAX} bytes a Unix socket \
              address holds; set TIERFS_RUNTIME_DIR (or --runtime-dir) to a shorter directory",
             path.display()
@@ -311,12 +316,13 @@ pub fn ensure_runtime_dir(dir: &Path, shared: bool) -> Result<()> {
     }
     let meta = fs::metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
     if !meta.is_dir() {
-        bail!("{} exists and is not a directory", dir.display());
+        bail_with!(Reason::PathInUse, "{} exists and is not a directory", dir.display());
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if meta.uid() != euid {
-        bail!(
+        bail_with!(
+            ErrorKind::InvalidInput,
             "{} is owned by uid {}, not by the current user (uid {euid}); refusing to keep \
              control sockets there",
             dir.display(),

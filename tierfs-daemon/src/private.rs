@@ -19,7 +19,8 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use crate::logging::{Reason, bail_with};
+use anyhow::{Context, Result};
 use rustix::fs::Mode;
 use tracing::warn;
 
@@ -38,7 +39,7 @@ pub fn tighten_data_dir(dir: &Path) -> Result<()> {
         Err(e) => return Err(e).with_context(|| format!("reading the data dir {}", dir.display())),
     };
     if !meta.is_dir() {
-        bail!("the data dir {} is not a directory", dir.display());
+        bail_with!(Reason::PathInUse, "the data dir {} is not a directory", dir.display());
     }
     let mode = meta.mode() & 0o7777;
     if mode & 0o077 != 0 {
@@ -53,7 +54,7 @@ pub fn tighten_data_dir(dir: &Path) -> Result<()> {
 /// write or run, naming the command that fixes it.
 pub fn check_secret_file(path: &Path, what: &str) -> Result<()> {
     let meta = std::fs::metadata(path).with_context(|| format!("reading {what} {}", path.display()))?;
-    tierfs::store::private_mode(path, meta.mode(), what).map_err(anyhow::Error::msg)
+    Ok(tierfs::store::private_mode(path, meta.mode(), what)?)
 }
 
 #[cfg(test)]

@@ -16,13 +16,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use tierfs::export;
 use tierfs::session::{Access, RESTORE_CACHE_SIZE, Session, SessionConfig};
 use tierfs::vfs::{FileKind, Ino, ROOT_INO, Vfs};
 
+use crate::logging::bail_with;
 use crate::store_link::open_store;
+use tierfs::ErrorKind;
 
 /// What a restore wrote.
 #[derive(Debug, Serialize)]
@@ -44,14 +46,19 @@ pub fn restore(
     json: bool,
 ) -> Result<RestoreReport> {
     if same_owner && !rustix::process::geteuid().is_root() {
-        bail!(
+        bail_with!(
+            ErrorKind::InvalidInput,
             "--same-owner restores owners, setuid/setgid bits and devices, which only root may set; run it as root or leave it out"
         );
     }
     if target.exists()
         && fs::read_dir(target).with_context(|| format!("reading {}", target.display()))?.next().is_some()
     {
-        bail!("{} is not empty; restore writes into an empty or new directory only", target.display());
+        bail_with!(
+            ErrorKind::InvalidInput,
+            "{} is not empty; restore writes into an empty or new directory only",
+            target.display()
+        );
     }
     fs::create_dir_all(target).with_context(|| format!("creating {}", target.display()))?;
     let started = Instant::now();

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use tierfs::session::{Session, SessionError};
 use tierfs::store::Store;
 use tierfs_mount::SessionUnmounter;
@@ -47,10 +47,11 @@ use crate::control::{
     UnmountRequest,
 };
 use crate::launch::{Readiness, ReadyInfo};
-use crate::logging::{self, Reported};
+use crate::logging::{Reason, Reported, bail_with, failure};
 use crate::mounts::{self, UnmountError};
 use crate::paths;
 use crate::stop::Stop;
+use tierfs::ErrorKind;
 
 /// The version reported over the control socket.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -144,7 +145,11 @@ fn serve(
     let vfs = session.vfs().clone();
     let fuse = match (given_fuse, &fuse_stats) {
         (Some(Some(fd)), stats) => tierfs_mount::session_from_fd(vfs, fd, &config.mount_options(), stats.clone()),
-        (Some(None), _) => bail!("the node daemon handed over no FUSE descriptor for {}", mountpoint.display()),
+        (Some(None), _) => bail_with!(
+            ErrorKind::Internal,
+            "the node daemon handed over no FUSE descriptor for {}",
+            mountpoint.display()
+        ),
         (None, Some(stats)) => tierfs_mount::session_metered(vfs, mountpoint, &config.mount_options(), stats.clone()),
         (None, None) => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
     };
@@ -215,7 +220,7 @@ fn serve(
                         }
                         Err(err) => {
                             warn!("refusing unmount: {err}");
-                            let _ = request.reply.send(Err(err.to_string()));
+                            let _ = request.reply.send(Err(err.reported()));
                         }
                     }
                 }
@@ -241,7 +246,11 @@ fn serve(
         }
         Ok(())
     } else {
-        Err(anyhow!("{}", report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())))
+        Err(failure!(
+            ErrorKind::Unavailable,
+            "{}",
+            report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())
+        ))
     }
 }
 
@@ -262,7 +271,7 @@ pub(crate) fn session_context(err: SessionError, config: &MountConfig) -> anyhow
 pub(crate) fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
     let path = &config.mountpoint;
     match fs::metadata(path) {
-        Ok(meta) if !meta.is_dir() => bail!("mountpoint {} is not a directory", path.display()),
+        Ok(meta) if !meta.is_dir() => bail_with!(Reason::PathInUse, "mountpoint {} is not a directory", path.display()),
         Ok(_) => {}
         Err(err) if err.kind() == io::ErrorKind::NotFound => {
             fs::create_dir_all(path).with_context(|| format!("creating mountpoint {}", path.display()))?;
@@ -279,7 +288,8 @@ pub(crate) fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
         // daemon is gone (the daemon itself stats the root when it sets the readahead
         // window); a `statfs` always asks the daemon, and a dead one answers ENOTCONN.
         if !(entry.is_fuse() && connection_is_dead(&canonical)) {
-            bail!(
+            bail_with!(
+                Reason::PathInUse,
                 "{} is already a mount point ({} from {}); unmount it first (`tierfs umount {}`)",
                 canonical.display(),
                 entry.fs_type,
@@ -293,7 +303,8 @@ pub(crate) fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
         let mut entries =
             fs::read_dir(&canonical).with_context(|| format!("reading mountpoint {}", canonical.display()))?;
         if entries.next().is_some() {
-            bail!(
+            bail_with!(
+                Reason::PathInUse,
                 "mountpoint {} is not empty; its files would be hidden while mounted. Move them \
                  away, pick an empty directory, or pass --nonempty",
                 canonical.display()
@@ -325,7 +336,8 @@ fn clear_stale_mount(path: &Path) -> Result<()> {
             mounts::unmount(path, true).with_context(|| format!("clearing the stale mount at {}", path.display()))?;
             Ok(())
         }
-        _ => bail!(
+        _ => bail_with!(
+            Reason::PathInUse,
             "mountpoint {} is not accessible (transport endpoint is not connected): a stale \
              FUSE mount of another filesystem; unmount it first (`fusermount3 -u {}`)",
             path.display(),
@@ -344,7 +356,8 @@ pub(crate) fn bind_control_socket(config: &MountConfig, mountpoint: &Path) -> Re
     let socket = paths::socket_path(&config.runtime_dir, mountpoint)?;
     if fs::symlink_metadata(&socket).is_ok() {
         if let Ok(Some(pong)) = control::ping(&socket, Duration::from_secs(2)) {
-            bail!(
+            bail_with!(
+                Reason::PathInUse,
                 "{} is already served by tierfs pid {} (data dir {})",
                 pong.mountpoint.display(),
                 pong.pid,
@@ -400,17 +413,18 @@ impl ControlSocket {
 
 /// Adds what a user needs to fix a failed mount.
 fn explain_mount_error(err: io::Error, config: &MountConfig, mountpoint: &Path) -> anyhow::Error {
-    let hint = if err.kind() == io::ErrorKind::PermissionDenied && !mounts::is_root() {
-        if config.allow_other {
-            " (allow_other needs `user_allow_other` in /etc/fuse.conf; or mount with \
-             --no-allow-other)"
-        } else {
-            " (non-root mounts need the setuid fusermount3 helper from the fuse3 package)"
-        }
-    } else {
-        ""
-    };
-    anyhow::Error::new(err).context(format!("mounting FUSE filesystem at {}{hint}", mountpoint.display()))
+    let refused = err.kind() == io::ErrorKind::PermissionDenied && !mounts::is_root();
+    if refused && config.allow_other {
+        // An option the user can drop, not a reason to do without FUSE.
+        return anyhow::Error::new(err).context(format!(
+            "mounting FUSE filesystem at {} (allow_other needs `user_allow_other` in /etc/fuse.conf; or mount \
+             with --no-allow-other)",
+            mountpoint.display()
+        ));
+    }
+    let hint =
+        if refused { " (non-root mounts need the setuid fusermount3 helper from the fuse3 package)" } else { "" };
+    failure!(Reason::FuseUnavailable, "mounting FUSE filesystem at {}{hint}: {err}", mountpoint.display())
 }
 
 /// Unmount on a signal: the process is asked to go away, so a busy mount is detached
@@ -518,8 +532,9 @@ async fn finish(
     let start = Instant::now();
     let deadline = tokio::time::Instant::now() + config.flush_timeout;
     let timeout_secs = config.flush_timeout.as_secs_f64();
-    let flush =
-        || async { session.flush(deadline).await.map_err(|e| format!("{e} (--flush-timeout {timeout_secs} s)")) };
+    let flush = || async {
+        session.flush(deadline).await.map_err(|e| (format!("{e} (--flush-timeout {timeout_secs} s)"), Some(e.kind())))
+    };
 
     let mut fuse = fuse_ended;
     if fuse.is_none() {
@@ -530,39 +545,36 @@ async fn finish(
     }
     let mut flushed = flush().await;
     let fuse = match fuse {
-        Some(result) => result,
+        Some(result) => result.map_err(|e| (e, None)),
         None => {
             info!("files are still open on the detached mount; waiting for them to be closed");
             match tokio::time::timeout_at(deadline, fuse_done).await {
                 Ok(ended) => {
                     flushed = flush().await;
-                    flatten_session_result(ended)
+                    flatten_session_result(ended).map_err(|e| (e, None))
                 }
-                Err(_) => Err(format!(
-                    "files were still open on the lazily detached mount when the {timeout_secs} s \
-                     flush timeout expired: what they wrote before the flush is safe, later \
-                     writes are lost"
+                Err(_) => Err((
+                    format!(
+                        "files were still open on the lazily detached mount when the {timeout_secs} s \
+                         flush timeout expired: what they wrote before the flush is safe, later \
+                         writes are lost"
+                    ),
+                    Some(ErrorKind::Unavailable),
                 )),
             }
         }
     };
     // Local data is flushed and uploaded; now the metadata that finds it.
-    let closed = session.close(deadline).await.map_err(|e| e.to_string());
+    let closed = session.close(deadline).await.map_err(|e| (e.to_string(), Some(e.kind())));
 
     let flush_millis = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let errors: Vec<String> = [fuse, flushed, closed].into_iter().filter_map(Result::err).collect();
-    let flush_error = (!errors.is_empty()).then(|| errors.join("; "));
-    match &flush_error {
+    let errors = [fuse, flushed, closed].into_iter().filter_map(Result::err).collect();
+    let report = UnmountReport::new(mountpoint, flush_millis, timeout_secs, errors);
+    match &report.flush_error {
         None => info!("flushed everything for {} in {flush_millis} ms", mountpoint.display()),
         Some(message) => error!("flush of {} incomplete after {flush_millis} ms: {message}", mountpoint.display()),
     }
-    UnmountReport {
-        mountpoint: mountpoint.to_path_buf(),
-        flushed: flush_error.is_none(),
-        flush_millis,
-        flush_timeout_secs: timeout_secs,
-        flush_error,
-    }
+    report
 }
 
 /// What the control socket reports about this mount.
@@ -590,12 +602,12 @@ impl Served {
 }
 
 impl ControlHandler for Served {
-    fn sync(&self, message: Option<String>, timeout: Duration) -> Result<SyncReport, String> {
+    fn sync(&self, message: Option<String>, timeout: Duration) -> Result<SyncReport, Reported> {
         // Messages (and the flag that fixes them) as every command's errors get them.
         let synced = self.session.sync(message, timeout).map_err(|e| match e {
-            SessionError::ReadOnly => "this mount is read-only: it takes no snapshots".into(),
-            SessionError::NoStore | SessionError::NotUploaded { .. } => logging::error_message(&e.into()),
-            e => logging::error_message(&anyhow::Error::new(e).context("committing the snapshot")),
+            SessionError::ReadOnly => Reported::new(e.kind(), "this mount is read-only: it takes no snapshots"),
+            SessionError::NoStore | SessionError::NotUploaded { .. } => Reported::of(&e.into()),
+            e => Reported::of(&anyhow::Error::new(e).context("committing the snapshot")),
         })?;
         Ok(SyncReport {
             snapshot: synced.snapshot,
@@ -617,6 +629,7 @@ impl ControlHandler for Served {
         let cold = self.session.status().vfs.cold;
         let report = FlushReport {
             flushed: result.is_ok(),
+            kind: result.as_ref().err().map(|e| e.kind().name().to_string()),
             error: result.err().map(|e| e.to_string()),
             dirty_bytes: cold.as_ref().map_or(0, |c| c.dirty_bytes),
             dirty_files: cold.as_ref().map_or(0, |c| c.dirty_files),
@@ -640,7 +653,7 @@ impl ControlHandler for Served {
                 HistoryOp::Bundle => HistoryAnswer::Bundle(h.bundle(vfs)?),
             })
         });
-        answer.map_err(|e| Reported { kind: Some(e.kind()), message: e.to_string() })
+        answer.map_err(|e| Reported::new(e.kind(), e.to_string()))
     }
 
     fn pong(&self) -> Pong {

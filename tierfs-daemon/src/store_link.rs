@@ -16,13 +16,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use tierfs::crypto::{self, KdfParams, Secret};
 use tierfs::store::{Fencing, Progress, Store, StoreConfig};
 use tokio::runtime::{Handle, Runtime};
 
 use crate::cli::{MountArgs, MountStore};
+use crate::logging::{Reason, bail_with, failure};
+use tierfs::ErrorKind;
 
 /// Environment variable holding the store passphrase (for scripts and the background daemon).
 pub const PASSPHRASE_ENV: &str = "TIERFS_PASSPHRASE";
@@ -60,8 +62,9 @@ pub fn kdf_params() -> KdfParams {
 /// Reads a key file, refusing one that other users can read.
 pub fn read_key_file(path: &Path) -> Result<SecretBytes> {
     crate::private::check_secret_file(path, "key file")?;
-    let contents =
-        zeroize::Zeroizing::new(std::fs::read(path).with_context(|| format!("reading key file {}", path.display()))?);
+    let contents = zeroize::Zeroizing::new(
+        std::fs::read(path).map_err(|e| failure!(Reason::WrongKey, "reading key file {}: {e}", path.display()))?,
+    );
     let key = crypto::parse_key_file(&contents).with_context(|| format!("key file {}", path.display()))?;
     Ok(SecretBytes::KeyFile(key))
 }
@@ -113,22 +116,23 @@ pub fn passphrase(prompt: &str, confirm: bool) -> Result<SecretBytes> {
     };
     if let Some(p) = given {
         if p.is_empty() {
-            bail!("{PASSPHRASE_ENV} is set but empty");
+            bail_with!(Reason::WrongKey, "{PASSPHRASE_ENV} is set but empty");
         }
         return Ok(SecretBytes::Passphrase(p));
     }
     if !std::io::stdin().is_terminal() {
-        bail!(
+        bail_with!(
+            Reason::WrongKey,
             "this store needs a passphrase: set {PASSPHRASE_ENV}, or create the store with a key \
              file (`tierfs init --key-file FILE`)"
         );
     }
     let first = zeroize::Zeroizing::new(prompt_hidden(prompt)?);
     if first.is_empty() {
-        bail!("an empty passphrase is not allowed");
+        bail_with!(ErrorKind::InvalidInput, "an empty passphrase is not allowed");
     }
     if confirm && *zeroize::Zeroizing::new(prompt_hidden("Repeat passphrase: ")?) != *first {
-        bail!("the passphrases do not match");
+        bail_with!(ErrorKind::InvalidInput, "the passphrases do not match");
     }
     Ok(SecretBytes::Passphrase(first.to_vec()))
 }
@@ -268,7 +272,8 @@ pub fn prepare_mount_store(args: &MountArgs) -> Result<()> {
     // and its config. Creating another store over them would fail less clearly.
     let leftover = std::fs::read_dir(&embedded.objects).map(|mut d| d.next().is_some()).unwrap_or(false);
     if leftover {
-        bail!(
+        bail_with!(
+            ErrorKind::NotFound,
             "{} holds a store's objects but {} is missing (was the first mount interrupted?); move \
              the objects directory aside (nothing was written to that store yet) and mount again",
             embedded.objects.display(),
@@ -327,7 +332,7 @@ pub struct NewStore {
 /// the output); with a key file nothing is asked, so this also serves non-interactive callers.
 pub fn init(handle: &Handle, store_file: &Path, new: NewStore) -> Result<InitOutput> {
     if store_file.exists() {
-        bail!("{} already exists; choose another --store path", store_file.display());
+        bail_with!(ErrorKind::Conflict, "{} already exists; choose another --store path", store_file.display());
     }
     let mut config = StoreConfig::new(new.backends);
     if new.erasure.is_some() {

@@ -18,7 +18,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use notify::{RecursiveMode, Watcher};
 use tierfs::session::Session;
 use tierfs::watch::{Mirror, Start};
@@ -32,9 +32,10 @@ use crate::control::{
     UnmountRequest, WatchStatus,
 };
 use crate::launch::{Readiness, ReadyInfo};
-use crate::logging::Reported;
+use crate::logging::{Reason, Reported, bail_with, failure};
 use crate::serve::{GivenSocket, Served, Supplied, control_listener, session_context};
 use crate::stop::Stop;
+use tierfs::ErrorKind;
 
 /// Quiet time after an event before its directories are passed again.
 const QUIET: Duration = Duration::from_millis(200);
@@ -67,14 +68,24 @@ pub(crate) fn run(
     let _rt_context = rt.enter();
     let dir = &config.mountpoint;
     if config.read_only || config.snapshot.is_some() {
-        bail!("watch mode writes the workspace from {}: --read-only and --snapshot are for mounts", dir.display());
+        bail_with!(
+            ErrorKind::InvalidInput,
+            "watch mode writes the workspace from {}: --read-only and --snapshot are for mounts",
+            dir.display()
+        );
     }
     let Some(file) = &config.store else {
-        bail!("watch mode needs a store: the bytes of {} live there and in the directory only", dir.display());
+        bail_with!(
+            ErrorKind::InvalidInput,
+            "watch mode needs a store: the bytes of {} live there and in the directory only",
+            dir.display()
+        );
     };
     let (store, socket) = match supplied {
         Some(Supplied { store: Some(store), socket, .. }) => (store, Some(socket)),
-        Some(Supplied { store: None, .. }) => bail!("the node daemon handed over no store for {}", dir.display()),
+        Some(Supplied { store: None, .. }) => {
+            bail_with!(ErrorKind::Internal, "the node daemon handed over no store for {}", dir.display())
+        }
         None => (crate::store_link::open_store(rt.handle(), file)?.0, None),
     };
     let session = Session::open(config.session_config(Some(Arc::new(store))), rt.handle())
@@ -193,7 +204,11 @@ fn serve(
     if report.flushed {
         Ok(())
     } else {
-        Err(anyhow!("{}", report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())))
+        Err(failure!(
+            ErrorKind::Unavailable,
+            "{}",
+            report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())
+        ))
     }
 }
 
@@ -206,22 +221,20 @@ async fn finish(session: &Session, config: &MountConfig, dir: &Path, tx: &Sender
         Ok(()) => {
             let waited = tokio::task::spawn_blocking(move || answer.recv_timeout(Duration::from_secs(3600)));
             match tokio::time::timeout_at(deadline, waited).await {
-                Ok(Ok(Ok(r))) => r,
-                _ => Err("the last pass over the directory did not finish within the flush timeout".into()),
+                Ok(Ok(Ok(r))) => r.map_err(|e| (e, Some(ErrorKind::Unavailable))),
+                _ => Err((
+                    "the last pass over the directory did not finish within the flush timeout".into(),
+                    Some(ErrorKind::Unavailable),
+                )),
             }
         }
-        Err(_) => Err("the watch thread is gone".into()),
+        Err(_) => Err(("the watch thread is gone".into(), Some(ErrorKind::Internal))),
     };
-    let flushed = session.flush(deadline).await.map_err(|e| e.to_string());
-    let closed = session.close(deadline).await.map_err(|e| e.to_string());
-    let error = [last.err(), flushed.err(), closed.err()].into_iter().flatten().collect::<Vec<_>>();
-    let report = UnmountReport {
-        mountpoint: dir.to_path_buf(),
-        flushed: error.is_empty(),
-        flush_millis: start.elapsed().as_millis() as u64,
-        flush_timeout_secs: config.flush_timeout.as_secs_f64(),
-        flush_error: (!error.is_empty()).then(|| error.join("; ")),
-    };
+    let flushed = session.flush(deadline).await.map_err(|e| (e.to_string(), Some(e.kind())));
+    let closed = session.close(deadline).await.map_err(|e| (e.to_string(), Some(e.kind())));
+    let errors = [last.err(), flushed.err(), closed.err()].into_iter().flatten().collect();
+    let millis = start.elapsed().as_millis() as u64;
+    let report = UnmountReport::new(dir, millis, config.flush_timeout.as_secs_f64(), errors);
     if report.flushed {
         info!("stopped watching {} (flushed in {} ms)", dir.display(), report.flush_millis);
     } else {
@@ -363,14 +376,20 @@ struct Watched {
 impl Watched {
     /// A full pass over the directory, waited for up to `timeout`: every change made before
     /// the call is in the workspace once it returns.
-    fn barrier(&self, timeout: Duration) -> Result<(), String> {
+    fn barrier(&self, timeout: Duration) -> Result<(), Reported> {
         let (reply, answer) = channel();
         let sent = self.tx.lock().unwrap_or_else(PoisonError::into_inner).send(Msg::Barrier(reply));
-        sent.map_err(|_| "the watch thread is gone".to_string())?;
+        sent.map_err(|_| Reported::new(ErrorKind::Internal, "the watch thread is gone"))?;
         match answer.recv_timeout(timeout) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("the pass over the directory failed: {e}")),
-            Err(_) => Err(format!("the pass over the directory did not finish within {} s", timeout.as_secs())),
+            // The pass retries on its own; why it failed is in the message (and `status`).
+            Ok(Err(e)) => {
+                Err(Reported::new(ErrorKind::Unavailable, format!("the pass over the directory failed: {e}")))
+            }
+            Err(_) => Err(Reported::new(
+                Reason::Timeout,
+                format!("the pass over the directory did not finish within {} s", timeout.as_secs()),
+            )),
         }
     }
 }
@@ -390,7 +409,7 @@ impl ControlHandler for Watched {
         s
     }
 
-    fn sync(&self, message: Option<String>, timeout: Duration) -> Result<SyncReport, String> {
+    fn sync(&self, message: Option<String>, timeout: Duration) -> Result<SyncReport, Reported> {
         self.barrier(timeout)?;
         self.served.sync(message, timeout)
     }
@@ -407,7 +426,8 @@ impl ControlHandler for Watched {
         let mut report = self.served.flush(timeout.saturating_sub(start.elapsed()));
         if let Err(e) = passed {
             report.flushed = false;
-            report.error = Some(e);
+            report.kind = e.kind.map(|k| k.name().to_string());
+            report.error = Some(e.message);
         }
         report.millis = start.elapsed().as_millis() as u64;
         report

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tierfs::store::StoreConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -45,11 +45,12 @@ use zeroize::Zeroizing;
 use crate::config::MountConfig;
 use crate::control::{self, ControlHandler, Pong, Request, StatusReport};
 use crate::launch::{Readiness, ReadyInfo, ReadyMessage};
-use crate::logging::Reported;
+use crate::logging::{Reason, Reported, bail_with, failure};
 use crate::mounts::{self, UnmountError};
 use crate::serve::{GivenSocket, SupervisorUnmount, Supplied};
 use crate::stop::Stop;
 use crate::store_link::SecretBytes;
+use tierfs::ErrorKind;
 
 /// The hidden subcommand of `tierfs-daemon` that runs a worker.
 pub const WORKER_COMMAND: &str = "worker";
@@ -109,7 +110,10 @@ impl Owner {
         let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
             .with_context(|| format!("looking up owner uid {uid}"))?
             .ok_or_else(|| {
-                anyhow!("owner uid {uid} has no entry in the user database (add the user, or fix `owner`)")
+                failure!(
+                    ErrorKind::InvalidInput,
+                    "owner uid {uid} has no entry in the user database (add the user, or fix `owner`)"
+                )
             })?;
         let name = std::ffi::CString::new(user.name.clone()).context("the owner's name")?;
         let groups = nix::unistd::getgrouplist(&name, user.gid)
@@ -202,9 +206,12 @@ fn give_data_dir(dir: &Path, owner: &Owner) -> Result<()> {
     use rustix::fs::{Gid, Uid};
     let (uid, gid) = (Uid::from_raw(owner.uid), Gid::from_raw(owner.gid));
     match std::fs::symlink_metadata(dir) {
-        Ok(meta) if !meta.is_dir() => bail!("the data dir {} is not a directory", dir.display()),
+        Ok(meta) if !meta.is_dir() => {
+            bail_with!(Reason::PathInUse, "the data dir {} is not a directory", dir.display())
+        }
         Ok(meta) if meta.uid() == owner.uid => crate::private::tighten_data_dir(dir),
-        Ok(meta) if meta.uid() != 0 => bail!(
+        Ok(meta) if meta.uid() != 0 => bail_with!(
+            ErrorKind::InvalidInput,
             "the data dir {} belongs to uid {}, not to the mount's owner (uid {}); `chown -R {} {}` \
              if it is theirs, or give the mount another data_dir",
             dir.display(),
@@ -374,10 +381,12 @@ async fn converse(
                 if status.success() {
                     return Ok(());
                 }
-                let message = failure.map(|f| f.message).unwrap_or_else(|| {
-                    format!("the worker serving it as uid {} ended ({status}); its log lines are above", owner.uid)
+                // What the worker reported, with its kind, else that it ended.
+                let failed = failure.unwrap_or_else(|| {
+                    let ended = format!("the worker serving it as uid {} ended ({status}); its log lines are above", owner.uid);
+                    Reported::new(ErrorKind::Internal, ended)
                 });
-                return Err(anyhow!("{message}"));
+                return Err(failed.into());
             }
             reason = stop.wait(), if !stopping => {
                 stopping = true;
@@ -395,8 +404,8 @@ async fn converse(
                             readiness.ready(&info, &h);
                             handler = Some(h);
                         }
-                        Ok(ReadyMessage::Failed { error, kind }) => {
-                            failure = Some(Reported { message: error, kind: kind.as_deref().and_then(tierfs::ErrorKind::from_name) });
+                        Ok(ReadyMessage::Failed { error, kind, reason }) => {
+                            failure = Some(Reported::from_names(error, kind.as_deref(), reason.as_deref()));
                         }
                         Err(e) => warn!("{}: the worker said {text:?}: {e}", mountpoint.display()),
                     }
@@ -539,8 +548,10 @@ fn refuse_tracer() -> Result<()> {
     let tracer = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).map(str::trim);
     match tracer {
         Some("0") => Ok(()),
-        Some(pid) => bail!("process {pid} traces this worker; refusing to read the store's secret"),
-        None => bail!("/proc/self/status has no TracerPid"),
+        Some(pid) => {
+            bail_with!(ErrorKind::InvalidInput, "process {pid} traces this worker; refusing to read the store's secret")
+        }
+        None => bail_with!(ErrorKind::Internal, "/proc/self/status has no TracerPid"),
     }
 }
 

@@ -212,7 +212,12 @@ fn a_second_writer_is_refused_and_a_takeover_fences_the_first() {
     drop(f);
     let status = a.fx.status();
     assert!(status["remote"]["stopped"].is_string(), "fenced node does not say it stopped: {status}");
-    let _ = a.fx.try_umount();
+    // The failure keeps its kind up to the command line: `fenced`, which no retry fixes, not
+    // `unavailable`.
+    assert_fenced(&a, &["flush", "--deadline", "20"]);
+    assert_fenced(&a, &["sync"]);
+    // It unmounts, but its last metadata cannot reach the store: fenced too.
+    assert_fenced(&a, &["umount"]);
 
     fs::write(b.fx.p("from-b"), b"b wins").expect("write");
     b.fx.umount();
@@ -221,6 +226,24 @@ fn a_second_writer_is_refused_and_a_takeover_fences_the_first() {
     assert_eq!(fs::read(c.fx.p("from-b")).expect("read"), b"b wins");
     assert!(!c.fx.p("after-takeover").exists(), "the fenced node's write reached the store");
     c.fx.umount();
+}
+
+/// `tierfs --json ARGS MOUNTPOINT` on node `a`, fenced by a takeover, fails with kind
+/// `fenced` on its last JSON line (and in the mount's own report, for `flush`).
+fn assert_fenced(a: &Node, args: &[&str]) {
+    let mountpoint = a.fx.mountpoint.to_str().expect("utf-8 mountpoint");
+    let (out, _) = a.tierfs_json(&[args, &[mountpoint]].concat());
+    assert!(!out.success(), "`tierfs {args:?}` succeeded on a fenced node: {out:?}");
+    // The answer (pretty-printed, for `flush`), then the failure line.
+    let lines: Vec<serde_json::Value> =
+        serde_json::Deserializer::from_str(&out.stdout).into_iter().map_while(Result::ok).collect();
+    let last = lines.last().unwrap_or_else(|| panic!("`tierfs {args:?}` printed no JSON: {out:?}"));
+    assert_eq!(last["ok"], false, "{last}");
+    assert_eq!(last["kind"], "fenced", "`tierfs {args:?}` on a fenced node: {last}");
+    if args[0] == "flush" {
+        let mount = &lines[0]["mounts"][0];
+        assert_eq!((mount["flushed"].as_bool(), mount["kind"].as_str()), (Some(false), Some("fenced")), "{mount}");
+    }
 }
 
 /// A store made for servers that ignore conditional writes (`--fencing lease`): one writer at

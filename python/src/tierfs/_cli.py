@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._binary import tierfs_binary
-from .errors import CommandTimeoutError, InvalidInputError, TierfsError, classify
+from .errors import CommandTimeoutError, InvalidInputError, TierfsError, error_class
 
 #: Exit status of a usage error (clap's convention, see `tierfs --help`).
 _USAGE_EXIT = 2
@@ -61,8 +61,9 @@ def error_from(cmd: Sequence[str], returncode: int, stdout: str, stderr: str) ->
         if returncode == _USAGE_EXIT:
             return InvalidInputError(message, command=cmd, stderr=stderr)
     kind = payload.get("kind") if isinstance(payload.get("kind"), str) else None
-    cls = classify(message, kind)
-    return cls(message, kind=kind, command=cmd, stderr=stderr)
+    reason = payload.get("reason") if isinstance(payload.get("reason"), str) else None
+    cls = error_class(kind, reason)
+    return cls(message, kind=kind, reason=reason, command=cmd, stderr=stderr)
 
 
 def run_json(

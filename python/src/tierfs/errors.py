@@ -6,17 +6,16 @@ notebook shows the same words the command line would. The class tells a program 
 about it; the kinds are the core's (``tierfs::ErrorKind``: not found, conflict, fenced,
 unavailable, no space, invalid input, corrupt, internal), named as the CLI names them.
 
-How a failure gets its class: ``tierfs --json`` prints ``{"ok": false, "error": MESSAGE}``
-and, when the error has one, ``"kind": KIND`` (the core's errors and a daemon's failure to
-start carry it; some checks of the CLI's own do not yet). The kind decides; refinements (a
-wrong passphrase is invalid input, a busy mount point is a conflict) are read from the
-message (:func:`classify`): a table of the core's own message texts, tested against real
-failures in ``python/tests``. Without a kind, that table alone decides.
+How a failure gets its class: ``tierfs --json`` prints ``{"ok": false, "error": MESSAGE,
+"kind": KIND}`` and, where the kind alone does not say enough, ``"reason": REASON``
+(``tierfs --help`` lists both). The kind picks the class and the reason refines it
+(:func:`error_class`): ``wrong_key`` is a :class:`WrongKeyError`, ``path_in_use`` a
+:class:`PathInUseError`, ``timeout`` a :class:`CommandTimeoutError`. The message is shown,
+never parsed: rewording it changes no class.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 __all__ = [
@@ -33,7 +32,7 @@ __all__ = [
     "CorruptError",
     "InternalError",
     "BinaryNotFoundError",
-    "classify",
+    "error_class",
 ]
 
 
@@ -45,6 +44,8 @@ class TierfsError(Exception):
         kind: the core's error kind (``"not_found"``, ``"conflict"``, ``"fenced"``,
             ``"unavailable"``, ``"no_space"``, ``"invalid_input"``, ``"corrupt"``,
             ``"internal"``), or ``None`` when it could not be told.
+        reason: the refinement of the kind the CLI gave (``"wrong_key"``,
+            ``"path_in_use"``, ``"fuse_unavailable"``, ``"timeout"``), or ``None``.
         command: the ``tierfs`` command line that failed, if one ran.
         stderr: everything the command wrote on stderr (its log lines included).
     """
@@ -57,12 +58,14 @@ class TierfsError(Exception):
         message: str,
         *,
         kind: str | None = None,
+        reason: str | None = None,
         command: Sequence[str] | None = None,
         stderr: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
         self.kind = kind if kind is not None else self.default_kind
+        self.reason = reason
         self.command = list(command) if command is not None else None
         self.stderr = stderr
 
@@ -146,64 +149,25 @@ _KIND_CLASSES = {
     "internal": InternalError,
 }
 
-# The core's and the CLI's message texts, most specific first: the first match decides.
-# Each entry quotes (a stable part of) a message the Rust code writes; keep them in step.
-_MESSAGE_CLASSES: Sequence[tuple[re.Pattern[str], type[TierfsError]]] = [
-    (re.compile(p, re.IGNORECASE), cls)
-    for p, cls in [
-        # crypto: CryptoError::WrongKey; store_link::passphrase; bad key files
-        (r"wrong passphrase or key file", WrongKeyError),
-        (r"needs a passphrase", WrongKeyError),
-        (r"TIERFS_PASSPHRASE is set but empty", WrongKeyError),
-        (r"bad key file|reading key file", WrongKeyError),
-        # remote: Held / TakenOver / lease-only fencing
-        (r"workspace \".*\" is in use by .* (until|which is still renewing)", FencedError),
-        (r"took over workspace|stopped writing to the store", FencedError),
-        # mount point and data dir
-        (r"is already mounted|is already a mount point|is already served by", PathInUseError),
-        (r"mountpoint .* is not empty", PathInUseError),
-        # watch mode: a directory with other files than the workspace's
-        (r"is not empty and does not hold this workspace", PathInUseError),
-        (r" is busy", PathInUseError),
-        (r"data directory .* is in use", PathInUseError),
-        (r"data dir .* is not empty", PathInUseError),
-        (r"is not a directory", PathInUseError),
-        (r"diverged", ConflictError),
-        # space
-        (r"no space left", NoSpaceError),
-        # no FUSE here (tierfs-daemon's check_fuse_device, which gives no kind)
-        (r"/dev/fuse is missing|FUSE is not available here", UnavailableError),
-        # a store or backend that does not answer
-        (r"is unavailable|unavailable:", UnavailableError),
-        (r"connection refused|error trying to connect|dns error|timed out|timeout", UnavailableError),
-        (r"could not be uploaded within|did not finish before the deadline", UnavailableError),
-        (r"did not report the mount ready", UnavailableError),
-        # damage
-        (r"failed authentication|is corrupt|damaged|is truncated", CorruptError),
-        # missing things
-        (r"no snapshot|no tierfs store at|is not mounted|is not a tierfs mount", NotFoundError),
-        (r"no tierfs mount|not found|no such file|does not exist", NotFoundError),
-        (r"no tierfs process answers", NotFoundError),
-        # bad input
-        (r"bad backend|is not a size|unknown unit|invalid value|unexpected argument", InvalidInputError),
-        (r"has no store|is read-only", InvalidInputError),
-        (r"is not empty", InvalidInputError),
-    ]
-]
+# The refinements of a kind (``"reason"`` in ``tierfs --json``), each a subclass of its
+# kind's class.
+_REASON_CLASSES: dict[str, type[TierfsError]] = {
+    "wrong_key": WrongKeyError,
+    "path_in_use": PathInUseError,
+    "timeout": CommandTimeoutError,
+}
 
 
-def classify(message: str, kind: str | None = None) -> type[TierfsError]:
-    """The exception class for a CLI failure with ``message`` (and ``kind``, when the CLI
-    gave one).
+def error_class(kind: str | None, reason: str | None = None) -> type[TierfsError]:
+    """The exception class for a CLI failure of ``kind`` and ``reason`` (as ``tierfs --json``
+    printed them).
 
-    A known kind picks the class; a message-specific subclass of it (for example
-    :class:`WrongKeyError` for ``invalid_input``) refines it. Without a kind the message
-    alone decides, and an unknown message gives :class:`TierfsError` itself.
+    A known reason picks its class when it refines the kind's (for example
+    :class:`WrongKeyError` for ``invalid_input``); otherwise the kind picks it, and an
+    unknown kind (a newer tierfs) gives :class:`TierfsError` itself.
     """
-    by_message = next((cls for pattern, cls in _MESSAGE_CLASSES if pattern.search(message)), None)
     by_kind = _KIND_CLASSES.get(kind) if kind else None
-    if by_kind is None:
-        return by_message or TierfsError
-    if by_message is not None and issubclass(by_message, by_kind):
-        return by_message
-    return by_kind
+    by_reason = _REASON_CLASSES.get(reason) if reason else None
+    if by_reason is not None and (by_kind is None or issubclass(by_reason, by_kind)):
+        return by_reason
+    return by_kind or TierfsError

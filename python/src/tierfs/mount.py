@@ -89,8 +89,9 @@ _FUSE_ONLY_OPTIONS = {
     "--threads": "there are no FUSE requests",
     "--io-threads": "there are no FUSE requests",
 }
-# The errors of `tierfs mount` that mean FUSE does not work here (tierfs-daemon's
-# `check_fuse_device` and `explain_mount_error`), not that the store, key or path is wrong.
+# How the errors of `tierfs mount` that mean FUSE does not work here (reason
+# `fuse_unavailable`: tierfs-daemon's `check_fuse_device` and `explain_mount_error`) say why;
+# the reason decides, this only picks the words for the line that announces watch mode.
 _FUSE_ERROR = re.compile(
     r"^(?:(/dev/fuse is missing)(?::.*)?|/dev/fuse cannot be opened \((.*)\): .*|checking /dev/fuse: (.*)"
     r"|mounting FUSE filesystem at .*?: (.*))$"
@@ -679,14 +680,17 @@ def _fuse_problem() -> str | None:
 
 
 def _fuse_error_reason(err: TierfsError) -> str | None:
-    """Why FUSE does not work here, when ``err`` (a failed ``tierfs mount``) says so; else
-    ``None``. A mount refused for an option (``allow_other`` without ``user_allow_other``)
-    is the user's to fix, not a reason for watch mode."""
+    """Why FUSE does not work here, when ``err`` (a failed ``tierfs mount``) says so (its
+    reason is ``fuse_unavailable``); else ``None``. A mount refused for an option
+    (``allow_other`` without ``user_allow_other``) has no such reason: the user's to fix,
+    not a reason for watch mode."""
+    if err.reason != "fuse_unavailable":
+        return None
     message = err.message.strip()
     first = message.splitlines()[0] if message else ""
     found = _FUSE_ERROR.match(first)
-    if found is None or "allow_other needs" in message:
-        return None
+    if found is None:
+        return first or "FUSE is not available here"
     if found.group(1):
         return found.group(1)
     device_error = found.group(2) or found.group(3)

@@ -9,7 +9,19 @@ use tierfs_daemon::cli::{Cli, Command};
 use tierfs_daemon::{commands, logging};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // A usage error is a failure of kind invalid_input for a --json caller too.
+            if err.use_stderr() && std::env::args_os().any(|a| a == "--json") {
+                let rendered = err.render().to_string();
+                let first = rendered.lines().next().unwrap_or_default();
+                let message = first.strip_prefix("error: ").unwrap_or(first);
+                println!("{}", serde_json::json!({ "ok": false, "error": message, "kind": "invalid_input" }));
+            }
+            err.exit();
+        }
+    };
     let serving = matches!(&cli.command, Command::Mount(m) if m.foreground);
     // fuser warns about every request it does not implement (e.g. the TCGETS ioctl of each
     // isatty()) and about its own redundant unmount: noise in a daemon log.
@@ -19,9 +31,11 @@ fn main() -> ExitCode {
         Err(err) => {
             let message = logging::error_message(&err);
             if cli.json {
-                let mut json = serde_json::json!({ "ok": false, "error": message });
-                if let Some(kind) = logging::error_kind(&err) {
-                    json["kind"] = kind.name().into();
+                // An error no cause gives a kind to is unexpected: `internal`.
+                let kind = logging::error_kind(&err).unwrap_or(tierfs::ErrorKind::Internal);
+                let mut json = serde_json::json!({ "ok": false, "error": message, "kind": kind.name() });
+                if let Some(reason) = logging::error_reason(&err) {
+                    json["reason"] = reason.name().into();
                 }
                 println!("{json}");
             }
