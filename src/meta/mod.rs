@@ -27,7 +27,7 @@ use crate::types::ErrorKind;
 use crate::types::{FileKind, Ino};
 use cache::{DentryCache, Entry, InodeCache, Lookup, Touched};
 pub use codec::{ChunkRecord, InodeRecord};
-pub use journal::{Journal, JournalBatch, JournalOp, JournalStats};
+pub use journal::{Clock, Journal, JournalBatch, JournalOp, JournalStats, system_unix_ms};
 use seal::Sealing;
 
 /// The first key after every key that starts with `prefix` (`None`: no such key, the

@@ -39,7 +39,8 @@ use tracing::{info, warn};
 
 use crate::backend::BackendHealth;
 use crate::history::{History, HistoryError, Recorded};
-use crate::remote::{ChainPoint, CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
+use crate::meta::{Clock, system_unix_ms};
+use crate::remote::{AtReport, ChainPoint, CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
 use crate::store::{Fencing, Store};
 use crate::tier::{ColdConfig, DEFAULT_INFLIGHT_BUDGET, DEFAULT_RESERVE};
 use crate::vfs::{AttachedStore, HeadChange, Prepared, Vfs, VfsConfig, VfsStats};
@@ -81,6 +82,16 @@ pub enum Access {
     ReadOnly,
     /// Read only, one snapshot; the data dir is a cache of it, rebuilt at every open.
     Snapshot(String),
+    /// Read only, the workspace as it was at this time of day (unix milliseconds), from the
+    /// journal (`Workspace::restore_at`); the data dir is a cache of it, rebuilt at every open.
+    At(u64),
+}
+
+impl Access {
+    /// A fixed past state (a snapshot or a time), not the workspace's head.
+    fn is_past(&self) -> bool {
+        matches!(self, Access::Snapshot(_) | Access::At(_))
+    }
 }
 
 /// When fsync returns.
@@ -176,6 +187,12 @@ pub struct SessionConfig {
     pub follow: Option<Duration>,
     /// Encrypt the hot tier at rest under a key derived from the store's (`--encrypt-cache`).
     pub encrypt_cache: bool,
+    /// The clock journal batches are stamped from (`None`: the system clock); tests of
+    /// point-in-time restore set their own.
+    pub clock: Option<Clock>,
+    /// How far back point-in-time restore reaches: a writer's compaction keeps the journal
+    /// and checkpoints a restore to any time this recent needs.
+    pub retention: Duration,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -217,6 +234,8 @@ impl SessionConfig {
             refill: true,
             follow: None,
             encrypt_cache: false,
+            clock: None,
+            retention: crate::remote::DEFAULT_RETENTION,
         }
     }
 
@@ -303,13 +322,15 @@ pub struct Session {
     hot: Option<Arc<HotSets>>,
     /// A follower's state.
     follower: Option<Arc<Follower>>,
+    /// What a point-in-time session ([`Access::At`]) restored.
+    restored_at: Option<AtReport>,
 }
 
 impl Session {
     /// Opens the session `config` describes (see the module documentation). Blocking.
     pub fn open(config: SessionConfig, handle: &Handle) -> Result<Session, SessionError> {
         let store = config.store.clone();
-        if matches!(config.access, Access::Snapshot(_)) && store.is_none() {
+        if config.access.is_past() && store.is_none() {
             return Err(SessionError::NoStore);
         }
         if config.encrypt_cache && store.is_none() {
@@ -325,21 +346,24 @@ impl Session {
         }
         // Before anything may clear the data dir.
         let repairs = store.as_ref().map(|s| Arc::new(RepairLog::load(&config.data_dir, s)));
-        if matches!(config.access, Access::Snapshot(_)) || config.follow.is_some() {
+        if config.access.is_past() || config.follow.is_some() {
             // A view's cache: restored anew at every open (a follower's head moved on anyway).
             reset_snapshot_dir(&config.data_dir, &config.keep_files)?;
         }
         let cache_cipher = store.as_ref().filter(|_| config.encrypt_cache).map(|s| s.keys().cache_cipher());
         let mut prepared = Vfs::prepare(&config.data_dir, cache_cipher.clone())?;
+        if let Some(clock) = &config.clock {
+            prepared.meta().journal().set_clock(clock.clone());
+        }
         // Nothing local yet: a fresh node (or one after a reset), whose cache starts empty.
         let mut fresh = prepared.meta().is_empty()?;
         let owner = store.as_ref().map(|s| format!("{}\n{}\n", s.config().store_id, config.workspace));
         if let (Some(owner), Access::ReadWrite) = (&owner, &config.access) {
             check_owner(&config.data_dir, owner, &config.workspace)?;
         }
-        let follow_from = match &store {
+        let (follow_from, restored_at) = match &store {
             Some(store) => restore_view(&config, store, &prepared, handle)?,
-            None => None,
+            None => (None, None),
         };
         let committer = match &store {
             Some(store) if config.access == Access::ReadWrite => {
@@ -356,6 +380,9 @@ impl Session {
                         drop(prepared);
                         clear_data_dir(&config.data_dir, &config.keep_files)?;
                         prepared = Vfs::prepare(&config.data_dir, cache_cipher.clone())?;
+                        if let Some(clock) = &config.clock {
+                            prepared.meta().journal().set_clock(clock.clone());
+                        }
                         fresh = true;
                         Some(open_remote(&config, store, &prepared, handle)?)
                     }
@@ -403,7 +430,7 @@ impl Session {
         };
         let hot = workspace
             .as_ref()
-            .filter(|_| config.hot_set && !matches!(config.access, Access::Snapshot(_)))
+            .filter(|_| config.hot_set && !config.access.is_past())
             .map(|ws| HotSets::new(vfs.clone(), ws.clone()));
         let follower = config.follow.zip(follow_from).map(|(every, from)| Follower::new(every, from));
         let session = Session {
@@ -421,6 +448,7 @@ impl Session {
             encrypt_cache: config.encrypt_cache,
             history: Mutex::new(None),
             hot,
+            restored_at,
         };
         session.start(config.access == Access::ReadWrite);
         if let Some(hot) = &session.hot {
@@ -469,6 +497,11 @@ impl Session {
     }
 
     /// The filesystem the front end serves.
+    /// What a point-in-time session ([`Access::At`]) restored; `None` for any other.
+    pub fn restored_at(&self) -> Option<&AtReport> {
+        self.restored_at.as_ref()
+    }
+
     pub fn vfs(&self) -> &Arc<Vfs> {
         &self.vfs
     }
@@ -708,27 +741,28 @@ impl Drop for Session {
 }
 
 /// A read-only session with nothing local shows the latest state; a snapshot session, the
-/// snapshot. Either is shown as a node after a reset would show it: data that was never
-/// stored is cut off. A follower's restore keeps the marks of data not stored yet (the
-/// follower cuts in memory, and uncuts when the data arrives) and returns where the chain
-/// ended.
+/// snapshot; a point-in-time session, the state at its time (and returns what it restored).
+/// Each is shown as a node after a reset would show it: data that was never stored is cut
+/// off. A follower's restore keeps the marks of data not stored yet (the follower cuts in
+/// memory, and uncuts when the data arrives) and returns where the chain ended.
 fn restore_view(
     config: &SessionConfig,
     store: &Arc<Store>,
     prepared: &Prepared,
     handle: &Handle,
-) -> Result<Option<ChainPoint>, SessionError> {
+) -> Result<(Option<ChainPoint>, Option<AtReport>), SessionError> {
     let ws = Workspace::new(store.clone(), &config.workspace);
+    let mut restored_at = None;
     match &config.access {
-        Access::ReadWrite => return Ok(None),
+        Access::ReadWrite => return Ok((None, None)),
         Access::ReadOnly if config.follow.is_some() => {
             let state = handle.block_on(ws.restore(prepared.meta()))?;
             info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored to follow");
-            return Ok(Some(state.into()));
+            return Ok((Some(state.into()), None));
         }
         Access::ReadOnly => {
             if !prepared.meta().is_empty()? {
-                return Ok(None);
+                return Ok((None, None));
             }
             let state = handle.block_on(ws.restore(prepared.meta()))?;
             info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored read-only");
@@ -737,9 +771,14 @@ fn restore_view(
             let m = handle.block_on(ws.restore_snapshot(prepared.meta(), id))?;
             info!(snapshot = %id, entries = m.entries, "snapshot restored read-only");
         }
+        Access::At(at_ms) => {
+            let report = handle.block_on(ws.restore_at(prepared.meta(), *at_ms, system_unix_ms()))?;
+            info!(at = %report.at, seq = report.seq, batches = report.batches, "point in time restored read-only");
+            restored_at = Some(report);
+        }
     }
     prepared.meta().cut_to_stored_data()?;
-    Ok(None)
+    Ok((None, restored_at))
 }
 
 /// The file in a data dir that names the store and workspace it is a copy of.
@@ -785,6 +824,7 @@ fn open_remote(
         let started = Instant::now();
         let lease = ws.lease(&config.holder, config.lease_ttl);
         let (committer, state) = Committer::open(ws.clone(), prepared.meta().clone(), lease, config.takeover).await?;
+        committer.set_retention(config.retention);
         info!(
             workspace = %config.workspace,
             remote_seq = state.remote_seq,
