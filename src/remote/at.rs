@@ -28,7 +28,7 @@ use crate::types::{FileKind, Ino};
 
 /// How many segments the timeline reads at either end of the journal to find its first and
 /// last batch (a writer's first segment after a mount has none).
-const SPAN_PROBE: usize = 8;
+const SPAN_PROBE: usize = 32;
 
 /// What a restorable point is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -42,18 +42,25 @@ pub struct KeepPolicy {
     pub daily: usize,
     pub weekly: usize,
     pub monthly: usize,
+    /// Keep every snapshot made within this many seconds before now (0: none by age).
+    #[serde(default)]
+    pub within_secs: u64,
 }
 
 impl KeepPolicy {
     pub fn is_empty(&self) -> bool {
-        self.last + self.daily + self.weekly + self.monthly == 0
+        self.last + self.daily + self.weekly + self.monthly == 0 && self.within_secs == 0
     }
 
-    /// The ids to keep out of `snapshots` (any order).
-    pub fn keep(&self, snapshots: &[SnapshotInfo]) -> HashSet<String> {
+    /// The ids to keep out of `snapshots` (any order); `now_unix` is the time of day now.
+    pub fn keep(&self, snapshots: &[SnapshotInfo], now_unix: u64) -> HashSet<String> {
         let mut newest_first: Vec<&SnapshotInfo> = snapshots.iter().collect();
         newest_first.sort_by_key(|s| std::cmp::Reverse((s.created_unix, s.seq)));
         let mut keep: HashSet<String> = newest_first.iter().take(self.last).map(|s| s.id.clone()).collect();
+        if self.within_secs > 0 {
+            let since = now_unix.saturating_sub(self.within_secs);
+            keep.extend(newest_first.iter().filter(|s| s.created_unix >= since).map(|s| s.id.clone()));
+        }
         let mut by_period = |n: usize, period: &dyn Fn(u64) -> u64| {
             let mut seen = HashSet::new();
             for s in &newest_first {
@@ -88,7 +95,7 @@ impl Workspace {
     /// data). With `dry_run`, only reports.
     pub async fn forget(&self, policy: &KeepPolicy, dry_run: bool) -> Result<ForgetReport> {
         let all = self.snapshots().await?;
-        let keep = policy.keep(&all);
+        let keep = policy.keep(&all, super::unix_now());
         let mut report = ForgetReport::default();
         for s in all {
             if keep.contains(&s.id) {
@@ -427,5 +434,31 @@ impl Workspace {
             }
         }
         Ok(refs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_within_keeps_every_snapshot_that_recent_and_joins_the_other_rules() {
+        let snap = |id: &str, created_unix| SnapshotInfo {
+            id: id.into(),
+            seq: created_unix,
+            created_unix,
+            message: None,
+            entries: 1,
+        };
+        let all = [snap("old", 1_000), snap("day-old", 100_000 - 86_400), snap("recent", 99_000), snap("now", 100_000)];
+        let within = KeepPolicy { within_secs: 86_400, ..KeepPolicy::default() };
+        assert!(!within.is_empty());
+        let mut kept: Vec<String> = within.keep(&all, 100_000).into_iter().collect();
+        kept.sort();
+        assert_eq!(kept, ["day-old", "now", "recent"]);
+        let with_last = KeepPolicy { last: 1, within_secs: 1_500, ..KeepPolicy::default() };
+        let mut kept: Vec<String> = with_last.keep(&all, 100_000).into_iter().collect();
+        kept.sort();
+        assert_eq!(kept, ["now", "recent"]);
     }
 }

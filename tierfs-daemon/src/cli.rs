@@ -352,6 +352,10 @@ pub struct ForgetCommand {
     /// Keep the newest snapshot of each of the last N months that have one.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub keep_monthly: usize,
+    /// Keep every snapshot made within DURATION of now (`7d`, `12h`). The journal that
+    /// `tierfs restore --at` reads is kept by its own window (`tierfs gc --keep-within`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub keep_within: Option<Duration>,
     /// Only say what would be removed.
     #[arg(long)]
     pub dry_run: bool,

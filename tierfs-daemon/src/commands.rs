@@ -104,10 +104,11 @@ fn forget(cli: &Cli, cmd: &ForgetCommand) -> Result<()> {
         daily: cmd.keep_daily,
         weekly: cmd.keep_weekly,
         monthly: cmd.keep_monthly,
+        within_secs: cmd.keep_within.map_or(0, |d| d.as_secs()),
     };
     if policy.is_empty() {
         bail!(
-            "say what to keep (--keep-last, --keep-daily, --keep-weekly, --keep-monthly); forget never removes every snapshot"
+            "say what to keep (--keep-last, --keep-daily, --keep-weekly, --keep-monthly, --keep-within); forget never removes every snapshot"
         );
     }
     let store = paths::command_store_file(cmd.store.as_deref())?;

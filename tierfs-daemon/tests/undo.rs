@@ -148,6 +148,31 @@ fn restore_at_each_phase_boundary_gives_that_phase_and_names_what_never_reached_
     let out = run(&mut cmd, Duration::from_secs(60));
     out.assert_success("tierfs snapshots --timeline (text)");
     assert!(out.stdout.contains("phase 2") && out.stdout.contains("restorable from"), "{}", out.stdout);
+
+    // forget --keep-within keeps the sync of a moment ago.
+    let (out, forgot) = a.tierfs_json(&["forget", "--store", &store, "--keep-within", "1h", "--dry-run"]);
+    out.assert_success("tierfs forget --keep-within");
+    assert_eq!(
+        (forgot["kept"].as_array().map(Vec::len), forgot["removed"].as_array().map(Vec::len)),
+        (Some(1), Some(0))
+    );
+
+    // gc with its default window keeps what the first phase needs, data included; without a
+    // window it frees it, and that time is refused.
+    let (out, report) = a.tierfs_json(&["gc", "--store", &store]);
+    out.assert_success("tierfs gc");
+    assert!(report["journal_segments_kept"].as_u64() > Some(0), "{report}");
+    let dir = a.fx.tmp.path().join("after-gc");
+    let (out, _) = a.tierfs_json(&["restore", "--store", &store, "--at", &phases[0].0, dir.to_str().expect("utf-8")]);
+    out.assert_success("tierfs restore --at phase 1 after gc");
+    assert_eq!(manifest(&dir), phases[0].1, "gc lost what a restore inside the window reads");
+    let (out, report) = a.tierfs_json(&["gc", "--store", &store, "--keep-within", "0"]);
+    out.assert_success("tierfs gc --keep-within 0");
+    assert!(report["journal_segments_deleted"].as_u64() > Some(0), "{report}");
+    let dir = a.fx.tmp.path().join("after-gc-0");
+    let (out, json) =
+        a.tierfs_json(&["restore", "--store", &store, "--at", &phases[0].0, dir.to_str().expect("utf-8")]);
+    assert!(!out.success() && json["kind"] == "not_found", "{json}");
 }
 
 /// How [`manifest`] shows an empty regular file.
