@@ -18,6 +18,7 @@
 //! - everything read from the store goes through the decoders of `remote` (counts, lengths and
 //!   times checked there); this module only orders what they return.
 
+use futures::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use super::{Manifest, RemoteError, Result, Workspace};
@@ -104,6 +105,8 @@ pub struct AtReport {
     /// for (a checkpoint covered them, and only a newer one holds them): the state restored
     /// is the one at `state_unix_ms`, earlier than asked.
     pub gap_after: Option<u64>,
+    /// How long rebuilding the metadata took (reading the base and the journal, applying them).
+    pub millis: u64,
 }
 
 /// `unix_ms` as RFC 3339 in UTC with milliseconds.
@@ -147,14 +150,17 @@ impl Workspace {
     /// Every checkpoint and snapshot, and the start of the journal when it is whole, as
     /// restore bases, oldest state first. `listed`: the journal's segment numbers.
     async fn bases(&self, listed: &[u64]) -> Result<Vec<Base>> {
-        let mut bases = Vec::new();
-        for seq in self.list_numbers("cp/").await? {
-            let key = self.checkpoint_key(seq);
-            let what = format!("checkpoint {seq}");
-            if let Some(m) = self.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await? {
-                bases.push(Base::of(PointKind::Checkpoint, m, listed));
-            }
-        }
+        let checkpoints: Vec<Option<Manifest>> = stream::iter(self.list_numbers("cp/").await?)
+            .map(|seq| async move {
+                let key = self.checkpoint_key(seq);
+                let what = format!("checkpoint {seq}");
+                self.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await
+            })
+            .buffered(16)
+            .try_collect()
+            .await?;
+        let mut bases: Vec<Base> =
+            checkpoints.into_iter().flatten().map(|m| Base::of(PointKind::Checkpoint, m, listed)).collect();
         for m in self.snapshot_manifests().await? {
             bases.push(Base::of(PointKind::Sync, m, listed));
         }
@@ -234,6 +240,7 @@ impl Workspace {
     /// documentation. The caller cuts files back to their stored data afterwards
     /// (`MetaStore::cut_to_stored_data`), as for any restore.
     pub async fn restore_at(&self, meta: &MetaStore, at_ms: u64, now_ms: u64) -> Result<AtReport> {
+        let started = std::time::Instant::now();
         if at_ms > now_ms {
             return Err(RemoteError::AtInFuture { at: rfc3339_ms(at_ms), now: rfc3339_ms(now_ms) });
         }
@@ -262,6 +269,7 @@ impl Workspace {
             segments: 0,
             incomplete: Vec::new(),
             gap_after: None,
+            millis: 0,
         };
         // The journal's unbroken run from the base's next segment, read in order until the
         // first batch stamped after `at_ms`.
@@ -299,6 +307,7 @@ impl Workspace {
                 report.incomplete.push(ino);
             }
         }
+        report.millis = started.elapsed().as_millis() as u64;
         Ok(report)
     }
 }

@@ -713,17 +713,27 @@ impl Workspace {
     /// The oldest checkpoint a restore inside the retention window starts from: the newest
     /// one before checkpoint `newest_seq` whose state is at or before `keep_after_ms`.
     /// `None`: none is that old, and the whole journal stays.
+    ///
+    /// A binary search over the checkpoints (their state times grow with their numbers), so a
+    /// window holding many costs a few reads: any anchor whose state is old enough is safe (a
+    /// restore to a time in the window can start from it), the newest such keeps the least.
     pub async fn retention_anchor(&self, newest_seq: u64, keep_after_ms: u64) -> Result<Option<Manifest>> {
-        for seq in self.list_numbers("cp/").await?.into_iter().rev().filter(|&s| s < newest_seq) {
-            let key = self.checkpoint_key(seq);
-            let what = format!("checkpoint {seq}");
-            if let Some(m) = self.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await? {
-                if m.state_ms() <= keep_after_ms {
-                    return Ok(Some(m));
+        let seqs: Vec<u64> = self.list_numbers("cp/").await?.into_iter().filter(|&s| s < newest_seq).collect();
+        let (mut lo, mut hi, mut found) = (0, seqs.len(), None);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let key = self.checkpoint_key(seqs[mid]);
+            let what = format!("checkpoint {}", seqs[mid]);
+            match self.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await? {
+                Some(m) if m.state_ms() <= keep_after_ms => {
+                    found = Some(m);
+                    lo = mid + 1;
                 }
+                // Too young, or gone (deleted by a compaction meanwhile): look older.
+                _ => hi = mid,
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// Deletes what no restore reads any more: journal segments `from..below` (by number: no

@@ -60,6 +60,8 @@ pub struct PointInTime {
     pub incomplete: Vec<String>,
     /// The journal skips batches after this one: the state is older than asked.
     pub gap_after: Option<u64>,
+    /// How long rebuilding the metadata at that time took (the rest of `millis` is the copy).
+    pub rebuild_millis: u64,
 }
 
 /// What a restore wrote.
@@ -94,18 +96,16 @@ pub fn restore(
     {
         bail!("{} is not empty; restore writes into an empty or new directory only", target.display());
     }
-    if let Some(parent) = target.parent() {
-        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
     let started = Instant::now();
     let rt = crate::config::build_runtime()?;
     let (store, _) = open_store(rt.handle(), store_file)?;
-    // Next to the target, so it exists before the target is made: a refused time changes
-    // nothing.
+    // Next to the target when its parent exists (else in the temporary directory): the
+    // target itself is made only once the state is read, so a refused time changes nothing.
+    let near = target.parent().filter(|p| p.is_dir()).map_or_else(std::env::temp_dir, Path::to_path_buf);
     let scratch = tempfile::Builder::new()
         .prefix(".tierfs-restore-")
-        .tempdir_in(target.parent().unwrap_or(Path::new("/tmp")))
-        .context("creating a scratch directory next to the target")?;
+        .tempdir_in(&near)
+        .with_context(|| format!("creating a scratch directory in {}", near.display()))?;
     // A read-only session of a scratch data dir restores the metadata (cut to the data that
     // reached the store, as on a new node) and fetches file data as it is read.
     let mut config = SessionConfig::new(scratch.path(), None);
@@ -154,6 +154,7 @@ pub fn restore(
             state_unix_ms: r.state_unix_ms,
             incomplete: names,
             gap_after: r.gap_after,
+            rebuild_millis: r.millis,
         }
     });
     let snapshot = match from {
