@@ -1,4 +1,5 @@
-//! Undo to the second, through the `tierfs` binary, a real FUSE mount and a `file://` store:
+//! Undo to the second, through the `tierfs` binary, a real FUSE mount and a `file://` store
+//! (and the same on moto):
 //! three phases of writes a little over a second apart, then `rm -rf` and an overwrite;
 //! `tierfs restore --at` each phase boundary gives exactly that phase's tree, a time whose data
 //! never reached the store lists the file as incomplete, times the store cannot rebuild are
@@ -64,7 +65,17 @@ fn metadata_in_store(node: &Node) {
 
 #[test]
 fn restore_at_each_phase_boundary_gives_that_phase_and_names_what_never_reached_the_store() {
-    let mut a = Node::init_file();
+    undo_to_the_second(Node::init_file());
+}
+
+#[test]
+fn restore_at_each_phase_boundary_on_moto() {
+    let servers = moto::MotoServer::start_many(1, "tierfs-undo");
+    undo_to_the_second(Node::init(&servers, "tierfs-undo", "undo"));
+}
+
+/// The phases, the restores, the refusals, the timeline and gc's window on `a`'s store.
+fn undo_to_the_second(mut a: Node) {
     let store = a.store_file.display().to_string();
     // Data is uploaded when flushed, synced or unmounted: the last phase leaves some behind.
     a.mount(&["--dirty-age", "3600"]);
