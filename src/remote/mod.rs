@@ -21,6 +21,9 @@
 //! - a checkpoint at batch `s` with next segment `g` holds every batch `≤ s`; batches after
 //!   `s` are in segments `≥ g`. Restore = newest checkpoint, then segments from `g` on, in
 //!   order, until the first missing number, skipping batches `≤ s`;
+//! - every batch carries its commit time (format 4) and compaction keeps, from the newest
+//!   checkpoint older than the retention window on, everything a point-in-time restore to a
+//!   time inside the window reads (`at`);
 //! - every object is sealed (AES-256-GCM, kind and name bound), names reveal nothing.
 
 mod at;
