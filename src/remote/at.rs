@@ -275,9 +275,12 @@ impl Workspace {
         // first batch stamped after `at_ms`.
         let from = base.next_segment;
         let start = listed.partition_point(|&n| n < from);
-        let chain = listed[start..].iter().enumerate().take_while(|(i, n)| **n == from + *i as u64).map(|(_, n)| *n);
-        'segments: for n in chain {
-            let Some((_, batches)) = self.read_segment(n).await? else { break };
+        let chain: Vec<u64> =
+            listed[start..].iter().enumerate().take_while(|(i, n)| **n == from + *i as u64).map(|(_, n)| *n).collect();
+        // Read ahead, 16 segments in flight; what is still in flight past the time is dropped.
+        let mut segments = stream::iter(chain).map(|n| self.read_segment(n)).buffered(16);
+        'segments: while let Some(segment) = segments.next().await {
+            let Some((_, batches)) = segment? else { break };
             report.segments += 1;
             for b in batches {
                 if b.seq <= report.seq {
