@@ -142,6 +142,29 @@ struct Refs {
 }
 
 impl Refs {
+    /// What snapshot `m` of `ws` references.
+    async fn of_snapshot(ws: &Workspace, m: &Manifest) -> Result<Refs> {
+        let mut snap = Refs::default();
+        ws.for_each_part(m, |ops| {
+            for op in ops {
+                if let JournalOp::Put { key, value } = op {
+                    snap.add_entry(&key, &value)?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(snap)
+    }
+
+    /// Takes `other`'s blocks and their locations in (a location known already stays).
+    fn absorb(&mut self, other: Refs) {
+        self.blocks.extend(other.blocks.iter().copied());
+        for (b, loc) in other.locs {
+            self.locs.entry(b).or_insert(loc);
+        }
+    }
+
     fn add_entry(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         if codec::is_chunk_key(key) {
             let rec: ChunkRecord = codec::decode_chunk(value)?;
@@ -222,88 +245,15 @@ pub async fn gc(
     result.map(|()| report)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn gc_held(
+/// Step 3 of [`gc_held`]: deletes the packs no live state references, and the index segments
+/// that name only such packs (with `report.dry_run`, counts them only).
+async fn delete_unreferenced_packs(
     store: &Arc<Store>,
-    scratch: &Path,
-    holder: &str,
-    keep_within: Duration,
-    keep_after: u64,
-    held: &mut Vec<Held>,
+    live_packs: &HashSet<Hash>,
     report: &mut GcReport,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
     let dry_run = report.dry_run;
-    // 1. Every workspace: lease, latest state, snapshots.
-    for (i, hash) in Workspace::list_all(store).await?.into_iter().enumerate() {
-        let ws = Arc::new(Workspace::at_prefix(store.clone(), &hash));
-        let meta = Arc::new(MetaStore::open(&scratch.join(format!("ws{i}")))?);
-        let lease = ws.lease(holder, GC_LEASE_TTL);
-        let (committer, _) = Committer::open(ws.clone(), meta.clone(), lease, false, false).await?;
-        committer.set_retention(keep_within);
-        let snapshots = ws.snapshot_manifests().await?;
-        report.snapshots += snapshots.len() as u64;
-        held.push(Held { ws, meta, committer, snapshots });
-    }
-    report.workspaces = held.len() as u64;
-    progress(&format!("{} workspaces, {} snapshots: reading what they reference", report.workspaces, report.snapshots));
-
-    // 2. What is referenced: the latest state and every snapshot of every workspace.
-    let mut live_packs: HashSet<Hash> = HashSet::new();
-    let mut referenced = 0u64;
-    for h in held.iter() {
-        let mut head = Refs::default();
-        h.meta.export(|k, v| head.add_entry(k, v).map_err(|e| crate::meta::MetaError::Corrupt(e.to_string())))?;
-        for m in &h.snapshots {
-            let mut snap = Refs::default();
-            h.ws.for_each_part(m, |ops| {
-                for op in ops {
-                    if let JournalOp::Put { key, value } = op {
-                        snap.add_entry(&key, &value)?;
-                    }
-                }
-                Ok(())
-            })
-            .await?;
-            live_packs.extend(snap.packs(&format!("snapshot {}", m.id.as_deref().unwrap_or("?")))?);
-            head.blocks.extend(snap.blocks.iter().copied());
-            for (b, loc) in snap.locs {
-                head.locs.entry(b).or_insert(loc);
-            }
-        }
-        // What a point-in-time restore inside the window reads: the checkpoints from the
-        // anchor on and every journal segment after it.
-        let window = if keep_within.is_zero() { Refs::default() } else { h.ws.retained_refs(keep_after).await? };
-        live_packs.extend(window.packs(&format!("the retained journal of workspace {}", h.ws.name()))?);
-        head.blocks.extend(window.blocks.iter().copied());
-        for (b, loc) in window.locs {
-            head.locs.entry(b).or_insert(loc);
-        }
-        live_packs.extend(head.packs(&format!("workspace {}", h.ws.name()))?);
-        referenced += head.blocks.len() as u64;
-        // Prune the latest state's block index to what is referenced, durably, first.
-        let stale: Vec<Hash> =
-            h.meta.blocks()?.into_iter().map(|(id, _)| id).filter(|id| !head.blocks.contains(id)).collect();
-        report.block_index_entries_dropped += stale.len() as u64;
-        if !dry_run && !stale.is_empty() {
-            let mut batch = MetaBatch::new();
-            for id in &stale {
-                batch.delete_block(id);
-            }
-            h.meta.commit(batch)?;
-        }
-        if !dry_run {
-            h.committer.checkpoint(None).await?;
-        }
-    }
-    report.referenced_blocks = referenced;
-
-    // Still ours (renewed for another GC_LEASE_TTL) before anything is deleted.
-    for h in held.iter() {
-        h.committer.confirm_lease().await?;
-    }
-
-    // 3. Packs nothing references, and their index segments.
     let backend = store.backend();
     let mut dead: HashMap<Hash, u64> = HashMap::new();
     for o in backend.list("packs/").await? {
@@ -345,6 +295,78 @@ async fn gc_held(
     report.packs_deleted = dead.len() as u64;
     report.bytes_deleted = dead.values().sum();
     report.index_segments_deleted = dead_segments.len() as u64;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn gc_held(
+    store: &Arc<Store>,
+    scratch: &Path,
+    holder: &str,
+    keep_within: Duration,
+    keep_after: u64,
+    held: &mut Vec<Held>,
+    report: &mut GcReport,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<()> {
+    let dry_run = report.dry_run;
+    // 1. Every workspace: lease, latest state, snapshots.
+    for (i, hash) in Workspace::list_all(store).await?.into_iter().enumerate() {
+        let ws = Arc::new(Workspace::at_prefix(store.clone(), &hash));
+        let meta = Arc::new(MetaStore::open(&scratch.join(format!("ws{i}")))?);
+        let lease = ws.lease(holder, GC_LEASE_TTL);
+        let (committer, _) = Committer::open(ws.clone(), meta.clone(), lease, false, false).await?;
+        committer.set_retention(keep_within);
+        let snapshots = ws.snapshot_manifests().await?;
+        report.snapshots += snapshots.len() as u64;
+        held.push(Held { ws, meta, committer, snapshots });
+    }
+    report.workspaces = held.len() as u64;
+    progress(&format!("{} workspaces, {} snapshots: reading what they reference", report.workspaces, report.snapshots));
+
+    // 2. What is referenced: the latest state and every snapshot of every workspace.
+    let mut live_packs: HashSet<Hash> = HashSet::new();
+    let mut referenced = 0u64;
+    for h in held.iter() {
+        let mut head = Refs::default();
+        h.meta.export(|k, v| head.add_entry(k, v).map_err(|e| crate::meta::MetaError::Corrupt(e.to_string())))?;
+        for m in &h.snapshots {
+            let snap = Refs::of_snapshot(&h.ws, m).await?;
+            live_packs.extend(snap.packs(&format!("snapshot {}", m.id.as_deref().unwrap_or("?")))?);
+            head.absorb(snap);
+        }
+        // What a point-in-time restore inside the window reads: the checkpoints from the
+        // anchor on and every journal segment after it.
+        let window = if keep_within.is_zero() { Refs::default() } else { h.ws.retained_refs(keep_after).await? };
+        live_packs.extend(window.packs(&format!("the retained journal of workspace {}", h.ws.name()))?);
+        head.absorb(window);
+        live_packs.extend(head.packs(&format!("workspace {}", h.ws.name()))?);
+        referenced += head.blocks.len() as u64;
+        // Prune the latest state's block index to what is referenced, durably, first.
+        let stale: Vec<Hash> =
+            h.meta.blocks()?.into_iter().map(|(id, _)| id).filter(|id| !head.blocks.contains(id)).collect();
+        report.block_index_entries_dropped += stale.len() as u64;
+        if !dry_run && !stale.is_empty() {
+            let mut batch = MetaBatch::new();
+            for id in &stale {
+                batch.delete_block(id);
+            }
+            h.meta.commit(batch)?;
+        }
+        if !dry_run {
+            h.committer.checkpoint(None).await?;
+        }
+    }
+    report.referenced_blocks = referenced;
+
+    // Still ours (renewed for another GC_LEASE_TTL) before anything is deleted.
+    for h in held.iter() {
+        h.committer.confirm_lease().await?;
+    }
+
+    // 3. Packs nothing references, and their index segments.
+    delete_unreferenced_packs(store, &live_packs, report, progress).await?;
+    let backend = store.backend();
 
     // 4. Checkpoints and the journal before the retention window's anchor (without a window:
     // before the newest checkpoint), unlisted parts.

@@ -340,10 +340,7 @@ impl Session {
             reset_snapshot_dir(&config.data_dir, &config.keep_files)?;
         }
         let cache_cipher = store.as_ref().filter(|_| config.encrypt_cache).map(|s| s.keys().cache_cipher());
-        let mut prepared = Vfs::prepare(&config.data_dir, cache_cipher.clone())?;
-        if let Some(clock) = &config.clock {
-            prepared.meta().journal().set_clock(clock.clone());
-        }
+        let mut prepared = prepare(&config, cache_cipher.clone())?;
         // Nothing local yet: a fresh node (or one after a reset), whose cache starts empty.
         let mut fresh = prepared.meta().is_empty()?;
         let owner = store.as_ref().map(|s| format!("{}\n{}\n", s.config().store_id, config.workspace));
@@ -368,10 +365,7 @@ impl Session {
                         warn!("{e}; dropping this node's copy and restoring the store's state");
                         drop(prepared);
                         clear_data_dir(&config.data_dir, &config.keep_files)?;
-                        prepared = Vfs::prepare(&config.data_dir, cache_cipher.clone())?;
-                        if let Some(clock) = &config.clock {
-                            prepared.meta().journal().set_clock(clock.clone());
-                        }
+                        prepared = prepare(&config, cache_cipher.clone())?;
                         fresh = true;
                         Some(open_remote(&config, store, &prepared, handle)?)
                     }
@@ -765,6 +759,15 @@ fn restore_view(
     }
     prepared.meta().cut_to_stored_data()?;
     Ok((None, restored_at))
+}
+
+/// The data dir's local state, its journal on the configured clock.
+fn prepare(config: &SessionConfig, cache_cipher: Option<crate::crypto::CacheCipher>) -> Result<Prepared, SessionError> {
+    let prepared = Vfs::prepare(&config.data_dir, cache_cipher)?;
+    if let Some(clock) = &config.clock {
+        prepared.meta().journal().set_clock(clock.clone());
+    }
+    Ok(prepared)
 }
 
 /// Refuses a configuration whose parts do not go together, before anything is touched.
