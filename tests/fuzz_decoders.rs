@@ -217,9 +217,10 @@ fn unchanged(b: &[u8]) -> Vec<u8> {
 
 fn sample_batches() -> Vec<JournalBatch> {
     vec![
-        JournalBatch { seq: 7, ops: vec![] },
+        JournalBatch { seq: 7, ops: vec![], unix_ms: 1_700_000_000_000 },
         JournalBatch {
             seq: 8,
+            unix_ms: 1_700_000_000_250,
             ops: vec![
                 JournalOp::Put { key: codec::inode_key(2), value: codec::encode_inode(&sample_inode()) },
                 JournalOp::Delete { key: codec::dentry_key(1, b"gone") },
@@ -296,6 +297,7 @@ fn sample_manifest() -> Manifest {
         id: Some("20261201T000000Z-42".into()),
         message: Some("nightly".into()),
         compacted_below: 3,
+        state_unix_ms: Some(1_700_000_000_250),
     }
 }
 

@@ -324,7 +324,7 @@ impl Fixture {
     fn plant_batch(&self, store: &Store, planted: Planted) {
         let key = self.next_segment_key(store);
         let n = u64::from_str_radix(key.rsplit('/').next().expect("a number"), 16).expect("hex");
-        let batch = JournalBatch { seq: PLANTED_SEQ, ops: planted.0 };
+        let batch = JournalBatch { seq: PLANTED_SEQ, ops: planted.0, unix_ms: 1_700_000_000_000 };
         let plain = encode_segment(n, "hostile", "hostile:1", 0, &[batch]).expect("encode");
         self.plant_bytes(&key, &store.keys().seal(ObjectKind::Journal, key.as_bytes(), &plain));
     }
@@ -490,7 +490,12 @@ fn on_s3_a_traversal_name_is_refused_and_nothing_is_written() {
     let ws = Workspace::new(store.clone(), "default");
     let appended = fx
         .rt
-        .block_on(ws.append_segment(n, "hostile", "hostile:1", &[JournalBatch { seq: PLANTED_SEQ, ops: planted.0 }]))
+        .block_on(ws.append_segment(
+            n,
+            "hostile",
+            "hostile:1",
+            &[JournalBatch { seq: PLANTED_SEQ, ops: planted.0, unix_ms: 1_700_000_000_000 }],
+        ))
         .expect("append");
     assert!(appended, "the planted segment was created");
     let target = fx.dir.path().join("copy");

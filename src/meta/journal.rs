@@ -10,14 +10,18 @@
 //!   resident) never is, and chunk records are journaled as not resident: a node restoring
 //!   them fetches on demand;
 //! - nothing is dropped from the queue until the committer says it is durable; waiters for a
-//!   sequence number are woken when it is (or when the committer fails for good).
+//!   sequence number are woken when it is (or when the committer fails for good);
+//! - every batch carries the wall-clock time it was committed at (unix milliseconds, from the
+//!   journal's [`Clock`]), never earlier than the batch before it: a clock that steps back
+//!   repeats the last time, so "the batches up to time T" is always a prefix of the journal
+//!   (point-in-time restore, docs/FORMAT.md "Workspaces").
 //!
 //! A waiter that does not get durability gets a [`JournalError`]: the committer's own error
 //! (behind an `Arc`, with the kind it had, so a writer fenced by a takeover reads `Fenced`
 //! rather than a retryable failure), or the deadline that passed.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -185,6 +189,19 @@ impl<'a> Decoder<'a> {
 pub struct JournalBatch {
     pub seq: u64,
     pub ops: Vec<JournalOp>,
+    /// When it was committed (unix milliseconds). Not part of [`JournalBatch::encode`]: a
+    /// segment carries its batches' times in its header (docs/FORMAT.md), and a decoded batch
+    /// has 0 here until its segment's reader sets it.
+    pub unix_ms: u64,
+}
+
+/// Where the journal reads the time of day: unix milliseconds. Tests inject their own, so a
+/// point-in-time restore can be tested without sleeping.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The system clock in unix milliseconds (0 before 1970).
+pub fn system_unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl JournalBatch {
@@ -210,7 +227,7 @@ impl JournalBatch {
         for _ in 0..n {
             ops.push(d.op()?);
         }
-        Ok(JournalBatch { seq, ops })
+        Ok(JournalBatch { seq, ops, unix_ms: 0 })
     }
 
     pub fn encoded_len(&self) -> usize {
@@ -221,6 +238,10 @@ impl JournalBatch {
 #[derive(Default)]
 struct Queue {
     enabled: bool,
+    /// The clock batches are stamped from (`None`: the system clock).
+    clock: Option<Clock>,
+    /// The time the last batch was stamped with: no batch gets an earlier one.
+    last_ms: u64,
     /// The sequence number of the last committed batch.
     last_seq: u64,
     pending: Vec<JournalBatch>,
@@ -279,6 +300,23 @@ impl Journal {
         self.queue.lock().enabled
     }
 
+    /// Stamps batches from `clock` from now on (tests; the system clock otherwise).
+    pub fn set_clock(&self, clock: Clock) {
+        self.queue.lock().clock = Some(clock);
+    }
+
+    /// The time of day by the journal's clock (unix milliseconds), never before the last
+    /// batch's: a state read now is the state at this time.
+    pub fn now_ms(&self) -> u64 {
+        let q = self.queue.lock();
+        Self::stamp(&q)
+    }
+
+    fn stamp(q: &Queue) -> u64 {
+        let now = q.clock.as_ref().map_or_else(system_unix_ms, |c| c());
+        now.max(q.last_ms)
+    }
+
     /// Runs `write(seq)` for the next batch under the queue lock and queues its ops after it
     /// succeeded. `None` (no number) when journaling is off or `ops` is empty.
     pub(super) fn append<T>(
@@ -293,9 +331,11 @@ impl Journal {
             return write(None);
         }
         let seq = q.last_seq + 1;
+        let unix_ms = Self::stamp(&q);
         let out = write(Some(seq))?;
         q.last_seq = seq;
-        let batch = JournalBatch { seq, ops };
+        q.last_ms = unix_ms;
+        let batch = JournalBatch { seq, ops, unix_ms };
         q.pending_bytes += batch.encoded_len();
         q.pending.push(batch);
         q.oldest.get_or_insert_with(Instant::now);
@@ -461,7 +501,7 @@ mod tests {
     proptest! {
         #[test]
         fn batches_round_trip(seq: u64, ops in proptest::collection::vec(arb_op(), 0..10)) {
-            let b = JournalBatch { seq, ops };
+            let b = JournalBatch { seq, ops, unix_ms: 0 };
             let mut buf = Vec::new();
             b.encode(&mut buf);
             prop_assert_eq!(buf.len(), b.encoded_len());
@@ -472,7 +512,7 @@ mod tests {
 
         #[test]
         fn truncated_batches_are_errors(ops in proptest::collection::vec(arb_op(), 1..5), cut in 0usize..1000) {
-            let b = JournalBatch { seq: 7, ops };
+            let b = JournalBatch { seq: 7, ops, unix_ms: 0 };
             let mut buf = Vec::new();
             b.encode(&mut buf);
             let cut = cut % buf.len();
@@ -512,6 +552,26 @@ mod tests {
         assert_eq!(failed.kind(), ErrorKind::Fenced, "the committer's kind reaches the waiter");
         assert_eq!(failed.to_string(), "taken over");
         assert!(failed.cause::<TakenOver>().is_some(), "the committer's error is kept: {failed:?}");
+    }
+
+    #[test]
+    fn batches_carry_their_commit_time_and_a_clock_that_steps_back_repeats_the_last() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let j = Journal::default();
+        j.enable(0, 1);
+        let now = Arc::new(AtomicU64::new(5_000));
+        let clock = now.clone();
+        j.set_clock(Arc::new(move || clock.load(Ordering::SeqCst)));
+        let put = |k: &[u8]| j.append(vec![JournalOp::Delete { key: k.to_vec() }], |_| Ok(())).expect("append");
+        put(b"a");
+        now.store(7_000, Ordering::SeqCst);
+        put(b"b");
+        now.store(6_000, Ordering::SeqCst); // the clock stepped back
+        put(b"c");
+        assert_eq!(j.now_ms(), 7_000, "a state read now is not older than its last batch");
+        let t = j.take(Duration::ZERO, 1 << 20, Duration::ZERO).expect("pending");
+        let times: Vec<u64> = t.batches.iter().map(|b| b.unix_ms).collect();
+        assert_eq!(times, vec![5_000, 7_000, 7_000]);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::block::CHUNK_SIZE;
 use crate::types::{ErrorKind, FileKind, Ino, MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX, XATTR_SIZE_MAX};
 use cache::{DentryCache, Entry, InodeCache, Lookup, Touched};
 pub use codec::{ChunkRecord, InodeRecord};
-pub use journal::{Journal, JournalBatch, JournalError, JournalOp, JournalStats};
+pub use journal::{Clock, Journal, JournalBatch, JournalError, JournalOp, JournalStats, system_unix_ms};
 use seal::Sealing;
 
 /// The first key after every key that starts with `prefix` (`None`: no such key, the

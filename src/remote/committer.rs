@@ -76,6 +76,9 @@ pub struct Committer {
     checkpointing: tokio::sync::Mutex<LastCheckpoint>,
     /// When the lease was last renewed (or confirmed).
     renewed_at: Mutex<Instant>,
+    /// How far back point-in-time restore reaches: compaction keeps the journal (and the
+    /// checkpoints) a restore to any time this recent needs (milliseconds).
+    retention_ms: AtomicU64,
 }
 
 /// What the append loop does after a lease check ([`Committer::after_lease_check`]).
@@ -87,8 +90,6 @@ enum LeaseStep {
 
 #[derive(Clone, Copy)]
 struct LastCheckpoint {
-    /// Segments before this number are covered by the last checkpoint.
-    next_segment: u64,
     /// Segments below this number are deleted already.
     compacted_below: u64,
     at: Instant,
@@ -213,12 +214,12 @@ impl Committer {
             last_snapshot_unix: AtomicU64::new(0),
             last_error: Mutex::new(None),
             checkpointing: tokio::sync::Mutex::new(LastCheckpoint {
-                next_segment: state.checkpoint_next_segment,
                 compacted_below: state.compacted_below,
                 at: Instant::now(),
                 took: Duration::ZERO,
             }),
             renewed_at: Mutex::new(Instant::now()),
+            retention_ms: AtomicU64::new(super::DEFAULT_RETENTION.as_millis() as u64),
         });
         if need_checkpoint {
             committer.checkpoint(None).await?;
@@ -228,6 +229,11 @@ impl Committer {
 
     pub fn workspace(&self) -> &Arc<Workspace> {
         &self.ws
+    }
+
+    /// How far back point-in-time restore reaches ([`super::DEFAULT_RETENTION`] unless set).
+    pub fn set_retention(&self, window: Duration) {
+        self.retention_ms.store(window.as_millis().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
     }
 
     /// Runs until `stop` turns true and nothing is pending (or the committer fails for good).
@@ -400,24 +406,28 @@ impl Committer {
         let ws = self.ws.clone();
         let (manifest, report) = ws.checkpoint(&meta, snapshot, last.compacted_below).await?;
         self.ensure_fresh_lease().await?;
-        // The journal before the previous checkpoint is no longer needed by any restore (the
-        // previous one stays as a fallback should the newest be unreadable; so does the
-        // segment just before it, which names its writer). Deleted in the background.
-        let (from, below) = (last.compacted_below, last.next_segment.saturating_sub(1));
-        if below > from {
-            let (ws, seq) = (ws.clone(), manifest.seq);
-            tokio::spawn(async move {
-                if let Err(e) = ws.compact(from, below, seq).await {
-                    tracing::warn!("compacting the journal: {e}");
-                }
-            });
+        // The journal before the anchor (the newest checkpoint before this one whose state is
+        // older than the retention window) is no longer needed by any restore, latest or
+        // point-in-time (the anchor stays, and with it a fallback should the newest be
+        // unreadable; so does the segment just before it, which names its writer). Deleted in
+        // the background. Without retention, the anchor is the previous checkpoint.
+        let keep_after = meta.journal().now_ms().saturating_sub(self.retention_ms.load(Ordering::Relaxed));
+        let from = last.compacted_below;
+        let mut below = from;
+        match ws.retention_anchor(manifest.seq, keep_after).await {
+            Ok(Some(anchor)) => {
+                below = anchor.next_segment.saturating_sub(1).max(from);
+                let (ws, seq) = (ws.clone(), manifest.seq);
+                tokio::spawn(async move {
+                    if let Err(e) = ws.compact(from, below, seq, anchor.seq).await {
+                        tracing::warn!("compacting the journal: {e}");
+                    }
+                });
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("finding what the journal's retention keeps: {e}"),
         }
-        *last = LastCheckpoint {
-            next_segment: manifest.next_segment,
-            compacted_below: below.max(from),
-            at: Instant::now(),
-            took: started.elapsed(),
-        };
+        *last = LastCheckpoint { compacted_below: below, at: Instant::now(), took: started.elapsed() };
         drop(last);
         self.meta.journal().mark_durable(manifest.seq);
         self.meta.set_durable_seq(manifest.seq)?;

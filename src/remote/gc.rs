@@ -6,12 +6,16 @@
 //!   the way a mount takes it (refused while another node holds one, fenced by a journal
 //!   segment), so no upload can be in flight and no block can be reused by dedup while packs
 //!   are deleted;
-//! - a pack is deleted only if no block of the latest state or of any snapshot, of any
-//!   workspace, lies in it; the latest state's block index is pruned to the referenced blocks
-//!   (committed as a normal journaled change plus a checkpoint *before* any pack is deleted,
-//!   so a crash in between leaves only unreferenced packs behind, never a dangling reference);
-//! - checkpoints other than the newest, journal segments before it, and checkpoint parts that
-//!   neither it nor a snapshot lists are deleted last.
+//! - a pack is deleted only if no block of the latest state, of any snapshot, or of any
+//!   checkpoint or journal segment a point-in-time restore inside the retention window reads,
+//!   of any workspace, lies in it; the latest state's block index is pruned to the referenced
+//!   blocks (committed as a normal journaled change plus a checkpoint *before* any pack is
+//!   deleted, so a crash in between leaves only unreferenced packs behind, never a dangling
+//!   reference);
+//! - the retained journal is the newest checkpoint older than the window (the anchor) and
+//!   everything after it; checkpoints before the anchor, journal segments before it, and
+//!   checkpoint parts that no kept checkpoint or snapshot lists are deleted last. With a window
+//!   of 0, the anchor is the checkpoint before gc's own.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -23,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::{Committer, Manifest, RemoteError, Result, SnapshotInfo, Workspace};
 use crate::block::{self, BlockLoc, ZERO_BLOCK};
 use crate::crypto::Hash;
+use crate::crypto::ObjectKind;
 use crate::meta::{ChunkRecord, JournalOp, MetaBatch, MetaStore, codec};
 use crate::store::{Store, WholeObject};
 
@@ -37,18 +42,25 @@ pub struct KeepPolicy {
     pub daily: usize,
     pub weekly: usize,
     pub monthly: usize,
+    /// Keep every snapshot made within this many seconds before now (0: none by age).
+    #[serde(default)]
+    pub within_secs: u64,
 }
 
 impl KeepPolicy {
     pub fn is_empty(&self) -> bool {
-        self.last + self.daily + self.weekly + self.monthly == 0
+        self.last + self.daily + self.weekly + self.monthly == 0 && self.within_secs == 0
     }
 
-    /// The ids to keep out of `snapshots` (any order).
-    pub fn keep(&self, snapshots: &[SnapshotInfo]) -> HashSet<String> {
+    /// The ids to keep out of `snapshots` (any order); `now_unix` is the time of day now.
+    pub fn keep(&self, snapshots: &[SnapshotInfo], now_unix: u64) -> HashSet<String> {
         let mut newest_first: Vec<&SnapshotInfo> = snapshots.iter().collect();
         newest_first.sort_by_key(|s| std::cmp::Reverse((s.created_unix, s.seq)));
         let mut keep: HashSet<String> = newest_first.iter().take(self.last).map(|s| s.id.clone()).collect();
+        if self.within_secs > 0 {
+            let since = now_unix.saturating_sub(self.within_secs);
+            keep.extend(newest_first.iter().filter(|s| s.created_unix >= since).map(|s| s.id.clone()));
+        }
         let mut by_period = |n: usize, period: &dyn Fn(u64) -> u64| {
             let mut seen = HashSet::new();
             for s in &newest_first {
@@ -83,7 +95,7 @@ impl Workspace {
     /// data). With `dry_run`, only reports.
     pub async fn forget(&self, policy: &KeepPolicy, dry_run: bool) -> Result<ForgetReport> {
         let all = self.snapshots().await?;
-        let keep = policy.keep(&all);
+        let keep = policy.keep(&all, super::unix_now());
         let mut report = ForgetReport::default();
         for s in all {
             if keep.contains(&s.id) {
@@ -114,6 +126,11 @@ pub struct GcReport {
     pub checkpoints_deleted: u64,
     pub journal_segments_deleted: u64,
     pub parts_deleted: u64,
+    /// Journal segments and checkpoints kept for point-in-time restore (`keep_within`).
+    #[serde(default)]
+    pub journal_segments_kept: u64,
+    #[serde(default)]
+    pub checkpoints_kept: u64,
     pub dry_run: bool,
 }
 
@@ -125,6 +142,29 @@ struct Refs {
 }
 
 impl Refs {
+    /// What snapshot `m` of `ws` references.
+    async fn of_snapshot(ws: &Workspace, m: &Manifest) -> Result<Refs> {
+        let mut snap = Refs::default();
+        ws.for_each_part(m, |ops| {
+            for op in ops {
+                if let JournalOp::Put { key, value } = op {
+                    snap.add_entry(&key, &value)?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(snap)
+    }
+
+    /// Takes `other`'s blocks and their locations in (a location known already stays).
+    fn absorb(&mut self, other: Refs) {
+        self.blocks.extend(other.blocks.iter().copied());
+        for (b, loc) in other.locs {
+            self.locs.entry(b).or_insert(loc);
+        }
+    }
+
     fn add_entry(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         if codec::is_chunk_key(key) {
             let rec: ChunkRecord = codec::decode_chunk(value)?;
@@ -173,18 +213,30 @@ struct Held {
     snapshots: Vec<Manifest>,
 }
 
+/// What the retention window keeps of a workspace's journal: the anchor checkpoint's seq and
+/// the first segment kept (`None`: no checkpoint is older than the window, all is kept).
+fn retained(anchor: Option<&Manifest>) -> (u64, u64) {
+    // The segment just before the anchor's next stays: it names the writer.
+    anchor.map_or((0, 0), |a| (a.seq, a.next_segment.saturating_sub(1)))
+}
+
 /// Collects the garbage of every workspace of `store`. `scratch` is an empty directory for
 /// the restored metadata; `progress` gets one line per step.
+///
+/// `keep_within`: the retention window of point-in-time restore; what a restore to any time
+/// that recent reads is kept (by the time of the gc node's clock).
 pub async fn gc(
     store: Arc<Store>,
     scratch: &Path,
     holder: &str,
     dry_run: bool,
+    keep_within: Duration,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<GcReport> {
     let mut report = GcReport { dry_run, ..GcReport::default() };
     let mut held: Vec<Held> = Vec::new();
-    let result = gc_held(&store, scratch, holder, &mut held, &mut report, progress).await;
+    let keep_after = crate::meta::system_unix_ms().saturating_sub(keep_within.as_millis() as u64);
+    let result = gc_held(&store, scratch, holder, keep_within, keep_after, &mut held, &mut report, progress).await;
     for h in &held {
         if let Err(e) = h.committer.release().await {
             tracing::warn!("releasing the gc lease of {}: {e}", h.ws.name());
@@ -193,76 +245,15 @@ pub async fn gc(
     result.map(|()| report)
 }
 
-async fn gc_held(
+/// Step 3 of [`gc_held`]: deletes the packs no live state references, and the index segments
+/// that name only such packs (with `report.dry_run`, counts them only).
+async fn delete_unreferenced_packs(
     store: &Arc<Store>,
-    scratch: &Path,
-    holder: &str,
-    held: &mut Vec<Held>,
+    live_packs: &HashSet<Hash>,
     report: &mut GcReport,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
     let dry_run = report.dry_run;
-    // 1. Every workspace: lease, latest state, snapshots.
-    for (i, hash) in Workspace::list_all(store).await?.into_iter().enumerate() {
-        let ws = Arc::new(Workspace::at_prefix(store.clone(), &hash));
-        let meta = Arc::new(MetaStore::open(&scratch.join(format!("ws{i}")))?);
-        let lease = ws.lease(holder, GC_LEASE_TTL);
-        let (committer, _) = Committer::open(ws.clone(), meta.clone(), lease, false, false).await?;
-        let snapshots = ws.snapshot_manifests().await?;
-        report.snapshots += snapshots.len() as u64;
-        held.push(Held { ws, meta, committer, snapshots });
-    }
-    report.workspaces = held.len() as u64;
-    progress(&format!("{} workspaces, {} snapshots: reading what they reference", report.workspaces, report.snapshots));
-
-    // 2. What is referenced: the latest state and every snapshot of every workspace.
-    let mut live_packs: HashSet<Hash> = HashSet::new();
-    let mut referenced = 0u64;
-    for h in held.iter() {
-        let mut head = Refs::default();
-        h.meta.export(|k, v| head.add_entry(k, v).map_err(|e| crate::meta::MetaError::Corrupt(e.to_string())))?;
-        for m in &h.snapshots {
-            let mut snap = Refs::default();
-            h.ws.for_each_part(m, |ops| {
-                for op in ops {
-                    if let JournalOp::Put { key, value } = op {
-                        snap.add_entry(&key, &value)?;
-                    }
-                }
-                Ok(())
-            })
-            .await?;
-            live_packs.extend(snap.packs(&format!("snapshot {}", m.id.as_deref().unwrap_or("?")))?);
-            head.blocks.extend(snap.blocks.iter().copied());
-            for (b, loc) in snap.locs {
-                head.locs.entry(b).or_insert(loc);
-            }
-        }
-        live_packs.extend(head.packs(&format!("workspace {}", h.ws.name()))?);
-        referenced += head.blocks.len() as u64;
-        // Prune the latest state's block index to what is referenced, durably, first.
-        let stale: Vec<Hash> =
-            h.meta.blocks()?.into_iter().map(|(id, _)| id).filter(|id| !head.blocks.contains(id)).collect();
-        report.block_index_entries_dropped += stale.len() as u64;
-        if !dry_run && !stale.is_empty() {
-            let mut batch = MetaBatch::new();
-            for id in &stale {
-                batch.delete_block(id);
-            }
-            h.meta.commit(batch)?;
-        }
-        if !dry_run {
-            h.committer.checkpoint(None).await?;
-        }
-    }
-    report.referenced_blocks = referenced;
-
-    // Still ours (renewed for another GC_LEASE_TTL) before anything is deleted.
-    for h in held.iter() {
-        h.committer.confirm_lease().await?;
-    }
-
-    // 3. Packs nothing references, and their index segments.
     let backend = store.backend();
     let mut dead: HashMap<Hash, u64> = HashMap::new();
     for o in backend.list("packs/").await? {
@@ -304,30 +295,117 @@ async fn gc_held(
     report.packs_deleted = dead.len() as u64;
     report.bytes_deleted = dead.values().sum();
     report.index_segments_deleted = dead_segments.len() as u64;
+    Ok(())
+}
 
-    // 4. Old checkpoints, the journal before the newest, unlisted parts.
+#[allow(clippy::too_many_arguments)]
+async fn gc_held(
+    store: &Arc<Store>,
+    scratch: &Path,
+    holder: &str,
+    keep_within: Duration,
+    keep_after: u64,
+    held: &mut Vec<Held>,
+    report: &mut GcReport,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<()> {
+    let dry_run = report.dry_run;
+    // 1. Every workspace: lease, latest state, snapshots.
+    for (i, hash) in Workspace::list_all(store).await?.into_iter().enumerate() {
+        let ws = Arc::new(Workspace::at_prefix(store.clone(), &hash));
+        let meta = Arc::new(MetaStore::open(&scratch.join(format!("ws{i}")))?);
+        let lease = ws.lease(holder, GC_LEASE_TTL);
+        let (committer, _) = Committer::open(ws.clone(), meta.clone(), lease, false, false).await?;
+        committer.set_retention(keep_within);
+        let snapshots = ws.snapshot_manifests().await?;
+        report.snapshots += snapshots.len() as u64;
+        held.push(Held { ws, meta, committer, snapshots });
+    }
+    report.workspaces = held.len() as u64;
+    progress(&format!("{} workspaces, {} snapshots: reading what they reference", report.workspaces, report.snapshots));
+
+    // 2. What is referenced: the latest state and every snapshot of every workspace.
+    let mut live_packs: HashSet<Hash> = HashSet::new();
+    let mut referenced = 0u64;
+    for h in held.iter() {
+        let mut head = Refs::default();
+        h.meta.export(|k, v| head.add_entry(k, v).map_err(|e| crate::meta::MetaError::Corrupt(e.to_string())))?;
+        for m in &h.snapshots {
+            let snap = Refs::of_snapshot(&h.ws, m).await?;
+            live_packs.extend(snap.packs(&format!("snapshot {}", m.id.as_deref().unwrap_or("?")))?);
+            head.absorb(snap);
+        }
+        // What a point-in-time restore inside the window reads: the checkpoints from the
+        // anchor on and every journal segment after it.
+        let window = if keep_within.is_zero() { Refs::default() } else { h.ws.retained_refs(keep_after).await? };
+        live_packs.extend(window.packs(&format!("the retained journal of workspace {}", h.ws.name()))?);
+        head.absorb(window);
+        live_packs.extend(head.packs(&format!("workspace {}", h.ws.name()))?);
+        referenced += head.blocks.len() as u64;
+        // Prune the latest state's block index to what is referenced, durably, first.
+        let stale: Vec<Hash> =
+            h.meta.blocks()?.into_iter().map(|(id, _)| id).filter(|id| !head.blocks.contains(id)).collect();
+        report.block_index_entries_dropped += stale.len() as u64;
+        if !dry_run && !stale.is_empty() {
+            let mut batch = MetaBatch::new();
+            for id in &stale {
+                batch.delete_block(id);
+            }
+            h.meta.commit(batch)?;
+        }
+        if !dry_run {
+            h.committer.checkpoint(None).await?;
+        }
+    }
+    report.referenced_blocks = referenced;
+
+    // Still ours (renewed for another GC_LEASE_TTL) before anything is deleted.
+    for h in held.iter() {
+        h.committer.confirm_lease().await?;
+    }
+
+    // 3. Packs nothing references, and their index segments.
+    delete_unreferenced_packs(store, &live_packs, report, progress).await?;
+    let backend = store.backend();
+
+    // 4. Checkpoints and the journal before the retention window's anchor (without a window:
+    // before the newest checkpoint), unlisted parts.
     for h in held.iter() {
         let Some(newest) = h.ws.latest_checkpoint().await? else { continue };
-        let mut keep_parts: HashSet<&str> = newest.parts.iter().map(String::as_str).collect();
+        let anchor = if keep_within.is_zero() {
+            Some(newest.clone())
+        } else {
+            h.ws.retention_anchor(newest.seq, keep_after).await?
+        };
+        let (keep_seq, keep_segment) = retained(anchor.as_ref());
+        let mut keep_parts: HashSet<String> = newest.parts.iter().cloned().collect();
         for m in &h.snapshots {
-            keep_parts.extend(m.parts.iter().map(String::as_str));
+            keep_parts.extend(m.parts.iter().cloned());
         }
         let mut doomed = Vec::new();
         for seq in h.ws.list_numbers("cp/").await? {
-            if seq != newest.seq {
+            if seq != newest.seq && seq < keep_seq {
                 doomed.push(h.ws.checkpoint_key(seq));
                 report.checkpoints_deleted += 1;
+            } else {
+                let key = h.ws.checkpoint_key(seq);
+                let what = format!("checkpoint {seq}");
+                if let Some(m) = h.ws.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await? {
+                    keep_parts.extend(m.parts);
+                }
+                report.checkpoints_kept += u64::from(seq != newest.seq);
             }
         }
         for n in h.ws.list_numbers("j/").await? {
-            // The segment just before the checkpoint stays: it names the last writer.
-            if n + 1 < newest.next_segment {
+            if n < keep_segment {
                 doomed.push(h.ws.segment_key(n));
                 report.journal_segments_deleted += 1;
+            } else if n + 1 < newest.next_segment {
+                report.journal_segments_kept += 1;
             }
         }
         for id in h.ws.list_names("part/").await? {
-            if !keep_parts.contains(id.as_str()) {
+            if !keep_parts.contains(&id) {
                 doomed.push(h.ws.part_key(&id));
                 report.parts_deleted += 1;
             }
@@ -340,4 +418,69 @@ async fn gc_held(
     }
     progress("done");
     Ok(())
+}
+
+impl Workspace {
+    /// The blocks (and their locations) that a point-in-time restore to any time after
+    /// `keep_after_ms` can read: every checkpoint from the retention anchor on and every
+    /// journal segment after the anchor (from segment 1 without an anchor).
+    async fn retained_refs(&self, keep_after_ms: u64) -> Result<Refs> {
+        let newest = self.list_numbers("cp/").await?.last().copied().unwrap_or(0);
+        let anchor = self.retention_anchor(newest, keep_after_ms).await?;
+        let (keep_seq, keep_segment) = retained(anchor.as_ref());
+        let mut refs = Refs::default();
+        for seq in self.list_numbers("cp/").await?.into_iter().filter(|&s| s >= keep_seq) {
+            let key = self.checkpoint_key(seq);
+            let what = format!("checkpoint {seq}");
+            let Some(m) = self.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await? else {
+                continue;
+            };
+            self.for_each_part(&m, |ops| {
+                for op in ops {
+                    if let JournalOp::Put { key, value } = op {
+                        refs.add_entry(&key, &value)?;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        for n in self.list_numbers_from("j/", keep_segment).await? {
+            let Some((_, batches)) = self.read_segment(n).await? else { continue };
+            for b in batches {
+                for op in b.ops {
+                    if let JournalOp::Put { key, value } = op {
+                        refs.add_entry(&key, &value)?;
+                    }
+                }
+            }
+        }
+        Ok(refs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_within_keeps_every_snapshot_that_recent_and_joins_the_other_rules() {
+        let snap = |id: &str, created_unix| SnapshotInfo {
+            id: id.into(),
+            seq: created_unix,
+            created_unix,
+            message: None,
+            entries: 1,
+        };
+        let all = [snap("old", 1_000), snap("day-old", 100_000 - 86_400), snap("recent", 99_000), snap("now", 100_000)];
+        let within = KeepPolicy { within_secs: 86_400, ..KeepPolicy::default() };
+        assert!(!within.is_empty());
+        let mut kept: Vec<String> = within.keep(&all, 100_000).into_iter().collect();
+        kept.sort();
+        assert_eq!(kept, ["day-old", "now", "recent"]);
+        let with_last = KeepPolicy { last: 1, within_secs: 1_500, ..KeepPolicy::default() };
+        let mut kept: Vec<String> = with_last.keep(&all, 100_000).into_iter().collect();
+        kept.sort();
+        assert_eq!(kept, ["now", "recent"]);
+    }
 }

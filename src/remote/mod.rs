@@ -21,8 +21,12 @@
 //! - a checkpoint at batch `s` with next segment `g` holds every batch `≤ s`; batches after
 //!   `s` are in segments `≥ g`. Restore = newest checkpoint, then segments from `g` on, in
 //!   order, until the first missing number, skipping batches `≤ s`;
+//! - every batch carries its commit time (format 4) and compaction keeps, from the newest
+//!   checkpoint older than the retention window on, everything a point-in-time restore to a
+//!   time inside the window reads (`at`);
 //! - every object is sealed (AES-256-GCM, kind and name bound), names reveal nothing.
 
+mod at;
 mod committer;
 mod diff;
 mod gc;
@@ -43,18 +47,25 @@ use crate::meta::journal::{Decoder, MIN_BATCH_LEN};
 use crate::meta::{JournalBatch, JournalError, JournalOp, MetaError, MetaStore};
 use crate::store::{Fencing, Store, StoreError, WholeObject};
 use crate::types::ErrorKind;
+pub use at::{AtReport, JournalSpan, PointKind, Timeline, TimelinePoint, rfc3339_ms};
 pub use committer::{Committer, RemoteStats};
 pub use diff::{Change, diff};
 pub use gc::{ForgetReport, GcReport, KeepPolicy, gc};
 pub use lease::{Lease, LeaseRecord};
 
 /// Format version of segments, checkpoints and snapshots. Version 2: the inode records they
-/// carry may be of layout version 2; version 3: the chunk records, too (docs/FORMAT.md).
+/// carry may be of layout version 2; version 3: the chunk records, too; version 4: segments
+/// carry each batch's commit time and manifests the time of their state (docs/FORMAT.md).
 /// Objects of earlier versions are still read.
-pub const REMOTE_FORMAT: u32 = 3;
+pub const REMOTE_FORMAT: u32 = 4;
+/// The first format whose segments carry batch times.
+const TIMED_FORMAT: u32 = 4;
 
 use crate::store::limits::MAX_PART_BYTES;
 pub use crate::store::limits::MAX_SEGMENT_BYTES;
+/// How far back point-in-time restore reaches by default: the journal and checkpoints a
+/// restore to any time this recent needs are kept (by compaction and by `tierfs gc`).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 /// A checkpoint part ends after about 1024 entries (content-defined: where a key hash has ten
 /// zero bits), or at MAX_PART_BYTES.
 const PART_MASK: u16 = 0x03ff;
@@ -109,6 +120,12 @@ pub enum RemoteError {
     /// stopped on, with its kind.
     #[error(transparent)]
     Stopped(JournalError),
+    /// A point-in-time restore asked for a time that has not come yet.
+    #[error("{at} is in the future (it is {now} now): there is nothing to restore at that time yet")]
+    AtInFuture { at: String, now: String },
+    /// A point-in-time restore asked for a time the store no longer (or never) holds.
+    #[error("workspace {workspace:?} cannot be restored to {at}: {why}")]
+    AtUnavailable { workspace: String, at: String, why: String },
     #[error(
         "workspace {workspace:?} is in use by {holder}, which is still renewing its lease: this store is fenced by \
          lease only (its servers ignore conditional writes), so a live writer cannot be taken over; unmount it \
@@ -131,7 +148,8 @@ impl RemoteError {
             }
             RemoteError::StaleLocal { .. } | RemoteError::Diverged { .. } => ErrorKind::Conflict,
             RemoteError::RolledBack { .. } => ErrorKind::Corrupt,
-            RemoteError::NoSnapshot(_) => ErrorKind::NotFound,
+            RemoteError::NoSnapshot(_) | RemoteError::AtUnavailable { .. } => ErrorKind::NotFound,
+            RemoteError::AtInFuture { .. } => ErrorKind::InvalidInput,
             RemoteError::Stopped(e) => e.kind(),
         }
     }
@@ -159,6 +177,10 @@ struct SegmentHeader {
     holder: String,
     created_unix: u64,
     batches: u32,
+    /// Format 4: the batches' commit times, the first in unix milliseconds, each next one as
+    /// the milliseconds after the one before it. Older segments have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    batch_ms: Vec<u64>,
 }
 
 /// A checkpoint or snapshot: the parts that hold the metadata after batch `seq`.
@@ -180,6 +202,18 @@ pub struct Manifest {
     /// Journal segments below this number have been deleted (compaction's progress).
     #[serde(default)]
     pub compacted_below: u64,
+    /// Format 4: the time (unix milliseconds, by the writer's journal clock) the state it
+    /// holds was current at: every batch `≤ seq` was committed at or before it.
+    #[serde(default)]
+    pub state_unix_ms: Option<u64>,
+}
+
+impl Manifest {
+    /// The time its state was current at; for a manifest from before format 4, the end of the
+    /// second it was written in (its state cannot be younger).
+    pub fn state_ms(&self) -> u64 {
+        self.state_unix_ms.unwrap_or_else(|| self.created_unix.saturating_mul(1000).saturating_add(999))
+    }
 }
 
 /// One snapshot, for listings.
@@ -520,6 +554,8 @@ impl Workspace {
         if !cur.is_empty() {
             parts.push(cur);
         }
+        // Read after the cut: every batch it holds was stamped at or before this time.
+        let state_unix_ms = meta.journal().now_ms();
         let known = self.known_parts().await?;
         let ids: Vec<String> = parts.iter().map(|p| hex::encode(keys.name_hash("part", p))).collect();
         let todo: Vec<(String, Vec<u8>)> =
@@ -558,6 +594,7 @@ impl Workspace {
             id: None,
             message: None,
             compacted_below,
+            state_unix_ms: Some(state_unix_ms),
         };
         let body = |m: &Manifest| serde_json::to_vec(m).expect("a manifest serializes");
         let cp = self.checkpoint_key(seq);
@@ -681,17 +718,46 @@ impl Workspace {
         Ok(state)
     }
 
+    /// The oldest checkpoint a restore inside the retention window starts from: the newest
+    /// one before checkpoint `newest_seq` whose state is at or before `keep_after_ms`.
+    /// `None`: none is that old, and the whole journal stays.
+    ///
+    /// A binary search over the checkpoints (their state times grow with their numbers), so a
+    /// window holding many costs a few reads: any anchor whose state is old enough is safe (a
+    /// restore to a time in the window can start from it), the newest such keeps the least.
+    pub async fn retention_anchor(&self, newest_seq: u64, keep_after_ms: u64) -> Result<Option<Manifest>> {
+        let seqs: Vec<u64> = self.list_numbers("cp/").await?.into_iter().filter(|&s| s < newest_seq).collect();
+        let (mut lo, mut hi, mut found) = (0, seqs.len(), None);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let key = self.checkpoint_key(seqs[mid]);
+            let what = format!("checkpoint {}", seqs[mid]);
+            match self.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await? {
+                Some(m) if m.state_ms() <= keep_after_ms => {
+                    found = Some(m);
+                    lo = mid + 1;
+                }
+                // Too young, or gone (deleted by a compaction meanwhile): look older.
+                _ => hi = mid,
+            }
+        }
+        Ok(found)
+    }
+
     /// Deletes what no restore reads any more: journal segments `from..below` (by number: no
-    /// listing) and the checkpoints up to `newest_seq` but the newest two of them. A newer
-    /// checkpoint (one written while this compaction ran in the background) is kept.
-    pub async fn compact(&self, from: u64, below: u64, newest_seq: u64) -> Result<()> {
+    /// listing) and the checkpoints up to `newest_seq` but the newest two of them and those
+    /// from `keep_seq` on (the retention window's). A newer checkpoint (one written while this
+    /// compaction ran in the background) is kept.
+    pub async fn compact(&self, from: u64, below: u64, newest_seq: u64, keep_seq: u64) -> Result<()> {
         let backend = self.store.backend();
         let segments = (from..below).map(|n| self.segment_key(n));
         let checkpoints: Vec<u64> = self.list_numbers("cp/").await?;
         // Keep the newest and the one before it.
         let keep: Vec<u64> = checkpoints.iter().copied().filter(|&s| s <= newest_seq).rev().take(2).collect();
-        let old_cps =
-            checkpoints.into_iter().filter(|&s| s <= newest_seq && !keep.contains(&s)).map(|s| self.checkpoint_key(s));
+        let old_cps = checkpoints
+            .into_iter()
+            .filter(|&s| s <= newest_seq && s < keep_seq && !keep.contains(&s))
+            .map(|s| self.checkpoint_key(s));
         let doomed: Vec<String> = segments.chain(old_cps).collect();
         stream::iter(doomed)
             .map(|key| async move { backend.delete_object(&key).await })
@@ -876,6 +942,12 @@ pub fn encode_segment(
     created_unix: u64,
     batches: &[JournalBatch],
 ) -> Result<Vec<u8>> {
+    let mut batch_ms = Vec::with_capacity(batches.len());
+    let mut last = None;
+    for b in batches {
+        batch_ms.push(last.map_or(b.unix_ms, |l| b.unix_ms.saturating_sub(l)));
+        last = Some(b.unix_ms);
+    }
     let header = SegmentHeader {
         format: REMOTE_FORMAT,
         segment: n,
@@ -883,6 +955,7 @@ pub fn encode_segment(
         holder: holder.to_string(),
         created_unix,
         batches: batches.len() as u32,
+        batch_ms,
     };
     let header = serde_json::to_vec(&header)
         .map_err(|e| RemoteError::Corrupt { what: "segment header".into(), reason: e.to_string() })?;
@@ -918,6 +991,32 @@ fn parse_segment(n: u64, key: &str, plain: &[u8]) -> Result<(SegmentHeader, Vec<
     let mut batches = Vec::with_capacity(header.batches as usize);
     for _ in 0..header.batches {
         batches.push(JournalBatch::decode(&mut d).map_err(|e| corrupt(e.to_string()))?);
+    }
+    if header.batch_ms.is_empty() {
+        if header.format >= TIMED_FORMAT && !batches.is_empty() {
+            return Err(corrupt("its header has no batch times".into()));
+        }
+        // Before format 4: every batch at the latest time it can have been committed, the
+        // end of the second the segment was written in.
+        let t = header.created_unix.saturating_mul(1000).saturating_add(999);
+        batches.iter_mut().for_each(|b| b.unix_ms = t);
+    } else {
+        if header.batch_ms.len() != batches.len() {
+            return Err(corrupt(format!(
+                "its header has {} batch times for {} batches",
+                header.batch_ms.len(),
+                batches.len()
+            )));
+        }
+        let mut t: Option<u64> = None;
+        for (b, &d) in batches.iter_mut().zip(&header.batch_ms) {
+            let now = match t {
+                None => d,
+                Some(t) => t.checked_add(d).ok_or_else(|| corrupt("a batch time past the year 500 million".into()))?,
+            };
+            b.unix_ms = now;
+            t = Some(now);
+        }
     }
     Ok((header, batches))
 }
@@ -1014,9 +1113,9 @@ mod tests {
             seqs.push(ws.checkpoint(&meta, None, 0).await.expect("checkpoint").0.seq);
         }
         // A compaction that started before the newest checkpoint was written leaves it alone.
-        ws.compact(1, 3, seqs[1]).await.expect("compact");
+        ws.compact(1, 3, seqs[1], seqs[0]).await.expect("compact");
         assert_eq!(ws.list_numbers("cp/").await.expect("list"), seqs);
-        ws.compact(3, 5, seqs[2]).await.expect("compact");
+        ws.compact(3, 5, seqs[2], seqs[1]).await.expect("compact");
         assert_eq!(ws.list_numbers("j/").await.expect("list"), (5..=10).collect::<Vec<u64>>());
         assert_eq!(ws.list_numbers("cp/").await.expect("list"), vec![seqs[1], seqs[2]]);
         // And the newest state still restores.
@@ -1026,10 +1125,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_retention_anchor_is_the_newest_checkpoint_older_than_the_window() {
+        use crate::meta::MetaBatch;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let (_dir, ws, meta) = workspace_on_a_file_store().await;
+        let now = Arc::new(AtomicU64::new(1_000_000));
+        let clock = now.clone();
+        meta.journal().set_clock(Arc::new(move || clock.load(Ordering::SeqCst)));
+        let mut cps = Vec::new();
+        for i in 0..3u8 {
+            let mut b = MetaBatch::new();
+            b.put_xattr(1, b"user.i", &[i]);
+            meta.commit(b).expect("commit");
+            cps.push(ws.checkpoint(&meta, None, 0).await.expect("checkpoint").0);
+            now.fetch_add(60_000, Ordering::SeqCst);
+        }
+        assert_eq!(cps[1].state_unix_ms, Some(1_060_000));
+        let anchor = |keep_after| {
+            let ws = &ws;
+            let newest = cps[2].seq;
+            async move { ws.retention_anchor(newest, keep_after).await.expect("anchor").map(|m| m.seq) }
+        };
+        // A window reaching before every checkpoint keeps the whole journal.
+        assert_eq!(anchor(999_999).await, None);
+        assert_eq!(anchor(1_000_000).await, Some(cps[0].seq));
+        assert_eq!(anchor(1_059_999).await, Some(cps[0].seq));
+        // Never the newest: it is what the window is measured back from.
+        assert_eq!(anchor(u64::MAX).await, Some(cps[1].seq));
+    }
+
+    #[tokio::test]
     async fn a_follower_reads_the_checkpoint_when_the_journal_skips_batches() {
         use crate::meta::MetaBatch;
         let (_dir, ws, meta) = workspace_on_a_file_store().await;
-        let batch = |seq| JournalBatch { seq, ops: Vec::new() };
+        let batch = |seq| JournalBatch { seq, ops: Vec::new(), unix_ms: 0 };
         assert!(ws.append_segment(1, "s", "h", &[batch(1), batch(2), batch(3)]).await.expect("append"));
         let at = ChainPoint { next_segment: 2, seq: 3 };
         assert!(ws.head_after(at).await.expect("head").is_none(), "nothing new");
@@ -1054,7 +1183,7 @@ mod tests {
     #[tokio::test]
     async fn a_follower_is_told_when_the_store_went_back_in_time() {
         let (_dir, ws, _meta) = workspace_on_a_file_store().await;
-        let batch = |seq| JournalBatch { seq, ops: Vec::new() };
+        let batch = |seq| JournalBatch { seq, ops: Vec::new(), unix_ms: 0 };
         for n in 1..=3 {
             assert!(ws.append_segment(n, "s", "h", &[batch(n)]).await.expect("append"));
         }
@@ -1065,6 +1194,46 @@ mod tests {
         let err = ws.head_after(at).await.expect_err("a rolled-back store went unnoticed");
         assert!(matches!(err, RemoteError::RolledBack { seen: 3, .. }), "{err}");
         assert_eq!(err.kind(), ErrorKind::Corrupt);
+    }
+
+    #[test]
+    fn segment_batch_times_are_checked_and_older_segments_get_their_write_time() {
+        let batch = |seq, unix_ms| JournalBatch { seq, ops: Vec::new(), unix_ms };
+        let plain = encode_segment(1, "s", "h", 9, &[batch(1, 5_000), batch(2, 7_500)]).expect("encode");
+        let times = |plain: &[u8]| -> Result<Vec<u64>> {
+            Ok(decode_segment(1, "j/1", plain)?.iter().map(|b| b.unix_ms).collect())
+        };
+        assert_eq!(times(&plain).expect("decode"), vec![5_000, 7_500]);
+        // The same segment with its header changed.
+        let with_header = |change: &dyn Fn(&mut serde_json::Value)| {
+            let hlen = u32::from_le_bytes(plain[..4].try_into().expect("len")) as usize;
+            let mut header: serde_json::Value = serde_json::from_slice(&plain[4..4 + hlen]).expect("json");
+            change(&mut header);
+            let header = serde_json::to_vec(&header).expect("json");
+            let mut out = (header.len() as u32).to_le_bytes().to_vec();
+            out.extend_from_slice(&header);
+            out.extend_from_slice(&plain[4 + hlen..]);
+            out
+        };
+        for (what, change) in [
+            (
+                "a time short",
+                &(|h: &mut serde_json::Value| h["batch_ms"] = serde_json::json!([5000])) as &dyn Fn(&mut _),
+            ),
+            ("no times in format 4", &|h: &mut serde_json::Value| {
+                drop(h.as_object_mut().map(|o| o.remove("batch_ms")))
+            }),
+            ("a sum past 2^64", &|h: &mut serde_json::Value| h["batch_ms"] = serde_json::json!([u64::MAX, 1])),
+        ] {
+            let err = times(&with_header(change)).expect_err(what);
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{what}: {err}");
+        }
+        // A format-3 segment has no times: its batches count as written at the end of its second.
+        let old = with_header(&|h: &mut serde_json::Value| {
+            h["format"] = serde_json::json!(3);
+            h.as_object_mut().map(|o| o.remove("batch_ms"));
+        });
+        assert_eq!(times(&old).expect("an older segment reads"), vec![9_999, 9_999]);
     }
 
     #[test]

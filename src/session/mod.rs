@@ -39,7 +39,10 @@ use tracing::{info, warn};
 
 use crate::backend::BackendHealth;
 use crate::history::{History, HistoryError, Recorded};
-use crate::remote::{ChainPoint, ChainState, CheckpointReport, Committer, RemoteError, RemoteStats, Workspace};
+use crate::meta::{Clock, system_unix_ms};
+use crate::remote::{
+    AtReport, ChainPoint, ChainState, CheckpointReport, Committer, RemoteError, RemoteStats, Workspace,
+};
 use crate::store::{Fencing, Store};
 use crate::tier::{ColdConfig, DEFAULT_INFLIGHT_BUDGET, DEFAULT_RESERVE};
 use crate::vfs::{AttachedStore, HeadChange, Prepared, Vfs, VfsConfig, VfsStats};
@@ -81,6 +84,16 @@ pub enum Access {
     ReadOnly,
     /// Read only, one snapshot; the data dir is a cache of it, rebuilt at every open.
     Snapshot(String),
+    /// Read only, the workspace as it was at this time of day (unix milliseconds), from the
+    /// journal (`Workspace::restore_at`); the data dir is a cache of it, rebuilt at every open.
+    At(u64),
+}
+
+impl Access {
+    /// A fixed past state (a snapshot or a time), not the workspace's head.
+    fn is_past(&self) -> bool {
+        matches!(self, Access::Snapshot(_) | Access::At(_))
+    }
 }
 
 /// When fsync returns.
@@ -176,6 +189,12 @@ pub struct SessionConfig {
     pub follow: Option<Duration>,
     /// Encrypt the hot tier at rest under a key derived from the store's (`--encrypt-cache`).
     pub encrypt_cache: bool,
+    /// The clock journal batches are stamped from (`None`: the system clock); tests of
+    /// point-in-time restore set their own.
+    pub clock: Option<Clock>,
+    /// How far back point-in-time restore reaches: a writer's compaction keeps the journal
+    /// and checkpoints a restore to any time this recent needs.
+    pub retention: Duration,
 }
 
 impl std::fmt::Debug for SessionConfig {
@@ -217,6 +236,8 @@ impl SessionConfig {
             refill: true,
             follow: None,
             encrypt_cache: false,
+            clock: None,
+            retention: crate::remote::DEFAULT_RETENTION,
         }
     }
 
@@ -303,6 +324,8 @@ pub struct Session {
     hot: Option<Arc<HotSets>>,
     /// A follower's state.
     follower: Option<Arc<Follower>>,
+    /// What a point-in-time session ([`Access::At`]) restored.
+    restored_at: Option<AtReport>,
 }
 
 impl Session {
@@ -312,21 +335,21 @@ impl Session {
         let store = config.store.clone();
         // Before anything may clear the data dir.
         let repairs = store.as_ref().map(|s| Arc::new(RepairLog::load(&config.data_dir, s)));
-        if matches!(config.access, Access::Snapshot(_)) || config.follow.is_some() {
+        if config.access.is_past() || config.follow.is_some() {
             // A view's cache: restored anew at every open (a follower's head moved on anyway).
             reset_snapshot_dir(&config.data_dir, &config.keep_files)?;
         }
         let cache_cipher = store.as_ref().filter(|_| config.encrypt_cache).map(|s| s.keys().cache_cipher());
-        let mut prepared = Vfs::prepare(&config.data_dir, cache_cipher.clone())?;
+        let mut prepared = prepare(&config, cache_cipher.clone())?;
         // Nothing local yet: a fresh node (or one after a reset), whose cache starts empty.
         let mut fresh = prepared.meta().is_empty()?;
         let owner = store.as_ref().map(|s| format!("{}\n{}\n", s.config().store_id, config.workspace));
         if let (Some(owner), Access::ReadWrite) = (&owner, &config.access) {
             check_owner(&config.data_dir, owner, &config.workspace)?;
         }
-        let follow_from = match &store {
+        let (follow_from, restored_at) = match &store {
             Some(store) => restore_view(&config, store, &prepared, handle)?,
-            None => None,
+            None => (None, None),
         };
         let committer = match &store {
             Some(store) if config.access == Access::ReadWrite => {
@@ -342,7 +365,7 @@ impl Session {
                         warn!("{e}; dropping this node's copy and restoring the store's state");
                         drop(prepared);
                         clear_data_dir(&config.data_dir, &config.keep_files)?;
-                        prepared = Vfs::prepare(&config.data_dir, cache_cipher.clone())?;
+                        prepared = prepare(&config, cache_cipher.clone())?;
                         fresh = true;
                         Some(open_remote(&config, store, &prepared, handle)?)
                     }
@@ -387,7 +410,7 @@ impl Session {
         let workspace = committer.as_ref().map(|c| c.workspace().clone()).or_else(|| store.as_ref().map(new_workspace));
         let hot = workspace
             .as_ref()
-            .filter(|_| config.hot_set && !matches!(config.access, Access::Snapshot(_)))
+            .filter(|_| config.hot_set && !config.access.is_past())
             .map(|ws| HotSets::new(vfs.clone(), ws.clone()));
         let follower = config.follow.zip(follow_from).map(|(every, from)| Follower::new(every, from));
         let session = Session {
@@ -405,6 +428,7 @@ impl Session {
             encrypt_cache: config.encrypt_cache,
             history: Mutex::new(None),
             hot,
+            restored_at,
         };
         session.start(config.access == Access::ReadWrite);
         if let Some(hot) = &session.hot {
@@ -453,6 +477,11 @@ impl Session {
     }
 
     /// The filesystem the front end serves.
+    /// What a point-in-time session ([`Access::At`]) restored; `None` for any other.
+    pub fn restored_at(&self) -> Option<&AtReport> {
+        self.restored_at.as_ref()
+    }
+
     pub fn vfs(&self) -> &Arc<Vfs> {
         &self.vfs
     }
@@ -692,27 +721,28 @@ impl Drop for Session {
 }
 
 /// A read-only session with nothing local shows the latest state; a snapshot session, the
-/// snapshot. Either is shown as a node after a reset would show it: data that was never
-/// stored is cut off. A follower's restore keeps the marks of data not stored yet (the
-/// follower cuts in memory, and uncuts when the data arrives) and returns where the chain
-/// ended.
+/// snapshot; a point-in-time session, the state at its time (and returns what it restored).
+/// Each is shown as a node after a reset would show it: data that was never stored is cut
+/// off. A follower's restore keeps the marks of data not stored yet (the follower cuts in
+/// memory, and uncuts when the data arrives) and returns where the chain ended.
 fn restore_view(
     config: &SessionConfig,
     store: &Arc<Store>,
     prepared: &Prepared,
     handle: &Handle,
-) -> Result<Option<ChainPoint>, SessionError> {
+) -> Result<(Option<ChainPoint>, Option<AtReport>), SessionError> {
     let ws = Workspace::new(store.clone(), &config.workspace);
+    let mut restored_at = None;
     match &config.access {
-        Access::ReadWrite => return Ok(None),
+        Access::ReadWrite => return Ok((None, None)),
         Access::ReadOnly if config.follow.is_some() => {
             let state = handle.block_on(restore_checked(&ws, prepared, config.accept_rollback))?;
             info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored to follow");
-            return Ok(Some(state.into()));
+            return Ok((Some(state.into()), None));
         }
         Access::ReadOnly => {
             if !prepared.meta().is_empty()? {
-                return Ok(None);
+                return Ok((None, None));
             }
             let state = handle.block_on(restore_checked(&ws, prepared, config.accept_rollback))?;
             info!(remote_seq = state.remote_seq, entries = state.entries, "latest state restored read-only");
@@ -721,15 +751,29 @@ fn restore_view(
             let m = handle.block_on(ws.restore_snapshot(prepared.meta(), id))?;
             info!(snapshot = %id, entries = m.entries, "snapshot restored read-only");
         }
+        Access::At(at_ms) => {
+            let report = handle.block_on(ws.restore_at(prepared.meta(), *at_ms, system_unix_ms()))?;
+            info!(at = %report.at, seq = report.seq, batches = report.batches, "point in time restored read-only");
+            restored_at = Some(report);
+        }
     }
     prepared.meta().cut_to_stored_data()?;
-    Ok(None)
+    Ok((None, restored_at))
+}
+
+/// The data dir's local state, its journal on the configured clock.
+fn prepare(config: &SessionConfig, cache_cipher: Option<crate::crypto::CacheCipher>) -> Result<Prepared, SessionError> {
+    let prepared = Vfs::prepare(&config.data_dir, cache_cipher)?;
+    if let Some(clock) = &config.clock {
+        prepared.meta().journal().set_clock(clock.clone());
+    }
+    Ok(prepared)
 }
 
 /// Refuses a configuration whose parts do not go together, before anything is touched.
 fn check_config(config: &SessionConfig) -> Result<(), SessionError> {
     let no_store = config.store.is_none();
-    if matches!(config.access, Access::Snapshot(_)) && no_store {
+    if config.access.is_past() && no_store {
         return Err(SessionError::NoStore);
     }
     if config.encrypt_cache && no_store {
@@ -804,6 +848,7 @@ fn open_remote(
         let (committer, state) =
             Committer::open(ws.clone(), prepared.meta().clone(), lease, config.takeover, config.accept_rollback)
                 .await?;
+        committer.set_retention(config.retention);
         info!(
             workspace = %config.workspace,
             remote_seq = state.remote_seq,

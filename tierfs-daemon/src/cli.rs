@@ -180,7 +180,8 @@ pub enum Command {
     #[command(after_help = EXIT_STATUS_HELP)]
     Flush(FlushCommand),
 
-    /// List the snapshots of a workspace (oldest first).
+    /// List the snapshots of a workspace (oldest first); with --timeline, every point
+    /// `tierfs restore --at` can go back to.
     #[command(after_help = EXIT_STATUS_HELP)]
     Snapshots(SnapshotsCommand),
 
@@ -190,7 +191,8 @@ pub enum Command {
     Forget(ForgetCommand),
 
     /// Delete what nothing references any more: packs, index segments, old checkpoints,
-    /// journal segments and metadata parts of every workspace of the store.
+    /// journal segments and metadata parts of every workspace of the store. What `tierfs
+    /// restore --at` needs inside --keep-within (7 days by default) stays.
     ///
     /// Needs every workspace of the store unmounted (it takes each one's lease, as a mount
     /// would): no upload may be in flight while packs are deleted.
@@ -237,7 +239,7 @@ pub enum Command {
     #[command(after_help = EXIT_STATUS_HELP)]
     History(HistoryCommand),
 
-    /// Write a plain copy of a workspace (latest state, or --snapshot ID) into DIR.
+    /// Write a plain copy of a workspace (latest state, --snapshot ID, or --at TIME) into DIR.
     ///
     /// Needs no mount and takes no lease (a live writer may go on). File data is fetched from
     /// the store, with progress; sparse regions stay holes; modes, times, xattrs, symlinks
@@ -361,6 +363,10 @@ pub struct ForgetCommand {
     /// Keep the newest snapshot of each of the last N months that have one.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub keep_monthly: usize,
+    /// Keep every snapshot made within DURATION of now (`7d`, `12h`). The journal that
+    /// `tierfs restore --at` reads is kept by its own window (`tierfs gc --keep-within`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub keep_within: Option<Duration>,
     /// Only say what would be removed.
     #[arg(long)]
     pub dry_run: bool,
@@ -372,6 +378,11 @@ pub struct GcCommand {
     /// Store file [default: the embedded local store, ~/.local/share/tierfs/store.toml (under $XDG_DATA_HOME if set), if it exists].
     #[arg(long, value_name = "FILE", env = "TIERFS_STORE")]
     pub store: Option<PathBuf>,
+    /// Keep what `tierfs restore --at` needs to go back this far (the journal, its checkpoints
+    /// and the data they reference): `7d`, `12h`, `0` for nothing but the latest state and the
+    /// snapshots.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+    pub keep_within: Duration,
     /// Only say what would be deleted.
     #[arg(long)]
     pub dry_run: bool,
@@ -388,6 +399,12 @@ pub struct RestoreCommand {
     /// A snapshot id from `tierfs snapshots` [default: the latest state].
     #[arg(long, value_name = "ID")]
     pub snapshot: Option<String>,
+    /// The workspace as it was at TIME: RFC 3339 (`2026-12-06T14:03:27Z`, with an offset, or
+    /// `2026-12-06 14:03:27` in UTC) or relative (`10m ago`, `1h 30m ago`). Files whose data
+    /// at TIME had not reached the store are restored as the store had them and listed.
+    /// `tierfs snapshots --timeline` shows how far back the store goes.
+    #[arg(long, value_name = "TIME", conflicts_with = "snapshot")]
+    pub at: Option<String>,
     /// Where to write the copy (created if missing; must be empty).
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
@@ -434,6 +451,10 @@ pub struct SnapshotsCommand {
     pub store: Option<PathBuf>,
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub workspace: String,
+    /// Show every point `tierfs restore --at` can go back to: syncs, checkpoints and the span
+    /// of time the journal covers.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 /// `tierfs init`.
@@ -1117,6 +1138,15 @@ pub fn parse_fencing(s: &str) -> Result<tierfs::store::Fencing, String> {
 
 /// Parses a duration in seconds with an optional decimal fraction (`30`, `0.5`,
 /// `1.000000001`), exactly to the nanosecond.
+/// A duration as humantime reads it (`7d`, `12h 30m`), or `0`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(t).map_err(|e| format!("{text:?} is not a duration such as 7d or 12h: {e}"))
+}
+
 fn parse_secs(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     let (whole, fraction) = match trimmed.split_once('.') {

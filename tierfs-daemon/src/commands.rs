@@ -105,11 +105,12 @@ fn forget(cli: &Cli, cmd: &ForgetCommand) -> Result<()> {
         daily: cmd.keep_daily,
         weekly: cmd.keep_weekly,
         monthly: cmd.keep_monthly,
+        within_secs: cmd.keep_within.map_or(0, |d| d.as_secs()),
     };
     if policy.is_empty() {
         bail_with!(
             ErrorKind::InvalidInput,
-            "say what to keep (--keep-last, --keep-daily, --keep-weekly, --keep-monthly); forget never removes every snapshot"
+            "say what to keep (--keep-last, --keep-daily, --keep-weekly, --keep-monthly, --keep-within); forget never removes every snapshot"
         );
     }
     let store = paths::command_store_file(cmd.store.as_deref())?;
@@ -127,7 +128,7 @@ fn forget(cli: &Cli, cmd: &ForgetCommand) -> Result<()> {
 
 fn gc(cli: &Cli, cmd: &GcCommand) -> Result<()> {
     let store = paths::command_store_file(cmd.store.as_deref())?;
-    let report = store_link::gc(&store, cmd.dry_run, cli.json)?;
+    let report = store_link::gc(&store, cmd.dry_run, cmd.keep_within, cli.json)?;
     if cli.json {
         return print_json(&report);
     }
@@ -148,16 +149,56 @@ fn gc(cli: &Cli, cmd: &GcCommand) -> Result<()> {
         report.journal_segments_deleted,
         report.parts_deleted
     );
+    println!(
+        "kept for restore --at within {}: {} journal segments, {} checkpoints",
+        humantime::format_duration(cmd.keep_within),
+        report.journal_segments_kept,
+        report.checkpoints_kept
+    );
     Ok(())
 }
 
 fn restore(cli: &Cli, cmd: &RestoreCommand) -> Result<()> {
     let store = paths::command_store_file(cmd.store.as_deref())?;
     let dir = paths::absolute(&cmd.dir)?;
-    let report =
-        crate::restore::restore(&store, &cmd.workspace, cmd.snapshot.as_deref(), &dir, cmd.same_owner, cli.json)?;
+    let from = match (&cmd.snapshot, &cmd.at) {
+        (Some(id), _) => crate::restore::From::Snapshot(id.clone()),
+        (None, Some(time)) => {
+            crate::restore::From::At(crate::restore::parse_time(time, tierfs::meta::system_unix_ms())?)
+        }
+        (None, None) => crate::restore::From::Latest,
+    };
+    let report = crate::restore::restore(&store, &cmd.workspace, &from, &dir, cmd.same_owner, cli.json)?;
     if cli.json {
         return print_json(&report);
+    }
+    if let Some(at) = &report.at {
+        let base = match (at.base.kind, &at.base.id) {
+            (tierfs::remote::PointKind::Sync, Some(id)) => format!("sync {id}"),
+            (tierfs::remote::PointKind::Checkpoint, _) => format!("checkpoint at batch {}", at.base.seq),
+            _ => "the start of the journal".to_string(),
+        };
+        println!(
+            "as of {}: the state of {} (batch {}), from {base} and {} journal batches after it",
+            at.at, at.state, at.seq, at.batches
+        );
+        if let Some(seq) = at.gap_after {
+            println!(
+                "note: the journal skips batches after {seq} (only a newer checkpoint holds them): this is the \
+                 state at {}, earlier than asked",
+                at.state
+            );
+        }
+        if !at.incomplete.is_empty() {
+            println!(
+                "incomplete: {} files whose data at {} had not all reached the store, restored as the store had them:",
+                at.incomplete.len(),
+                at.at
+            );
+            for p in &at.incomplete {
+                println!("  {p}");
+            }
+        }
     }
     println!(
         "restored {} files ({}), {} directories, {} symlinks, {} hard links into {} in {} ms",
@@ -330,6 +371,9 @@ fn sync(cli: &Cli, cmd: &SyncCommand) -> Result<()> {
 
 fn snapshots(cli: &Cli, cmd: &SnapshotsCommand) -> Result<()> {
     let store = paths::command_store_file(cmd.store.as_deref())?;
+    if cmd.timeline {
+        return timeline(cli, &store, &cmd.workspace);
+    }
     let list = store_link::list_snapshots(&store, &cmd.workspace)?;
     if cli.json {
         return print_json(&list);
@@ -341,6 +385,34 @@ fn snapshots(cli: &Cli, cmd: &SnapshotsCommand) -> Result<()> {
     for s in &list {
         println!("{}  {} entries  {}", s.id, s.entries, s.message.as_deref().unwrap_or(""));
     }
+    Ok(())
+}
+
+/// `tierfs snapshots --timeline`: the restorable points, oldest first, and the journal's span.
+fn timeline(cli: &Cli, store: &Path, workspace: &str) -> Result<()> {
+    use tierfs::remote::PointKind;
+    let t = store_link::timeline(store, workspace)?;
+    if cli.json {
+        return print_json(&t);
+    }
+    let Some(oldest) = &t.oldest else {
+        println!("workspace {workspace:?} has nothing to restore");
+        return Ok(());
+    };
+    for p in &t.points {
+        let what = match p.kind {
+            PointKind::Start => "start     ".to_string(),
+            PointKind::Checkpoint => "checkpoint".to_string(),
+            PointKind::Sync => format!("sync       {}", p.id.as_deref().unwrap_or("")),
+        };
+        let message = p.message.as_deref().map(|m| format!("  {m}")).unwrap_or_default();
+        let alone = if p.journal_after { "" } else { "  (journal after it deleted: restores only itself)" };
+        println!("{}  {what}  batch {}{message}{alone}", p.time, p.seq);
+    }
+    if let Some(j) = &t.journal {
+        println!("journal: batches from {} to {} (segments {} to {})", j.from, j.to, j.first_segment, j.last_segment);
+    }
+    println!("restorable from {oldest} on");
     Ok(())
 }
 

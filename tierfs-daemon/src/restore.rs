@@ -1,5 +1,6 @@
-//! `tierfs restore`: a plain copy of a workspace (its latest state, or one snapshot) into a
-//! local directory, without mounting anything and without taking the writer lease.
+//! `tierfs restore`: a plain copy of a workspace (its latest state, one snapshot, or the state
+//! at a time of day, `--at`) into a local directory, without mounting anything and without
+//! taking the writer lease.
 //!
 //! The workspace's metadata is restored into a scratch data directory, opened by a read-only
 //! session of the core, and written out by `tierfs::export`: directories, regular files (only
@@ -8,39 +9,79 @@
 //!
 //! Invariants: the target directory must be empty or missing (nothing of the user's is
 //! overwritten); the scratch directory is removed afterwards however the copy ends; a file
-//! that cannot be read fully is an error, never a silently short copy (the exporter's).
+//! that cannot be read fully is an error, never a silently short copy (the exporter's); with
+//! `--at`, every file whose data at that time had not reached the store is named in the
+//! report, and a time the store cannot rebuild fails before the target is made.
 
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use tierfs::ErrorKind;
 use tierfs::export;
+use tierfs::remote::{TimelinePoint, rfc3339_ms};
 use tierfs::session::{Access, RESTORE_CACHE_SIZE, Session, SessionConfig};
 use tierfs::vfs::{FileKind, Ino, ROOT_INO, Vfs};
 
-use crate::logging::bail_with;
+use crate::logging::{Reported, bail_with};
 use crate::store_link::open_store;
-use tierfs::ErrorKind;
+
+/// Which state of the workspace a restore copies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum From {
+    Latest,
+    Snapshot(String),
+    /// The state at this time of day (unix milliseconds).
+    At(u64),
+}
+
+/// What a point-in-time restore rebuilt (`--at`).
+#[derive(Debug, Serialize)]
+pub struct PointInTime {
+    /// The time asked for.
+    pub at: String,
+    pub at_unix_ms: u64,
+    /// The sync, checkpoint or journal start it started from.
+    pub base: TimelinePoint,
+    /// Journal batches replayed after the base, and the last one restored.
+    pub batches: u64,
+    pub seq: u64,
+    /// When the restored state became current (the last batch replayed, or the base).
+    pub state: String,
+    pub state_unix_ms: u64,
+    /// Files (paths in DIR) whose data at that time had not all reached the store: restored
+    /// with what the store had. A file with no name at that time (open, unlinked) is listed
+    /// as `#ino`.
+    pub incomplete: Vec<String>,
+    /// The journal skips batches after this one: the state is older than asked.
+    pub gap_after: Option<u64>,
+    /// How long rebuilding the metadata at that time took (the rest of `millis` is the copy).
+    pub rebuild_millis: u64,
+}
 
 /// What a restore wrote.
 #[derive(Debug, Serialize)]
 pub struct RestoreReport {
     pub snapshot: Option<String>,
+    /// Set by `--at`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<PointInTime>,
     /// Entries and data written (their fields sit at the top level of the JSON).
     #[serde(flatten)]
     pub written: export::Written,
     pub millis: u64,
 }
 
-/// Restores the workspace (or `snapshot`) of `store_file` into `target`.
+/// Restores the workspace's state `from` of `store_file` into `target`.
 pub fn restore(
     store_file: &Path,
     workspace: &str,
-    snapshot: Option<&str>,
+    from: &From,
     target: &Path,
     same_owner: bool,
     json: bool,
@@ -60,50 +101,100 @@ pub fn restore(
             target.display()
         );
     }
-    fs::create_dir_all(target).with_context(|| format!("creating {}", target.display()))?;
     let started = Instant::now();
     let rt = crate::config::build_runtime()?;
     let (store, _) = open_store(rt.handle(), store_file)?;
+    // Next to the target when its parent exists (else in the temporary directory): the
+    // target itself is made only once the state is read, so a refused time changes nothing.
+    let near = target.parent().filter(|p| p.is_dir()).map_or_else(std::env::temp_dir, Path::to_path_buf);
     let scratch = tempfile::Builder::new()
         .prefix(".tierfs-restore-")
-        .tempdir_in(target.parent().unwrap_or(Path::new("/tmp")))
-        .context("creating a scratch directory next to the target")?;
+        .tempdir_in(&near)
+        .with_context(|| format!("creating a scratch directory in {}", near.display()))?;
     // A read-only session of a scratch data dir restores the metadata (cut to the data that
     // reached the store, as on a new node) and fetches file data as it is read.
     let mut config = SessionConfig::new(scratch.path(), None);
     config.store = Some(Arc::new(store));
     config.workspace = workspace.to_owned();
-    config.access = snapshot.map_or(Access::ReadOnly, |id| Access::Snapshot(id.to_owned()));
+    config.access = match from {
+        From::Latest => Access::ReadOnly,
+        From::Snapshot(id) => Access::Snapshot(id.clone()),
+        From::At(ms) => Access::At(*ms),
+    };
     config.cache_size = Some(RESTORE_CACHE_SIZE);
     // A scratch copy read once: nothing to keep warm.
     config.hot_set = false;
     let session = Session::open(config, rt.handle()).context("reading the workspace from the store")?;
+    fs::create_dir_all(target).with_context(|| format!("creating {}", target.display()))?;
     let vfs = session.vfs();
+    let incomplete: HashSet<Ino> =
+        session.restored_at().map(|r| r.incomplete.iter().copied().collect()).unwrap_or_default();
     let mut progress = Progress {
         show: !json && std::io::stderr().is_terminal(),
         total: if json { 0 } else { total_bytes(vfs, ROOT_INO)? },
         last_shown: Instant::now(),
+        target: target.to_path_buf(),
+        incomplete: &incomplete,
+        named: BTreeSet::new(),
+        seen: HashSet::new(),
     };
     let written = export::write_tree(vfs, target, same_owner, &mut progress)?;
     export::set_attrs(target, &vfs.getattr(ROOT_INO)?, same_owner)?;
     if progress.show {
         eprintln!();
     }
-    let report =
-        RestoreReport { snapshot: snapshot.map(str::to_owned), written, millis: started.elapsed().as_millis() as u64 };
+    let at = session.restored_at().map(|r| {
+        let mut names: Vec<String> = progress.named.iter().cloned().collect();
+        // Files restored under no name (open and unlinked at that time) still count.
+        let mut unnamed: Vec<Ino> = r.incomplete.iter().copied().filter(|i| !progress.seen.contains(i)).collect();
+        unnamed.sort_unstable();
+        names.extend(unnamed.into_iter().map(|i| format!("#{i}")));
+        PointInTime {
+            at: r.at.clone(),
+            at_unix_ms: r.at_unix_ms,
+            base: r.base.clone(),
+            batches: r.batches,
+            seq: r.seq,
+            state: rfc3339_ms(r.state_unix_ms),
+            state_unix_ms: r.state_unix_ms,
+            incomplete: names,
+            gap_after: r.gap_after,
+            rebuild_millis: r.millis,
+        }
+    });
+    let snapshot = match from {
+        From::Snapshot(id) => Some(id.clone()),
+        _ => None,
+    };
+    let report = RestoreReport { snapshot, at, written, millis: started.elapsed().as_millis() as u64 };
     drop(session);
     drop(scratch);
     Ok(report)
 }
 
-/// The progress line on a terminal: files and bytes written of the total.
-struct Progress {
+/// The progress line on a terminal: files and bytes written of the total; and the names of
+/// the files a point-in-time restore found incomplete.
+struct Progress<'a> {
     show: bool,
     total: u64,
     last_shown: Instant,
+    target: PathBuf,
+    incomplete: &'a HashSet<Ino>,
+    /// Their paths relative to the target, every name of each.
+    named: BTreeSet<String>,
+    seen: HashSet<Ino>,
 }
 
-impl export::Visitor for Progress {
+impl export::Visitor for Progress<'_> {
+    fn written(&mut self, path: &Path, ino: Ino, _parent: Ino, _name: &[u8]) -> export::Result<()> {
+        if self.incomplete.contains(&ino) {
+            let rel = path.strip_prefix(&self.target).unwrap_or(path);
+            self.named.insert(rel.to_string_lossy().into_owned());
+            self.seen.insert(ino);
+        }
+        Ok(())
+    }
+
     fn progress(&mut self, written: &export::Written) {
         if self.show && self.last_shown.elapsed().as_millis() >= 200 {
             self.last_shown = Instant::now();
@@ -124,4 +215,56 @@ fn total_bytes(vfs: &Vfs, dir: Ino) -> Result<u64> {
         }
     }
     Ok(n)
+}
+
+/// A TIME of `tierfs restore --at`, as unix milliseconds: RFC 3339 (with `Z` or an offset; a
+/// time without one is UTC), `now`, or a duration (humantime's: `10m`, `1h 30m`, `2days`)
+/// followed by `ago`. `now_ms` is the time of day now. Refused with `InvalidInput`.
+pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
+    let t = s.trim();
+    let invalid = |why: String| {
+        anyhow::Error::new(Reported::new(
+            ErrorKind::InvalidInput,
+            format!("--at {s:?}: {why}; give a time as RFC 3339 (2026-12-06T14:03:27Z) or relative (10m ago)"),
+        ))
+    };
+    if t.eq_ignore_ascii_case("now") {
+        return Ok(now_ms);
+    }
+    if let Some(ago) = t.strip_suffix("ago").or_else(|| t.strip_suffix("AGO")) {
+        let d = humantime::parse_duration(ago.trim()).map_err(|e| invalid(e.to_string()))?;
+        let ms = u64::try_from(d.as_millis()).map_err(|_| invalid("too long ago".into()))?;
+        return now_ms.checked_sub(ms).ok_or_else(|| invalid("before 1970".into()));
+    }
+    let ms = match chrono::DateTime::parse_from_rfc3339(t) {
+        Ok(dt) => dt.timestamp_millis(),
+        Err(_) => {
+            let st = humantime::parse_rfc3339_weak(t).map_err(|e| invalid(e.to_string()))?;
+            match st.duration_since(std::time::UNIX_EPOCH) {
+                Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+                Err(_) => -1,
+            }
+        }
+    };
+    u64::try_from(ms).map_err(|_| invalid("before 1970".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_as_rfc3339_or_relative_and_nonsense_is_invalid_input() {
+        let now = 1_796_000_000_000; // 2026-11-30T00:53:20Z
+        assert_eq!(parse_time("2026-11-30T00:53:20Z", now).expect("utc"), now);
+        assert_eq!(parse_time("2026-11-30T01:53:20.250+01:00", now).expect("offset"), now + 250);
+        assert_eq!(parse_time("2026-11-30 00:53:19", now).expect("no zone: utc"), now - 1000);
+        assert_eq!(parse_time("10m ago", now).expect("relative"), now - 600_000);
+        assert_eq!(parse_time("1h 30m ago", now).expect("relative"), now - 5_400_000);
+        assert_eq!(parse_time("now", now).expect("now"), now);
+        for bad in ["yesterday", "10 parsecs ago", "2026-13-01T00:00:00Z", "", "1969-12-31T23:59:59Z"] {
+            let err = parse_time(bad, now).expect_err(bad);
+            assert_eq!(crate::logging::error_kind(&err), Some(ErrorKind::InvalidInput), "{bad}: {err}");
+        }
+    }
 }

@@ -14,7 +14,7 @@
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -201,6 +201,12 @@ pub fn list_snapshots(store_file: &Path, workspace: &str) -> Result<Vec<tierfs::
     rt.block_on(ws.snapshots()).context("listing snapshots")
 }
 
+/// `tierfs snapshots --timeline`.
+pub fn timeline(store_file: &Path, workspace: &str) -> Result<tierfs::remote::Timeline> {
+    let (rt, ws) = open_workspace(store_file, workspace)?;
+    rt.block_on(ws.timeline()).context("reading the workspace's timeline")
+}
+
 /// `tierfs forget`.
 pub fn forget(
     store_file: &Path,
@@ -233,7 +239,7 @@ pub fn diff(store_file: &Path, workspace: &str, a: &str, b: &str) -> Result<Vec<
 }
 
 /// `tierfs gc`, with progress lines on stderr (unless `json`).
-pub fn gc(store_file: &Path, dry_run: bool, json: bool) -> Result<tierfs::remote::GcReport> {
+pub fn gc(store_file: &Path, dry_run: bool, keep_within: Duration, json: bool) -> Result<tierfs::remote::GcReport> {
     let rt = crate::config::build_runtime()?;
     let (store, _) = open_store(rt.handle(), store_file)?;
     let scratch = tempfile::Builder::new().prefix("tierfs-gc-").tempdir().context("creating a scratch directory")?;
@@ -243,7 +249,8 @@ pub fn gc(store_file: &Path, dry_run: bool, json: bool) -> Result<tierfs::remote
             eprintln!("gc: {line}");
         }
     };
-    rt.block_on(tierfs::remote::gc(Arc::new(store), scratch.path(), &holder, dry_run, &progress)).context("gc")
+    rt.block_on(tierfs::remote::gc(Arc::new(store), scratch.path(), &holder, dry_run, keep_within, &progress))
+        .context("gc")
 }
 
 // ---- commands ----------------------------------------------------------------------------
