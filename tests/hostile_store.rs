@@ -28,7 +28,7 @@ use tierfs::meta::{InodeRecord, JournalBatch, JournalOp};
 use tierfs::remote::{Workspace, encode_segment};
 use tierfs::session::{Access, Session, SessionConfig, SessionError, StoreLocality};
 use tierfs::store::{Store, StoreConfig, StoreError, WholeObject};
-use tierfs::types::{Attr, FileKind, Timestamp};
+use tierfs::types::{Attr, FileKind};
 use tierfs::vfs::{Caller, ROOT_INO};
 use tierfs::{Error, ErrorKind};
 use tierfs_test_support::moto::MotoServer;
@@ -57,6 +57,22 @@ impl Fixture {
         let mut store_config = StoreConfig::new(vec![BackendSpec::File { path: objects.clone() }.to_url()]);
         store_config.replicas = Some(1);
         Fixture::written(dir, store_config, Some(objects))
+    }
+
+    /// A store on a new moto server's bucket `bucket` (prefix `store`), with a workspace
+    /// written and closed as in [`Fixture::file`]. The server lives as long as it is held.
+    fn on_moto(bucket: &str) -> (MotoServer, Fixture) {
+        let server = MotoServer::start();
+        server.create_bucket(bucket);
+        let mut store_config = StoreConfig::new(vec![server.url(bucket, "store")]);
+        store_config.replicas = Some(1);
+        store_config.credentials = Credentials {
+            access_key_id: Some("test".into()),
+            secret_access_key: Some("test".into()),
+            session_token: None,
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        (server, Fixture::written(dir, store_config, None))
     }
 
     fn written(dir: tempfile::TempDir, store_config: StoreConfig, objects: Option<PathBuf>) -> Fixture {
@@ -253,15 +269,8 @@ fn a_segment_claiming_u32_max_batches_is_corrupt_and_nothing_aborts() {
 /// refused with its body unread (16 MiB planted, less than 1 MiB received).
 #[test]
 fn on_s3_an_oversized_lease_is_refused_unread() {
-    let server = MotoServer::start();
     let bucket = "hostile";
-    server.create_bucket(bucket);
-    let mut store_config = StoreConfig::new(vec![server.url(bucket, "store")]);
-    store_config.replicas = Some(1);
-    store_config.credentials =
-        Credentials { access_key_id: Some("test".into()), secret_access_key: Some("test".into()), session_token: None };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fx = Fixture::written(dir, store_config, None);
+    let (server, fx) = Fixture::on_moto(bucket);
     let store = fx.store();
     let lease = format!("{}lease", fx.workspace(&store));
     let planted = 16u64 << 20;
@@ -290,22 +299,9 @@ impl Planted {
 
     /// An inode: `perm` with its setid bits, owned by `uid`, device number `rdev`.
     fn inode(mut self, ino: u64, kind: FileKind, perm: u16, uid: u32, rdev: u32) -> Planted {
-        let t = Timestamp { secs: 1_700_000_000, nanos: 0 };
-        let attr = Attr {
-            ino,
-            kind,
-            perm,
-            nlink: if kind == FileKind::Dir { 2 } else { 1 },
-            uid,
-            gid: uid,
-            rdev,
-            size: 0,
-            blocks: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-        };
+        let nlink = if kind == FileKind::Dir { 2 } else { 1 };
+        // Empty, with times of now: what `Attr::gone` gives, and the rest as asked.
+        let attr = Attr { kind, perm, nlink, uid, gid: uid, rdev, ..Attr::gone(ino) };
         let rec = InodeRecord { attr, parent: ROOT_INO, dense: true, no_xattrs: true };
         self.0.push(JournalOp::Put { key: codec::inode_key(ino), value: codec::encode_inode(&rec) });
         self
@@ -467,15 +463,8 @@ fn setuid_files_and_devices_from_a_store_need_same_owner() {
 /// `file://` (the batch is appended with the library's own conditional create).
 #[test]
 fn on_s3_a_traversal_name_is_refused_and_nothing_is_written() {
-    let server = MotoServer::start();
     let bucket = "hostile-names";
-    server.create_bucket(bucket);
-    let mut store_config = StoreConfig::new(vec![server.url(bucket, "store")]);
-    store_config.replicas = Some(1);
-    store_config.credentials =
-        Credentials { access_key_id: Some("test".into()), secret_access_key: Some("test".into()), session_token: None };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fx = Fixture::written(dir, store_config, None);
+    let (_server, fx) = Fixture::on_moto(bucket);
     let store = fx.store();
     let canary = fx.canary();
     let key = fx.next_segment_key(&store);

@@ -10,47 +10,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tierfs::ErrorKind;
-use tierfs::backend::BackendSpec;
-use tierfs::crypto::{KdfParams, Secret};
 use tierfs::meta::system_unix_ms;
 use tierfs::remote::{PointKind, RemoteError, Workspace};
-use tierfs::session::{Access, Session, SessionConfig, SessionError, StoreLocality};
-use tierfs::store::{Store, StoreConfig};
+use tierfs::session::{Access, Session, SessionError};
 use tierfs::vfs::{Caller, FileKind, Ino, ROOT_INO, SetAttr, Vfs};
-use tokio::runtime::Runtime;
+use tierfs_test_support::file_store::FileStore as Fixture;
 
-const SECRET: Secret<'static> = Secret::Passphrase(b"point in time test");
+const PASSPHRASE: &[u8] = b"point in time test";
 
-struct Fixture {
-    rt: Runtime,
-    dir: tempfile::TempDir,
-    store_config: StoreConfig,
+/// The fixture's sessions at a point in time.
+trait AtSessions {
+    fn at(&self, data_dir: &str, at_ms: u64) -> Result<Session, SessionError>;
 }
 
-impl Fixture {
-    fn new() -> Fixture {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let objects = dir.path().join("objects");
-        std::fs::create_dir_all(&objects).expect("objects dir");
-        let mut store_config = StoreConfig::new(vec![BackendSpec::File { path: objects }.to_url()]);
-        store_config.replicas = Some(1);
-        rt.block_on(Store::init(&store_config, &SECRET, KdfParams::for_tests())).expect("init store");
-        Fixture { rt, dir, store_config }
-    }
-
-    fn store(&self) -> Arc<Store> {
-        Arc::new(self.rt.block_on(Store::open(&self.store_config, &SECRET)).expect("open store"))
-    }
-
-    fn config(&self, data_dir: &str, access: Access) -> SessionConfig {
-        let mut config =
-            SessionConfig::new(self.dir.path().join(data_dir), Some((self.store(), StoreLocality::Remote)));
-        config.access = access;
-        config.holder = format!("test-{data_dir}");
-        config
-    }
-
+impl AtSessions for Fixture {
     fn at(&self, data_dir: &str, at_ms: u64) -> Result<Session, SessionError> {
         Session::open(self.config(data_dir, Access::At(at_ms)), self.rt.handle())
     }
@@ -130,7 +103,7 @@ fn kind_of(err: &SessionError) -> ErrorKind {
 
 #[test]
 fn restore_at_each_phase_boundary_gives_that_phase_and_names_data_that_never_reached_the_store() {
-    let fx = Fixture::new();
+    let fx = Fixture::new(PASSPHRASE);
     // The writer's journal clock, an hour in the past, moved by hand between phases.
     let start = system_unix_ms() - 3_600_000;
     let now = Arc::new(AtomicU64::new(start));

@@ -3,59 +3,14 @@
 //! an outdated copy dropped and restored (keeping the front end's files); read-only and
 //! snapshot sessions; the lease refusing a second writer; errors a caller can tell apart.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tierfs::backend::BackendSpec;
-use tierfs::crypto::{KdfParams, Secret};
 use tierfs::remote::RemoteError;
-use tierfs::session::{Access, Session, SessionConfig, SessionError, StoreLocality};
-use tierfs::store::{Store, StoreConfig};
+use tierfs::session::{Access, Session, SessionConfig, SessionError};
 use tierfs::vfs::{Caller, PageCache, ROOT_INO, SetAttr, Vfs};
-use tokio::runtime::Runtime;
+use tierfs_test_support::file_store::FileStore as Fixture;
 
-const SECRET: Secret<'static> = Secret::Passphrase(b"session test");
-
-struct Fixture {
-    rt: Runtime,
-    dir: tempfile::TempDir,
-    store_config: StoreConfig,
-}
-
-impl Fixture {
-    fn new() -> Fixture {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let objects = dir.path().join("objects");
-        std::fs::create_dir_all(&objects).expect("objects dir");
-        let mut store_config = StoreConfig::new(vec![BackendSpec::File { path: objects }.to_url()]);
-        store_config.replicas = Some(1);
-        rt.block_on(Store::init(&store_config, &SECRET, KdfParams::for_tests())).expect("init store");
-        Fixture { rt, dir, store_config }
-    }
-
-    fn store(&self) -> Arc<Store> {
-        Arc::new(self.rt.block_on(Store::open(&self.store_config, &SECRET)).expect("open store"))
-    }
-
-    fn config(&self, data_dir: &str, access: Access) -> SessionConfig {
-        let mut config =
-            SessionConfig::new(self.dir.path().join(data_dir), Some((self.store(), StoreLocality::Remote)));
-        config.access = access;
-        config.holder = format!("test-{data_dir}");
-        config
-    }
-
-    fn open(&self, data_dir: &str, access: Access) -> Result<Session, SessionError> {
-        Session::open(self.config(data_dir, access), self.rt.handle())
-    }
-
-    fn close(&self, session: Session) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        self.rt.block_on(session.flush(deadline)).expect("flush");
-        self.rt.block_on(session.close(deadline)).expect("close");
-    }
-}
+const PASSPHRASE: &[u8] = b"session test";
 
 fn write_file(vfs: &Vfs, name: &str, at: u64, data: &[u8]) {
     let (attr, fh) = vfs.create(&Caller::ROOT, ROOT_INO, name.as_bytes(), 0o644, 0o022, libc::O_RDWR).expect("create");
@@ -82,7 +37,7 @@ fn exists(vfs: &Vfs, name: &str) -> bool {
 
 #[test]
 fn a_session_syncs_closes_and_comes_back_on_a_fresh_node() {
-    let fx = Fixture::new();
+    let fx = Fixture::new(PASSPHRASE);
     let first = fx.open("node-a", Access::ReadWrite).expect("open on node a");
     assert!(first.is_synced());
     write_file(first.vfs(), "notes.txt", 0, b"kept across resets");
@@ -122,7 +77,7 @@ fn a_session_syncs_closes_and_comes_back_on_a_fresh_node() {
 
 #[test]
 fn read_only_and_snapshot_sessions_show_the_store_and_write_nothing() {
-    let fx = Fixture::new();
+    let fx = Fixture::new(PASSPHRASE);
     let writer = fx.open("writer", Access::ReadWrite).expect("open writer");
     write_file(writer.vfs(), "v.txt", 0, b"version one");
     let snapshot = writer.sync(Some("v1".into()), Duration::from_secs(30)).expect("sync").snapshot;
@@ -155,7 +110,7 @@ fn read_only_and_snapshot_sessions_show_the_store_and_write_nothing() {
 
 #[test]
 fn a_second_writer_is_refused_and_a_session_without_store_has_nothing_to_sync() {
-    let fx = Fixture::new();
+    let fx = Fixture::new(PASSPHRASE);
     let first = fx.open("one", Access::ReadWrite).expect("open first");
     let second = fx.open("two", Access::ReadWrite).err().expect("the lease refuses a second writer");
     assert!(matches!(second, SessionError::Remote(RemoteError::Held { .. })), "{second}");
@@ -184,7 +139,7 @@ fn a_second_writer_is_refused_and_a_session_without_store_has_nothing_to_sync() 
 /// new `--workspace`), it is refused, and neither workspace gets the other's files.
 #[test]
 fn a_data_dir_of_one_workspace_is_refused_for_another_and_nothing_is_copied() {
-    let fx = Fixture::new();
+    let fx = Fixture::new(PASSPHRASE);
     let a = fx.open("node", Access::ReadWrite).expect("open workspace default");
     write_file(a.vfs(), "only-in-default.txt", 0, b"default's");
     a.sync(None, Duration::from_secs(30)).expect("sync");
@@ -213,7 +168,7 @@ fn a_data_dir_of_one_workspace_is_refused_for_another_and_nothing_is_copied() {
 /// used to retry for as long as the store was away, and ending the session joins them.)
 #[test]
 fn a_session_whose_store_is_away_ends_promptly_and_keeps_what_it_could_not_upload() {
-    let fx = Fixture::new();
+    let fx = Fixture::new(PASSPHRASE);
     // A short lease: the session cannot give it back, so the next one waits for it to expire.
     let mut config = fx.config("node-a", Access::ReadWrite);
     config.lease_ttl = Duration::from_secs(3);
@@ -274,7 +229,7 @@ fn size_of(vfs: &Vfs, name: &str) -> u64 {
 
 #[test]
 fn a_follower_switches_to_each_new_head_whole_and_open_files_keep_their_version() {
-    let fx = Fixture::new();
+    let fx = Fixture::new(PASSPHRASE);
     let mut wconfig = fx.config("writer", Access::ReadWrite);
     // Data is stored only when the test says so (flush_to_store), so the follower can be
     // shown a head whose data is not all in the store yet.

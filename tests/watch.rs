@@ -11,33 +11,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tierfs::backend::BackendSpec;
-use tierfs::crypto::{KdfParams, Secret};
-use tierfs::session::{Session, SessionConfig, StoreLocality};
-use tierfs::store::{Store, StoreConfig};
+use tierfs::session::{Access, Session};
 use tierfs::vfs::{Caller, ROOT_INO};
 use tierfs::watch::{Mirror, Start, WatchError};
-use tokio::runtime::Runtime;
+use tierfs_test_support::file_store::FileStore;
 
-const SECRET: Secret<'static> = Secret::Passphrase(b"watch test");
+const PASSPHRASE: &[u8] = b"watch test";
 const MIB: u64 = 1 << 20;
 
-struct Fixture {
-    rt: Runtime,
-    dir: tempfile::TempDir,
-    store_config: StoreConfig,
+/// The shared `file://` fixture, with watch mode's sessions (a small cache) and directories.
+struct Fixture(FileStore);
+
+impl std::ops::Deref for Fixture {
+    type Target = FileStore;
+    fn deref(&self) -> &FileStore {
+        &self.0
+    }
 }
 
 impl Fixture {
     fn new() -> Fixture {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let objects = dir.path().join("objects");
-        fs::create_dir_all(&objects).expect("objects dir");
-        let mut store_config = StoreConfig::new(vec![BackendSpec::File { path: objects }.to_url()]);
-        store_config.replicas = Some(1);
-        rt.block_on(Store::init(&store_config, &SECRET, KdfParams::for_tests())).expect("init store");
-        Fixture { rt, dir, store_config }
+        Fixture(FileStore::new(PASSPHRASE))
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -46,17 +40,9 @@ impl Fixture {
 
     /// A session on data dir `data` (a small cache: watch mode keeps no copy).
     fn open(&self, data: &str) -> Session {
-        let store = Arc::new(self.rt.block_on(Store::open(&self.store_config, &SECRET)).expect("open store"));
-        let mut config = SessionConfig::new(self.path(data), Some((store, StoreLocality::Remote)));
-        config.holder = format!("test-{data}");
+        let mut config = self.config(data, Access::ReadWrite);
         config.cache_size = Some(8 * MIB);
         Session::open(config, self.rt.handle()).expect("open session")
-    }
-
-    fn close(&self, session: Session) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        self.rt.block_on(session.flush(deadline)).expect("flush");
-        self.rt.block_on(session.close(deadline)).expect("close");
     }
 
     fn dir(&self, name: &str) -> PathBuf {

@@ -5,11 +5,13 @@
 //!   with what it stores;
 //! - [`conformance`]: the contract every object backend keeps, run against each kind of
 //!   server (`tests/backend_conformance.rs`);
+//! - [`file_store`]: a `file://` store in a temporary directory, and sessions opened on it;
 //! - [`mem_store`]: an in-memory [`tierfs::tier::BlockStore`] for unit-level tests of the
 //!   cold tier (packs sealed and opened with real keys). Integration tests use real stores.
 //!
 //! Never a dependency of a production crate: only `[dev-dependencies]` name it.
 
 pub mod conformance;
+pub mod file_store;
 pub mod mem_store;
 pub mod moto;
