@@ -22,6 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Datelike;
 use serde::{Deserialize, Serialize};
 
 use super::{Committer, Manifest, RemoteError, Result, SnapshotInfo, Workspace};
@@ -72,13 +73,11 @@ impl KeepPolicy {
                 }
             }
         };
-        by_period(self.daily, &|t| t / 86_400);
-        // Weeks from Monday (1970-01-01 was a Thursday).
-        by_period(self.weekly, &|t| (t / 86_400 + 3) / 7);
-        by_period(self.monthly, &|t| {
-            let d = super::chrono_like(t);
-            d[..6].parse().unwrap_or(0)
-        });
+        // Calendar days, ISO weeks (from Monday) and months, in UTC.
+        let period = |t: u64, of: fn(chrono::DateTime<chrono::Utc>) -> u64| super::utc(t).map_or(0, of);
+        by_period(self.daily, &|t| period(t, |d| d.num_days_from_ce() as u64));
+        by_period(self.weekly, &|t| period(t, |d| d.iso_week().year() as u64 * 100 + u64::from(d.iso_week().week())));
+        by_period(self.monthly, &|t| period(t, |d| d.year() as u64 * 12 + u64::from(d.month0())));
         keep
     }
 }
@@ -482,5 +481,34 @@ mod tests {
         let mut kept: Vec<String> = with_last.keep(&all, 100_000).into_iter().collect();
         kept.sort();
         assert_eq!(kept, ["now", "recent"]);
+    }
+
+    /// Days, ISO weeks (a week starts on Monday) and months are the calendar's, in UTC.
+    #[test]
+    fn daily_weekly_and_monthly_follow_the_calendar() {
+        let snap = |id: &str, created_unix| SnapshotInfo {
+            id: id.into(),
+            seq: created_unix,
+            created_unix,
+            message: None,
+            entries: 1,
+        };
+        // 2026-11-29 (a Sunday) 23:00, 2026-11-30 (Monday) 01:00 and 23:00, 2026-12-01 00:30 UTC.
+        let all = [
+            snap("sun", 1_795_993_200),
+            snap("mon-early", 1_796_000_400),
+            snap("mon-late", 1_796_079_600),
+            snap("tue", 1_796_085_000),
+        ];
+        assert_eq!(super::super::chrono_like(all[0].created_unix), "20261129T230000Z");
+        assert_eq!(super::super::chrono_like(all[3].created_unix), "20261201T003000Z");
+        let keep = |p: KeepPolicy| {
+            let mut kept: Vec<String> = p.keep(&all, all[3].created_unix).into_iter().collect();
+            kept.sort();
+            kept
+        };
+        assert_eq!(keep(KeepPolicy { daily: 3, ..KeepPolicy::default() }), ["mon-late", "sun", "tue"]);
+        assert_eq!(keep(KeepPolicy { weekly: 2, ..KeepPolicy::default() }), ["sun", "tue"]);
+        assert_eq!(keep(KeepPolicy { monthly: 2, ..KeepPolicy::default() }), ["mon-late", "tue"]);
     }
 }

@@ -1063,22 +1063,15 @@ fn snapshot_id(seq: u64) -> String {
     format!("{t}-{seq:x}-{r:04x}")
 }
 
-/// `YYYYMMDDTHHMMSSZ` for a unix time (UTC), without a date crate.
+/// `YYYYMMDDTHHMMSSZ` for a unix time (UTC); a time past what chrono can hold (year
+/// 262143) is shown as seconds.
 pub fn chrono_like(secs: u64) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+    utc(secs).map_or_else(|| format!("{secs}s"), |t| t.format("%Y%m%dT%H%M%SZ").to_string())
+}
+
+/// A unix time as a UTC date and time, if chrono can hold it.
+pub(crate) fn utc(secs: u64) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp(i64::try_from(secs).ok()?, 0)
 }
 
 #[cfg(test)]
