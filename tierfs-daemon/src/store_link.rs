@@ -137,44 +137,11 @@ pub fn passphrase(prompt: &str, confirm: bool) -> Result<SecretBytes> {
     Ok(SecretBytes::Passphrase(first.to_vec()))
 }
 
-/// Reads one line from the terminal with echo off.
+/// Reads one line from the terminal with echo off (rpassword: the prompt and the answer go
+/// through the controlling terminal, as ssh's do).
 fn prompt_hidden(prompt: &str) -> Result<Vec<u8>> {
-    use std::os::fd::AsRawFd;
-    let stdin = std::io::stdin();
-    let fd = stdin.as_raw_fd();
-    eprint!("{prompt}");
-    std::io::stderr().flush().ok();
-    // SAFETY: termios is plain old data; tcgetattr fills it for a valid descriptor.
-    let mut old: libc::termios = unsafe { std::mem::zeroed() };
-    // SAFETY: valid descriptor and out pointer.
-    let have_tty = unsafe { libc::tcgetattr(fd, &mut old) } == 0;
-    if have_tty {
-        let mut quiet = old;
-        quiet.c_lflag &= !libc::ECHO;
-        // SAFETY: valid descriptor and termios.
-        unsafe { libc::tcsetattr(fd, libc::TCSANOW, &quiet) };
-    }
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    let mut lock = stdin.lock();
-    let result = loop {
-        match lock.read(&mut byte) {
-            Ok(0) => break Ok(()),
-            Ok(_) if byte[0] == b'\n' => break Ok(()),
-            Ok(_) => line.push(byte[0]),
-            Err(e) => break Err(e),
-        }
-    };
-    if have_tty {
-        // SAFETY: restores the settings read above.
-        unsafe { libc::tcsetattr(fd, libc::TCSANOW, &old) };
-    }
-    eprintln!();
-    result.context("reading the passphrase")?;
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    Ok(line)
+    let line = rpassword::prompt_password(prompt).context("reading the passphrase")?;
+    Ok(line.into_bytes())
 }
 
 /// Opens the store described by the store file at `path`.
