@@ -113,12 +113,17 @@ impl Committer {
     ) -> Result<(Arc<Committer>, ChainState)> {
         // A store that went back in time is refused before the lease is touched, so the refusal
         // changes nothing in it (the check is made again under the lease).
-        let state = ws.chain_state().await?;
-        if !meta.is_empty()? {
+        // A node with nothing local reads the chain here only when the lease has a mark to
+        // hold it against: its restore reads the chain anyway.
+        let chain_end = if meta.is_empty()? {
+            None
+        } else {
+            let state = ws.chain_state().await?;
             Committer::check_not_rolled_back(&ws, &meta, &state)?;
-        }
+            Some(state.remote_seq)
+        };
         if !accept_rollback {
-            ws.check_lease_mark(Some(state.remote_seq)).await?;
+            ws.check_lease_mark(chain_end).await?;
         }
         lease.acquire(takeover).await?;
         let lease = Arc::new(lease);

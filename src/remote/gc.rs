@@ -462,15 +462,13 @@ impl Workspace {
 mod tests {
     use super::*;
 
+    /// A snapshot named `id`, made at `created_unix`.
+    fn snap(id: &str, created_unix: u64) -> SnapshotInfo {
+        SnapshotInfo { id: id.into(), seq: created_unix, created_unix, message: None, entries: 1 }
+    }
+
     #[test]
     fn keep_within_keeps_every_snapshot_that_recent_and_joins_the_other_rules() {
-        let snap = |id: &str, created_unix| SnapshotInfo {
-            id: id.into(),
-            seq: created_unix,
-            created_unix,
-            message: None,
-            entries: 1,
-        };
         let all = [snap("old", 1_000), snap("day-old", 100_000 - 86_400), snap("recent", 99_000), snap("now", 100_000)];
         let within = KeepPolicy { within_secs: 86_400, ..KeepPolicy::default() };
         assert!(!within.is_empty());
@@ -486,13 +484,6 @@ mod tests {
     /// Days, ISO weeks (a week starts on Monday) and months are the calendar's, in UTC.
     #[test]
     fn daily_weekly_and_monthly_follow_the_calendar() {
-        let snap = |id: &str, created_unix| SnapshotInfo {
-            id: id.into(),
-            seq: created_unix,
-            created_unix,
-            message: None,
-            entries: 1,
-        };
         // 2026-11-29 (a Sunday) 23:00, 2026-11-30 (Monday) 01:00 and 23:00, 2026-12-01 00:30 UTC.
         let all = [
             snap("sun", 1_795_993_200),
