@@ -225,7 +225,7 @@ def test_path_in_use(isolated: Path) -> None:
     (full / "keep.txt").write_text("mine\n")
     with pytest.raises(tierfs.PathInUseError, match="not empty") as caught:
         tierfs.mount(full, store=store, quiet=True)
-    assert (caught.value.kind, caught.value.reason) == ("conflict", "path_in_use")
+    assert (caught.value.kind, caught.value.reason) == ("conflict", "mountpoint_taken")
     nothing_mounted_at(full, isolated)
     assert (full / "keep.txt").read_text() == "mine\n"
 
@@ -236,7 +236,7 @@ def test_path_in_use(isolated: Path) -> None:
     try:
         with pytest.raises(tierfs.PathInUseError, match="already a mount point") as caught:
             tierfs.mount(other, store=store, quiet=True)
-        assert caught.value.reason == "path_in_use"
+        assert caught.value.reason == "mountpoint_taken"
         entry = _mounttable.find(str(other))
         assert entry is not None and entry.fs_type == "tmpfs"
     finally:

@@ -40,7 +40,8 @@ error too), and \"reason\": REASON where a script needs more than the kind:
           unavailable (try again later), no_space, invalid_input, corrupt, internal
   reason  wrong_key (invalid_input: the passphrase or key file does not unlock the store,
           or none was given), path_in_use (conflict: the mount point or data dir is taken
-          or busy), fuse_unavailable (unavailable: FUSE does not work here; `tierfs watch`
+          or busy), mountpoint_taken (conflict: the mount point is not empty or is another
+          filesystem's mount point), fuse_unavailable (unavailable: FUSE does not work here; `tierfs watch`
           needs none), timeout (unavailable: a daemon did not answer in time)
 
 Environment:

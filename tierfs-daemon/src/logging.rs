@@ -63,6 +63,11 @@ pub enum Reason {
     /// point, another workspace's mount or watch, in use by another tierfs process, or busy
     /// (`conflict`).
     PathInUse,
+    /// The mount point itself is refused before FUSE is tried: it is not empty, or it is
+    /// already another filesystem's mount point (`conflict`). Distinct from
+    /// [`Reason::PathInUse`] so that a caller which falls back to watch mode when FUSE is
+    /// missing can tell "this directory" from "this machine" without reading the message.
+    MountpointTaken,
     /// FUSE does not work here: no `/dev/fuse`, a device that does not open, or a FUSE mount
     /// the kernel refuses (`unavailable`): `tierfs watch` serves without it.
     FuseUnavailable,
@@ -71,13 +76,15 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 4] = [Reason::WrongKey, Reason::PathInUse, Reason::FuseUnavailable, Reason::Timeout];
+    pub const ALL: [Reason; 5] =
+        [Reason::WrongKey, Reason::PathInUse, Reason::MountpointTaken, Reason::FuseUnavailable, Reason::Timeout];
 
     /// The stable name `--json` prints.
     pub fn name(self) -> &'static str {
         match self {
             Reason::WrongKey => "wrong_key",
             Reason::PathInUse => "path_in_use",
+            Reason::MountpointTaken => "mountpoint_taken",
             Reason::FuseUnavailable => "fuse_unavailable",
             Reason::Timeout => "timeout",
         }
@@ -92,7 +99,7 @@ impl Reason {
     pub fn kind(self) -> ErrorKind {
         match self {
             Reason::WrongKey => ErrorKind::InvalidInput,
-            Reason::PathInUse => ErrorKind::Conflict,
+            Reason::PathInUse | Reason::MountpointTaken => ErrorKind::Conflict,
             Reason::FuseUnavailable | Reason::Timeout => ErrorKind::Unavailable,
         }
     }

@@ -289,7 +289,7 @@ pub(crate) fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
         // window); a `statfs` always asks the daemon, and a dead one answers ENOTCONN.
         if !(entry.is_fuse() && connection_is_dead(&canonical)) {
             bail_with!(
-                Reason::PathInUse,
+                Reason::MountpointTaken,
                 "{} is already a mount point ({} from {}); unmount it first (`tierfs umount {}`)",
                 canonical.display(),
                 entry.fs_type,
@@ -304,7 +304,7 @@ pub(crate) fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
             fs::read_dir(&canonical).with_context(|| format!("reading mountpoint {}", canonical.display()))?;
         if entries.next().is_some() {
             bail_with!(
-                Reason::PathInUse,
+                Reason::MountpointTaken,
                 "mountpoint {} is not empty; its files would be hidden while mounted. Move them \
                  away, pick an empty directory, or pass --nonempty",
                 canonical.display()

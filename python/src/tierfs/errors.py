@@ -9,8 +9,8 @@ unavailable, no space, invalid input, corrupt, internal), named as the CLI names
 How a failure gets its class: ``tierfs --json`` prints ``{"ok": false, "error": MESSAGE,
 "kind": KIND}`` and, where the kind alone does not say enough, ``"reason": REASON``
 (``tierfs --help`` lists both). The kind picks the class and the reason refines it
-(:func:`error_class`): ``wrong_key`` is a :class:`WrongKeyError`, ``path_in_use`` a
-:class:`PathInUseError`, ``timeout`` a :class:`CommandTimeoutError`. The message is shown,
+(:func:`error_class`): ``wrong_key`` is a :class:`WrongKeyError`, ``path_in_use`` and
+``mountpoint_taken`` a :class:`PathInUseError`, ``timeout`` a :class:`CommandTimeoutError`. The message is shown,
 never parsed: rewording it changes no class.
 """
 
@@ -45,7 +45,7 @@ class TierfsError(Exception):
             ``"unavailable"``, ``"no_space"``, ``"invalid_input"``, ``"corrupt"``,
             ``"internal"``), or ``None`` when it could not be told.
         reason: the refinement of the kind the CLI gave (``"wrong_key"``,
-            ``"path_in_use"``, ``"fuse_unavailable"``, ``"timeout"``), or ``None``.
+            ``"path_in_use"``, ``"mountpoint_taken"``, ``"fuse_unavailable"``, ``"timeout"``), or ``None``.
         command: the ``tierfs`` command line that failed, if one ran.
         stderr: everything the command wrote on stderr (its log lines included).
     """
@@ -154,6 +154,7 @@ _KIND_CLASSES = {
 _REASON_CLASSES: dict[str, type[TierfsError]] = {
     "wrong_key": WrongKeyError,
     "path_in_use": PathInUseError,
+    "mountpoint_taken": PathInUseError,
     "timeout": CommandTimeoutError,
 }
 

@@ -701,8 +701,8 @@ def _fuse_error_reason(err: TierfsError) -> str | None:
 
 def _refuses_the_directory(err: TierfsError) -> bool:
     """A refusal of the mount point itself (not empty, another filesystem's mount point),
-    which the CLI checks before it tries FUSE."""
-    return bool(re.search(r"is not empty|is already a mount point", err.message))
+    which the CLI checks before it tries FUSE (its reason ``mountpoint_taken``)."""
+    return err.reason == "mountpoint_taken"
 
 
 def _probe_fuse() -> str | None:
