@@ -51,8 +51,8 @@ const FALLBACK_EVERY: Duration = Duration::from_secs(10);
 enum Msg {
     Event(notify::Result<notify::Event>),
     /// A barrier: answers once a full pass ended.
-    Barrier(Sender<Result<(), String>>),
-    Stop(Sender<Result<(), String>>),
+    Barrier(Sender<PassOutcome>),
+    Stop(Sender<PassOutcome>),
 }
 
 /// Serves `config.mountpoint` as a watched directory until SIGTERM, SIGINT or `unwatch`, with
@@ -221,7 +221,7 @@ async fn finish(session: &Session, config: &MountConfig, dir: &Path, tx: &Sender
         Ok(()) => {
             let waited = tokio::task::spawn_blocking(move || answer.recv_timeout(Duration::from_secs(3600)));
             match tokio::time::timeout_at(deadline, waited).await {
-                Ok(Ok(Ok(r))) => r.map_err(|e| (e, Some(ErrorKind::Unavailable))),
+                Ok(Ok(Ok(r))) => r.map_err(|(e, kind)| (e, Some(kind))),
                 _ => Err((
                     "the last pass over the directory did not finish within the flush timeout".into(),
                     Some(ErrorKind::Unavailable),
@@ -242,6 +242,9 @@ async fn finish(session: &Session, config: &MountConfig, dir: &Path, tx: &Sender
     }
     report
 }
+
+/// How a pass the control side waited for ended: its failure's message and kind.
+type PassOutcome = Result<(), (String, ErrorKind)>;
 
 /// The watch thread: batches events into passes, and runs full passes when due or asked.
 fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>, mut rescan_only: bool) {
@@ -306,7 +309,7 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
                 if full { mirror.rescan() } else { mirror.rescan_dirs(&pending.iter().cloned().collect::<Vec<_>>()) };
             let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
             s.passes += 1;
-            match result {
+            let done = match result {
                 Ok(pass) => {
                     if full {
                         s.full_passes += 1;
@@ -319,13 +322,14 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
                     s.unreadable = pass.unreadable;
                     s.totals = mirror.totals().clone();
                     s.last_error = None;
+                    Ok(())
                 }
                 Err(e) => {
                     warn!("pass over {} failed (will retry): {e}", root.display());
                     s.last_error = Some(e.to_string());
+                    Err((e.to_string(), e.kind()))
                 }
-            }
-            let done = if s.last_error.is_none() { Ok(()) } else { Err(s.last_error.clone().unwrap_or_default()) };
+            };
             s.pending_dirs = pending.len() as u64;
             s.pending_since = first_pending;
             drop(s);
@@ -382,10 +386,10 @@ impl Watched {
         sent.map_err(|_| Reported::new(ErrorKind::Internal, "the watch thread is gone"))?;
         match answer.recv_timeout(timeout) {
             Ok(Ok(())) => Ok(()),
-            // The pass retries on its own; why it failed is in the message (and `status`).
-            Ok(Err(e)) => {
-                Err(Reported::new(ErrorKind::Unavailable, format!("the pass over the directory failed: {e}")))
-            }
+            // The pass retries on its own; why it failed is in the message (and `status`), and
+            // its kind is the failure's own: a store outage is `unavailable`, a full disk
+            // `no_space`, an unreadable directory what its errno says.
+            Ok(Err((e, kind))) => Err(Reported::new(kind, format!("the pass over the directory failed: {e}"))),
             Err(_) => Err(Reported::new(
                 Reason::Timeout,
                 format!("the pass over the directory did not finish within {} s", timeout.as_secs()),
