@@ -15,6 +15,30 @@ impl Vfs {
         if name == b"." || name == b".." || self.meta.dentry(parent, name)?.is_some() {
             return Err(VfsError::Exists);
         }
+        let now = Timestamp::now();
+        let mut b = MetaBatch::new();
+        let rec = self.new_node(&mut b, caller, &dir, &node, now);
+        b.put_dentry(parent, name, rec.attr.ino, node.kind);
+        if node.kind == FileKind::Dir {
+            dir.attr.nlink += 1;
+        }
+        Self::touch_dir(&mut dir, now);
+        b.put_inode(&dir);
+        self.meta.commit(b)?;
+        self.inode_count.fetch_add(1, Ordering::Relaxed);
+        Ok(rec.attr)
+    }
+
+    /// A new inode of `node`'s kind in directory `dir`, owned by the caller, put in `b`
+    /// (its entry is the caller's to put).
+    fn new_node(
+        &self,
+        b: &mut MetaBatch,
+        caller: &Caller,
+        dir: &InodeRecord,
+        node: &NewNode<'_>,
+        now: Timestamp,
+    ) -> InodeRecord {
         let mut perm = node.perm & 0o7777;
         let mut gid = caller.gid;
         if dir.attr.perm & libc::S_ISGID as u16 != 0 {
@@ -24,9 +48,7 @@ impl Vfs {
                 perm |= libc::S_ISGID;
             }
         }
-        let now = Timestamp::now();
-        let mut b = MetaBatch::new();
-        let ino = self.alloc_ino(&mut b);
+        let ino = self.alloc_ino(b);
         let size = node.symlink.map_or(0, |t| t.len() as u64);
         let rec = InodeRecord {
             attr: Attr {
@@ -44,7 +66,7 @@ impl Vfs {
                 ctime: now,
                 crtime: now,
             },
-            parent,
+            parent: dir.attr.ino,
             // A new file is empty: no holes yet.
             dense: node.kind == FileKind::File,
             no_xattrs: true,
@@ -53,15 +75,7 @@ impl Vfs {
             b.put_symlink(ino, target);
         }
         b.put_inode(&rec);
-        b.put_dentry(parent, name, ino, node.kind);
-        if node.kind == FileKind::Dir {
-            dir.attr.nlink += 1;
-        }
-        Self::touch_dir(&mut dir, now);
-        b.put_inode(&dir);
-        self.meta.commit(b)?;
-        self.inode_count.fetch_add(1, Ordering::Relaxed);
-        Ok(rec.attr)
+        rec
     }
 
     pub fn mknod(
@@ -305,7 +319,7 @@ impl Vfs {
     /// [`DataFileRemoval`]).
     pub fn rename_deferred(
         &self,
-        _caller: &Caller,
+        caller: &Caller,
         parent: Ino,
         name: &[u8],
         new_parent: Ino,
@@ -345,6 +359,7 @@ impl Vfs {
             return Err(VfsError::Invalid("cannot move a directory into itself"));
         }
         let mut freed = None;
+        let mut whiteout = false;
         if flags.exchange {
             let (dst_ino, dst_kind) = dst.ok_or(VfsError::NotFound)?;
             if dst_ino == src {
@@ -365,23 +380,12 @@ impl Vfs {
             reparent(&mut recs, dst_ino, parent, now);
         } else {
             if let Some((dst_ino, dst_kind)) = dst {
-                if flags.noreplace {
-                    return Err(VfsError::Exists);
-                }
-                if dst_ino == src {
+                if dst_ino == src && !flags.noreplace {
                     // Two names of one inode: POSIX says do nothing.
                     return Ok(self.removal(None));
                 }
+                self.check_replace(src_is_dir, (dst_ino, dst_kind), flags)?;
                 let dst_is_dir = dst_kind == FileKind::Dir;
-                if src_is_dir && !dst_is_dir {
-                    return Err(VfsError::NotDir);
-                }
-                if !src_is_dir && dst_is_dir {
-                    return Err(VfsError::IsDir);
-                }
-                if dst_is_dir && !self.meta.dir_is_empty(dst_ino)? {
-                    return Err(VfsError::NotEmpty);
-                }
                 load(dst_ino, &mut recs)?;
                 if dst_is_dir {
                     if let Some(r) = recs.get_mut(&new_parent) {
@@ -393,12 +397,12 @@ impl Vfs {
                     freed = Some((dst_ino, victim.attr.size));
                 }
             }
-            b.delete_dentry(parent, name);
             b.put_dentry(new_parent, new_name, src, src_kind);
             if src_is_dir && parent != new_parent {
                 move_dir_link(&mut recs, parent, new_parent);
             }
             reparent(&mut recs, src, new_parent, now);
+            whiteout = self.leave_behind(&mut b, caller, &recs, (parent, name), flags, now)?;
         }
         for p in [parent, new_parent] {
             if let Some(r) = recs.get_mut(&p) {
@@ -412,7 +416,56 @@ impl Vfs {
         if freed.is_some() {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
         }
+        if whiteout {
+            self.inode_count.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(self.removal(freed.filter(|_| !src_is_dir)))
+    }
+}
+
+impl Vfs {
+    /// Whether a rename may replace the existing entry `dst` (an inode other than the
+    /// source's): not with `RENAME_NOREPLACE`, a directory only by a directory and only
+    /// when it is empty, a non-directory only by a non-directory.
+    fn check_replace(&self, src_is_dir: bool, dst: (Ino, FileKind), flags: RenameFlags) -> VfsResult<()> {
+        let (dst_ino, dst_kind) = dst;
+        let dst_is_dir = dst_kind == FileKind::Dir;
+        if flags.noreplace {
+            Err(VfsError::Exists)
+        } else if src_is_dir && !dst_is_dir {
+            Err(VfsError::NotDir)
+        } else if !src_is_dir && dst_is_dir {
+            Err(VfsError::IsDir)
+        } else if dst_is_dir && !self.meta.dir_is_empty(dst_ino)? {
+            Err(VfsError::NotEmpty)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// What a (non-exchanging) rename leaves at the source name `from`: nothing, or with
+    /// `RENAME_WHITEOUT` a whiteout (a character device 0:0 with no permission bits, owned
+    /// by the caller, as overlayfs and ext4 make it), in the rename's own batch so that no
+    /// crash shows the name empty. Whether it made one.
+    fn leave_behind(
+        &self,
+        b: &mut MetaBatch,
+        caller: &Caller,
+        recs: &HashMap<Ino, InodeRecord>,
+        from: (Ino, &[u8]),
+        flags: RenameFlags,
+        now: Timestamp,
+    ) -> VfsResult<bool> {
+        let (parent, name) = from;
+        if !flags.whiteout {
+            b.delete_dentry(parent, name);
+            return Ok(false);
+        }
+        let dir = recs.get(&parent).ok_or(VfsError::NotFound)?;
+        let node = NewNode { kind: FileKind::CharDev, perm: 0, rdev: 0, symlink: None };
+        let rec = self.new_node(b, caller, dir, &node, now);
+        b.put_dentry(parent, name, rec.attr.ino, FileKind::CharDev);
+        Ok(true)
     }
 }
 
@@ -432,6 +485,9 @@ fn check_rename(name: &[u8], new_name: &[u8], flags: RenameFlags) -> VfsResult<(
     }
     if flags.exchange && flags.noreplace {
         return Err(VfsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
+    }
+    if flags.exchange && flags.whiteout {
+        return Err(VfsError::Invalid("RENAME_EXCHANGE with RENAME_WHITEOUT"));
     }
     Ok(())
 }

@@ -53,12 +53,19 @@ pub struct DirEntry {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// `RENAME_WHITEOUT` (overlayfs's): the source name is left holding a whiteout, a
+    /// character device 0:0, made in the same batch as the move.
+    pub whiteout: bool,
 }
 
 impl RenameFlags {
     /// Decodes the kernel's `RENAME_*` bits; unknown bits are rejected by the caller.
     pub fn from_bits(bits: u32) -> RenameFlags {
-        RenameFlags { noreplace: bits & libc::RENAME_NOREPLACE != 0, exchange: bits & libc::RENAME_EXCHANGE != 0 }
+        RenameFlags {
+            noreplace: bits & libc::RENAME_NOREPLACE != 0,
+            exchange: bits & libc::RENAME_EXCHANGE != 0,
+            whiteout: bits & libc::RENAME_WHITEOUT != 0,
+        }
     }
 }
 

@@ -8,6 +8,8 @@ pub(crate) enum How {
     Plain,
     NoReplace,
     Exchange,
+    /// `RENAME_WHITEOUT`: the source name keeps a whiteout (character device 0:0).
+    Whiteout,
 }
 
 /// An `fallocate` mode.

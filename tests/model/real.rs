@@ -122,7 +122,11 @@ impl Real {
             Op::Rename { from, to, how } => {
                 let (sp, sname) = locate(fs, from)?;
                 let (dp, dname) = locate(fs, to)?;
-                let flags = RenameFlags { noreplace: how == How::NoReplace, exchange: how == How::Exchange };
+                let flags = RenameFlags {
+                    noreplace: how == How::NoReplace,
+                    exchange: how == How::Exchange,
+                    whiteout: how == How::Whiteout,
+                };
                 fs.rename(ME, sp, sname, dp, dname, flags).map_err(e)?;
                 done
             }

@@ -732,6 +732,12 @@ impl Model {
         } else {
             self.children_mut(sp).remove(sname);
             self.children_mut(dp).insert(dname.to_string(), src);
+            if how == How::Whiteout {
+                // What overlayfs reads as "deleted here": a character device 0:0, mode 0.
+                let whiteout = self.new_node(sp, Body::Special(FileKind::CharDev, 0), 0);
+                let id = self.alloc(whiteout);
+                self.children_mut(sp).insert(sname.to_string(), id);
+            }
         }
         self.touch_dir(sp);
         self.touch_dir(dp);

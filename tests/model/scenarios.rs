@@ -18,6 +18,28 @@ pub(crate) fn scenario_unlink_while_open_then_read_and_reopen() {
     ]);
 }
 
+/// `RENAME_WHITEOUT`, as overlayfs uses it on its upper layer: the moved entry (a file over
+/// another, a directory) leaves a whiteout at its old name, which survives a reopen.
+#[test]
+pub(crate) fn scenario_renames_that_leave_a_whiteout() {
+    use How::*;
+    use Op::*;
+    check_ops(&[
+        Create { at: "a", mode: 0o644, excl: true, trunc: false, keep_open: false },
+        Write { at: "a", offset: 0, len: 100, seed: 3 },
+        Create { at: "b", mode: 0o600, excl: true, trunc: false, keep_open: false },
+        Rename { from: "a", to: "b", how: Whiteout },
+        Mkdir { at: "d", mode: 0o2775 },
+        Mkdir { at: "d/e", mode: 0o755 },
+        Rename { from: "d/e", to: "e", how: Whiteout },
+        Rename { from: "b", to: "a", how: Whiteout },
+        Rename { from: "e", to: "d", how: Whiteout },
+        Reopen { release_first: true },
+        Unlink { at: "b" },
+        Rename { from: "a", to: "b", how: Whiteout },
+    ]);
+}
+
 #[test]
 pub(crate) fn scenario_directory_renames() {
     use How::*;

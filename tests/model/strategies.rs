@@ -33,7 +33,7 @@ pub(crate) static TARGETS: [&str; 4] = ["a", "../b", "d1/c", "/an/absolute/targe
 pub(crate) static XNAMES: [&str; 7] = ["user.a", "user.a", "user.a", "user.b", "user.b", "trusted.t", "other.o"];
 pub(crate) static XVALUES: [&str; 4] = ["", "v", "a longer value", "nul\0inside"];
 pub(crate) static XFLAGS: [XFlags; 4] = [XFlags::Any, XFlags::Any, XFlags::CreateOnly, XFlags::ReplaceOnly];
-pub(crate) static HOWS: [How; 3] = [How::Plain, How::NoReplace, How::Exchange];
+pub(crate) static HOWS: [How; 4] = [How::Plain, How::NoReplace, How::Exchange, How::Whiteout];
 pub(crate) static TIMES: [Timestamp; 5] = [
     Timestamp { secs: 0, nanos: 0 },
     Timestamp { secs: -1, nanos: 999_999_999 },

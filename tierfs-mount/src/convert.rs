@@ -72,10 +72,11 @@ pub(crate) fn time_set(t: TimeOrNow) -> TimeSet {
     }
 }
 
-/// The `renameat2` flags tierfs implements; `RENAME_WHITEOUT` (overlayfs only) and any bit
-/// unknown to us are refused with EINVAL, as Linux filesystems without support do.
+/// The `renameat2` flags tierfs implements (`RENAME_WHITEOUT` is what lets overlayfs use a
+/// tierfs directory as its upper layer); any bit unknown to us is refused with EINVAL, as
+/// Linux filesystems without support do.
 pub(crate) fn rename_flags(bits: u32) -> Result<vfs::RenameFlags, Errno> {
-    const SUPPORTED: u32 = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+    const SUPPORTED: u32 = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
     if bits & !SUPPORTED != 0 {
         return Err(Errno::EINVAL);
     }
@@ -185,9 +186,15 @@ mod tests {
     #[test]
     fn rename_flags_accept_known_bits_only() {
         assert_eq!(rename_flags(0), Ok(vfs::RenameFlags::default()));
-        assert_eq!(rename_flags(libc::RENAME_NOREPLACE), Ok(vfs::RenameFlags { noreplace: true, exchange: false }));
-        assert_eq!(rename_flags(libc::RENAME_EXCHANGE), Ok(vfs::RenameFlags { noreplace: false, exchange: true }));
-        assert_eq!(rename_flags(libc::RENAME_WHITEOUT), Err(Errno::EINVAL));
+        let only = |f: fn(&mut vfs::RenameFlags)| {
+            let mut flags = vfs::RenameFlags::default();
+            f(&mut flags);
+            Ok(flags)
+        };
+        assert_eq!(rename_flags(libc::RENAME_NOREPLACE), only(|f| f.noreplace = true));
+        assert_eq!(rename_flags(libc::RENAME_EXCHANGE), only(|f| f.exchange = true));
+        assert_eq!(rename_flags(libc::RENAME_WHITEOUT), only(|f| f.whiteout = true));
+        assert_eq!(rename_flags(1 << 3), Err(Errno::EINVAL));
         assert_eq!(rename_flags(1 << 20), Err(Errno::EINVAL));
     }
 

@@ -1,0 +1,162 @@
+//! overlayfs with its upper layer on a tierfs mount: what is installed over a system
+//! directory (`/usr/local`, or any lower directory) lands in the workspace and comes back on a
+//! fresh node after a runtime reset. overlayfs takes a FUSE filesystem as its upper layer only
+//! when it supports `RENAME_WHITEOUT` and xattrs (it refuses it with "upper fs missing required
+//! features"); `O_TMPFILE` it only warns about. These tests mount a real overlay on a real
+//! tierfs mount with a `file://` store.
+
+mod common;
+use tierfs_test_support::moto;
+mod store_node;
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Output, run};
+use store_node::Node;
+
+/// The directories of an overlay: `lower` outside tierfs, `upper` and `work` inside the
+/// mount at `root`, and `merged` where the overlay is mounted.
+struct Overlay {
+    lower: PathBuf,
+    upper: PathBuf,
+    work: PathBuf,
+    merged: PathBuf,
+}
+
+impl Overlay {
+    fn new(lower: &Path, root: &Path, merged: &Path) -> Overlay {
+        let o = Overlay {
+            lower: lower.to_path_buf(),
+            upper: root.join("env/upper"),
+            work: root.join("env/work"),
+            merged: merged.to_path_buf(),
+        };
+        for d in [&o.upper, &o.work, &o.merged] {
+            fs::create_dir_all(d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
+        }
+        o
+    }
+
+    fn mount(&self) {
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            self.lower.display(),
+            self.upper.display(),
+            self.work.display()
+        );
+        let out = run(
+            Command::new("mount").args(["-t", "overlay", "overlay", "-o", &options]).arg(&self.merged),
+            Duration::from_secs(30),
+        );
+        if !out.success() {
+            let dmesg = run(&mut Command::new("dmesg"), Duration::from_secs(10));
+            let said: Vec<&str> = dmesg.stdout.lines().filter(|l| l.contains("overlay")).collect();
+            panic!("mounting the overlay failed: {}\nkernel: {}", out.stderr, said.join("\n"));
+        }
+    }
+
+    fn umount(&self) {
+        let out: Output = run(Command::new("umount").arg(&self.merged), Duration::from_secs(30));
+        out.assert_success("umount of the overlay");
+    }
+}
+
+fn write(path: &Path, body: &str, mode: u32) {
+    fs::create_dir_all(path.parent().expect("a parent")).expect("creating the parent");
+    fs::write(path, body).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// `renameat2(from, to, flags)` in one directory, as an errno on failure.
+fn renameat2(from: &Path, to: &Path, flags: u32) -> Result<(), i32> {
+    let (from, to) = (CString::new(from.as_os_str().as_bytes()), CString::new(to.as_os_str().as_bytes()));
+    let (from, to) = (from.expect("no NUL"), to.expect("no NUL"));
+    // SAFETY: both paths are NUL-terminated strings that outlive the call.
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags) };
+    if rc == 0 { Ok(()) } else { Err(common::errno()) }
+}
+
+/// The whiteout overlayfs reads as "deleted here": a character device 0:0.
+fn is_whiteout(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == 0)
+}
+
+#[test]
+fn rename_whiteout_leaves_a_whiteout_in_the_same_step_and_refuses_exchange() {
+    let mut node = Node::init_file();
+    node.mount(&[]);
+    let root = node.fx.mountpoint.clone();
+    let p = |rel: &str| root.join(rel);
+    write(&p("a"), "moved", 0o644);
+    write(&p("b"), "replaced", 0o600);
+
+    renameat2(&p("a"), &p("b"), libc::RENAME_WHITEOUT).expect("RENAME_WHITEOUT over a file");
+    assert_eq!(fs::read_to_string(p("b")).expect("the target"), "moved");
+    assert!(is_whiteout(&p("a")), "no whiteout at the source: {:?}", fs::symlink_metadata(p("a")));
+    assert_eq!(fs::symlink_metadata(p("a")).expect("whiteout").mode() & 0o7777, 0, "a whiteout has no permission bits");
+
+    // The kernel refuses whiteout with exchange before tierfs sees it; with NOREPLACE it
+    // reaches tierfs, which keeps NOREPLACE's promise.
+    assert_eq!(renameat2(&p("b"), &p("a"), libc::RENAME_WHITEOUT | libc::RENAME_EXCHANGE), Err(libc::EINVAL));
+    assert_eq!(renameat2(&p("b"), &p("a"), libc::RENAME_WHITEOUT | libc::RENAME_NOREPLACE), Err(libc::EEXIST));
+    assert_eq!(fs::read_to_string(p("b")).expect("the target"), "moved", "a refused rename changed the target");
+
+    // The whiteout is an inode like any other: it survives a remount.
+    node.fx.remount();
+    assert!(is_whiteout(&p("a")), "the whiteout is gone after a remount");
+    node.fx.umount();
+}
+
+#[test]
+fn an_overlay_upper_layer_on_tierfs_comes_back_after_a_reset() {
+    let mut a = Node::init_file();
+    a.mount(&[]);
+    let outside = a.fx.tmp.path().to_path_buf();
+    // The image's directory: what a fresh runtime has again after the reset.
+    let lower = outside.join("lower");
+    write(&lower.join("bin/tool"), "tool v1\n", 0o755);
+    write(&lower.join("lib/gone.so"), "removed by the user\n", 0o644);
+    write(&lower.join("share/doc/readme"), "docs\n", 0o644);
+
+    let first = Overlay::new(&lower, &a.fx.mountpoint, &outside.join("merged-a"));
+    first.mount();
+    let m = |rel: &str| first.merged.join(rel);
+    write(&m("bin/new-tool"), "#!/bin/sh\necho installed\n", 0o755);
+    write(&m("bin/tool"), "tool v2\n", 0o755); // copied up, then replaced
+    fs::remove_file(m("lib/gone.so")).expect("removing a lower file through the overlay");
+    fs::remove_dir_all(m("share/doc")).expect("removing a lower directory through the overlay");
+    fs::create_dir_all(m("opt/pkg")).expect("a new directory");
+    write(&m("opt/pkg/data"), "new data\n", 0o644);
+    first.umount();
+    assert!(is_whiteout(&first.upper.join("lib/gone.so")), "the removal is not a whiteout in the upper layer");
+
+    a.sync("overlay").assert_success("tierfs sync");
+    a.fx.umount();
+    a.wipe_local_state();
+
+    // A fresh node: empty data dir, the same store, the same lower directory.
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    let second = Overlay::new(&lower, &b.fx.mountpoint, &outside.join("merged-b"));
+    second.mount();
+    let m = |rel: &str| second.merged.join(rel);
+    assert_eq!(fs::read_to_string(m("bin/tool")).expect("bin/tool"), "tool v2\n");
+    assert_eq!(fs::read_to_string(m("bin/new-tool")).expect("bin/new-tool"), "#!/bin/sh\necho installed\n");
+    assert_eq!(fs::metadata(m("bin/new-tool")).expect("new-tool").mode() & 0o777, 0o755);
+    assert!(!m("lib/gone.so").exists(), "a file removed through the overlay is back");
+    assert!(m("lib").is_dir() && !m("share/doc").exists(), "the removed directory is back");
+    assert_eq!(fs::read_to_string(m("opt/pkg/data")).expect("opt/pkg/data"), "new data\n");
+    let ran = run(&mut Command::new(m("bin/new-tool")), Duration::from_secs(10));
+    assert_eq!(ran.assert_success("the installed tool").stdout, "installed\n");
+    // The lower directory itself was never written.
+    assert_eq!(fs::read_to_string(lower.join("bin/tool")).expect("lower bin/tool"), "tool v1\n");
+    assert!(lower.join("lib/gone.so").exists() && lower.join("share/doc/readme").exists());
+    second.umount();
+    b.fx.umount();
+}
