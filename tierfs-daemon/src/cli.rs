@@ -161,6 +161,19 @@ pub enum Command {
     #[command(after_help = EXIT_STATUS_HELP)]
     Warmup(WarmupCommand),
 
+    /// Keep what is installed into a system directory (/usr/local, /opt/...) in the workspace.
+    ///
+    /// `tierfs layer add /usr/local` mounts an overlay on /usr/local whose upper layer is in a
+    /// tierfs mount (MOUNTPOINT/.tierfs/layers/usr%2Flocal/): what the image ships stays below,
+    /// and everything written there from then on (apt, make install, a system-wide pip) goes
+    /// into the workspace. The same command on a fresh runtime after a reset, once the
+    /// workspace is mounted again, brings it all back. Root only; only a workspace root mounts
+    /// for itself (never a node mount of another user's). Setuid bits and device files do not
+    /// take effect through a layer (nosuid, nodev): its files come from the store. Remove a
+    /// layer before unmounting the workspace that holds it.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Layer(LayerCommand),
+
     /// Make everything written so far durable in the store and commit a named snapshot.
     ///
     /// A barrier: every file written before it (closed or not) is uploaded, then the whole
@@ -558,6 +571,35 @@ pub struct WarmupCommand {
     /// Files or directories inside a tierfs mount.
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,
+}
+
+/// `tierfs layer`.
+#[derive(Debug, Args)]
+pub struct LayerCommand {
+    #[command(subcommand)]
+    pub action: LayerAction,
+}
+
+/// What `tierfs layer` does.
+#[derive(Debug, Subcommand)]
+pub enum LayerAction {
+    /// Mount the overlay on DIR; a no-op when its layer is already mounted.
+    Add {
+        /// The directory to keep, e.g. /usr/local.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// The tierfs mount that keeps the layer [default: the only writable mount of this user].
+        #[arg(long = "in", value_name = "MOUNTPOINT")]
+        holder: Option<PathBuf>,
+    },
+    /// Unmount the overlay on DIR; its files stay in the workspace for the next `add`.
+    Remove {
+        /// The directory the layer covers.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// List the layers mounted on this machine.
+    List,
 }
 
 /// `tierfs mount`.

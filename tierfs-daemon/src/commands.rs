@@ -22,9 +22,9 @@ use serde::Serialize;
 use tierfs::types::ErrorKind;
 
 use crate::cli::{
-    Cli, Command, DiffCommand, FlushCommand, ForgetCommand, GcCommand, InitCommand, KeyAction, KeyCommand,
-    MountCommand, RestoreCommand, ScrubCommand, SnapshotsCommand, StatusCommand, SyncCommand, UmountCommand,
-    WarmupCommand,
+    Cli, Command, DiffCommand, FlushCommand, ForgetCommand, GcCommand, InitCommand, KeyAction, KeyCommand, LayerAction,
+    LayerCommand, MountCommand, RestoreCommand, ScrubCommand, SnapshotsCommand, StatusCommand, SyncCommand,
+    UmountCommand, WarmupCommand,
 };
 use crate::control::{self, ClientError, Request, StatusReport, UnmountReport};
 use crate::frontend;
@@ -57,6 +57,7 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Key(cmd) => key(cli, cmd),
         Command::Scrub(cmd) => scrub(cli, cmd),
         Command::Warmup(cmd) => warmup(cli, cmd),
+        Command::Layer(cmd) => layer(cli, cmd),
         Command::Sync(cmd) => sync(cli, cmd),
         Command::Flush(cmd) => flush(cli, cmd),
         Command::Snapshots(cmd) => snapshots(cli, cmd),
@@ -1166,6 +1167,34 @@ fn warmup(cli: &Cli, cmd: &WarmupCommand) -> Result<()> {
     Ok(())
 }
 
+fn layer(cli: &Cli, cmd: &LayerCommand) -> Result<()> {
+    let changed = match &cmd.action {
+        LayerAction::Add { dir, holder } => crate::layer::add(dir, holder.as_deref(), &running(cli)?)?,
+        LayerAction::Remove { dir } => crate::layer::remove(dir)?,
+        LayerAction::List => {
+            let layers = crate::layer::list()?;
+            if cli.json {
+                return print_json(&layers);
+            }
+            for l in &layers {
+                println!("{}", l.dir.display());
+            }
+            return Ok(());
+        }
+    };
+    if cli.json {
+        return print_json(&changed);
+    }
+    let dir = changed.dir.display();
+    match (&cmd.action, changed.unchanged, &changed.upper) {
+        (LayerAction::Add { .. }, false, Some(upper)) => println!("layered {dir} (kept in {})", upper.display()),
+        (LayerAction::Add { .. }, _, _) => println!("{dir} is already layered"),
+        (_, false, _) => println!("removed the layer on {dir} (its files stay in the workspace)"),
+        (_, true, _) => println!("{dir} has no layer"),
+    }
+    Ok(())
+}
+
 fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value).context("encoding JSON output")?);
     Ok(())
@@ -1217,6 +1246,7 @@ mod tests {
             backends: Vec::new(),
             pending_repairs: 0,
             allow_other: true,
+            owner: None,
             read_only: false,
             writeback_cache: true,
             cache_encrypted: false,

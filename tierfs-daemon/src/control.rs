@@ -265,6 +265,10 @@ pub struct StatusReport {
     #[serde(default)]
     pub pending_repairs: u64,
     pub allow_other: bool,
+    /// The user the mount serves besides its serving user and root: a node daemon's mount of
+    /// that user's workspace (`None` for a mount a user serves for itself).
+    #[serde(default)]
+    pub owner: Option<u32>,
     pub read_only: bool,
     pub writeback_cache: bool,
     /// The local cache is encrypted at rest (`--encrypt-cache`).
@@ -713,6 +717,7 @@ mod tests {
                 backends: Vec::new(),
                 pending_repairs: 0,
                 allow_other: false,
+                owner: None,
                 read_only: false,
                 writeback_cache: true,
                 cache_encrypted: true,

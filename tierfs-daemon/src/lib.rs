@@ -18,6 +18,7 @@
 //! - [`commands`]: the `tierfs` subcommands and their output;
 //! - [`history`]: `tierfs log`, `show`, `checkout`, `diff -p`, `history push|export`, asked of the
 //!   serving process of a mount or watch;
+//! - [`layer`]: `tierfs layer`, overlays on system directories whose upper layer is in a mount;
 //! - [`restore`]: `tierfs restore`, a plain copy of a workspace state out of the store;
 //! - [`logging`]: tracing setup;
 //! - [`private`]: the umask, data dir and secret-file modes of a serving process;
@@ -41,6 +42,7 @@ pub mod frontend;
 pub mod handoff;
 pub mod history;
 pub mod launch;
+pub mod layer;
 pub mod logging;
 pub mod metrics;
 pub mod mounts;

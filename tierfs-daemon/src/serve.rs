@@ -691,6 +691,7 @@ impl ControlHandler for Served {
             backends: status.backends,
             pending_repairs: status.pending_repairs,
             allow_other: self.config.allow_other,
+            owner: self.config.owner,
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,
             cache_encrypted: self.config.encrypt_cache,

@@ -160,3 +160,66 @@ fn an_overlay_upper_layer_on_tierfs_comes_back_after_a_reset() {
     second.umount();
     b.fx.umount();
 }
+
+/// `tierfs layer add DIR --in MOUNTPOINT` on node `node`, checked; its JSON answer.
+fn layer_add(node: &Node, dir: &Path) -> serde_json::Value {
+    let (dir, holder) = (dir.display().to_string(), node.fx.mountpoint.display().to_string());
+    let (out, json) = node.tierfs_json(&["layer", "add", &dir, "--in", &holder]);
+    out.assert_success("tierfs layer add");
+    json
+}
+
+fn layer_remove(node: &Node, dir: &Path) -> serde_json::Value {
+    let (out, json) = node.tierfs_json(&["layer", "remove", &dir.display().to_string()]);
+    out.assert_success("tierfs layer remove");
+    json
+}
+
+/// `tierfs layer`: a system directory stand-in is layered, written to, and layered again on
+/// a fresh node after a reset; what was installed is back, what the image ships is untouched,
+/// and bad directories are refused with one line that changes nothing.
+#[test]
+fn tierfs_layer_keeps_what_is_installed_into_a_directory_across_a_reset() {
+    let mut a = Node::init_file();
+    a.mount(&[]);
+    let system = a.fx.tmp.path().join("usr-local");
+    write(&system.join("bin/shipped"), "from the image\n", 0o755);
+
+    let added = layer_add(&a, &system);
+    assert_eq!(added["unchanged"], false, "{added}");
+    let upper = PathBuf::from(added["upper"].as_str().expect("the upper layer"));
+    assert!(upper.starts_with(&a.fx.mountpoint), "the upper layer {} is not in the workspace", upper.display());
+    assert_eq!(layer_add(&a, &system)["unchanged"], true, "a second add is a no-op");
+    let (out, listed) = a.tierfs_json(&["layer", "list"]);
+    out.assert_success("tierfs layer list");
+    assert!(listed.as_array().is_some_and(|l| l.iter().any(|x| x["dir"] == system.display().to_string())), "{listed}");
+
+    write(&system.join("bin/installed"), "#!/bin/sh\necho back\n", 0o755);
+    fs::remove_file(system.join("bin/shipped")).expect("removing a shipped file through the layer");
+    assert!(upper.join("bin/installed").is_file(), "the write did not land in the workspace");
+
+    // Refusals: each one line with a kind, nothing mounted or created.
+    for (bad, kind) in [("/", "invalid_input"), (&*a.fx.mountpoint.display().to_string(), "invalid_input")] {
+        let (out, json) = a.tierfs_json(&["layer", "add", bad, "--in", &a.fx.mountpoint.display().to_string()]);
+        assert!(!out.success(), "layer add {bad} succeeded");
+        assert_eq!(json["kind"], kind, "layer add {bad}: {json}");
+        assert_eq!(out.stderr.trim().lines().count(), 1, "more than one line for a refusal: {}", out.stderr);
+    }
+
+    assert_eq!(layer_remove(&a, &system)["unchanged"], false);
+    assert_eq!(layer_remove(&a, &system)["unchanged"], true, "a second remove is a no-op");
+    assert!(system.join("bin/shipped").is_file() && !system.join("bin/installed").exists(), "the image was written");
+    a.sync("layer").assert_success("tierfs sync");
+    a.fx.umount();
+    a.wipe_local_state();
+
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    layer_add(&b, &system);
+    let ran = run(&mut Command::new(system.join("bin/installed")), Duration::from_secs(10));
+    assert_eq!(ran.assert_success("the installed tool").stdout, "back\n");
+    assert!(!system.join("bin/shipped").exists(), "a removal through the layer did not survive the reset");
+    layer_remove(&b, &system);
+    assert!(system.join("bin/shipped").is_file(), "the image's own file is gone");
+    b.fx.umount();
+}
