@@ -560,6 +560,17 @@ fn umount(cli: &Cli, cmd: &UmountCommand, watch: bool) -> Result<()> {
             "--lazy detaches a busy FUSE mount; a watched directory has no mount to detach: drop --lazy"
         );
     }
+    let layered = if watch { Vec::new() } else { crate::layer::held_by(&mountpoint)? };
+    if let Some(dir) = layered.first() {
+        bail_with!(
+            Reason::PathInUse,
+            "{} keeps the layer on {}: `tierfs layer remove {}` first (unmounting under it would lose what is \
+             written there)",
+            mountpoint.display(),
+            dir.display(),
+            dir.display()
+        );
+    }
     if pong.watch != watch {
         let (is, stop) = if pong.watch { ("watched", "tierfs unwatch") } else { ("a FUSE mount", "tierfs umount") };
         bail_with!(

@@ -121,8 +121,24 @@ pub fn list() -> Result<Vec<Layer>> {
     Ok(table
         .into_iter()
         .filter(|e| e.fs_type == "overlay" && e.source == SOURCE)
-        .map(|e| Layer { dir: e.mount_point, upper: None, unchanged: true })
+        .map(|e| Layer { upper: upper_of(&e), dir: e.mount_point, unchanged: true })
         .collect())
+}
+
+/// The directories layered from the tierfs mount at `mountpoint`: while one is, the mount
+/// must not go (a lazily detached mount would take the layer's later writes with it).
+pub fn held_by(mountpoint: &Path) -> Result<Vec<PathBuf>> {
+    let layers = mountpoint.join(LAYERS_DIR);
+    Ok(list()?
+        .into_iter()
+        .filter(|l| l.upper.as_ref().is_some_and(|u| u.starts_with(&layers)))
+        .map(|l| l.dir)
+        .collect())
+}
+
+/// An overlay's upper directory, from its superblock options.
+fn upper_of(entry: &mounts::MountEntry) -> Option<PathBuf> {
+    entry.super_options.split(',').find_map(|o| o.strip_prefix("upperdir=")).map(PathBuf::from)
 }
 
 fn require_root() -> Result<()> {
@@ -213,6 +229,19 @@ mod tests {
         assert_eq!(layer_name(Path::new("/usr/local")), "usr%2Flocal");
         assert_eq!(layer_name(Path::new("/opt/a%2Fb")), "opt%2Fa%252Fb");
         assert_ne!(layer_name(Path::new("/opt/a%2Fb")), layer_name(Path::new("/opt/a/b")));
+    }
+
+    #[test]
+    fn a_layers_upper_directory_is_read_from_its_superblock_options() {
+        let entry = |options: &str| mounts::MountEntry {
+            mount_point: PathBuf::from("/usr/local"),
+            fs_type: "overlay".into(),
+            source: SOURCE.into(),
+            super_options: options.into(),
+        };
+        let upper = "rw,lowerdir=/usr/local,upperdir=/w/.tierfs/layers/usr%2Flocal/upper,workdir=/w/x";
+        assert_eq!(upper_of(&entry(upper)), Some(PathBuf::from("/w/.tierfs/layers/usr%2Flocal/upper")));
+        assert_eq!(upper_of(&entry("rw,lowerdir=/a")), None);
     }
 
     #[test]

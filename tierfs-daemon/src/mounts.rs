@@ -22,6 +22,8 @@ pub struct MountEntry {
     pub fs_type: String,
     /// Mount source (for FUSE the `fsname` option).
     pub source: String,
+    /// The superblock's options, as the kernel prints them (e.g. an overlay's `upperdir=`).
+    pub super_options: String,
 }
 
 impl MountEntry {
@@ -82,10 +84,12 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             rest.next()?; // the "-" separator
             let fs_type = rest.next()?;
             let source = rest.next()?;
+            let super_options = rest.next().unwrap_or_default();
             Some(MountEntry {
                 mount_point: PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(mount_point))),
                 fs_type: fs_type.to_string(),
                 source: String::from_utf8_lossy(&unescape_octal(source)).into_owned(),
+                super_options: String::from_utf8_lossy(&unescape_octal(super_options)).into_owned(),
             })
         })
         .collect()

@@ -206,6 +206,14 @@ fn tierfs_layer_keeps_what_is_installed_into_a_directory_across_a_reset() {
         assert_eq!(out.stderr.trim().lines().count(), 1, "more than one line for a refusal: {}", out.stderr);
     }
 
+    // The mount that keeps a layer is not unmounted under it.
+    let (out, json) = a.tierfs_json(&["umount", &a.fx.mountpoint.display().to_string()]);
+    assert!(!out.success(), "umount under a layer succeeded");
+    assert_eq!((json["kind"].as_str(), json["reason"].as_str()), (Some("conflict"), Some("path_in_use")), "{json}");
+    assert!(common::is_mounted(&a.fx.mountpoint), "the refused umount unmounted");
+    let (_, listed) = a.tierfs_json(&["layer", "list"]);
+    assert_eq!(listed[0]["upper"], upper.display().to_string(), "{listed}");
+
     assert_eq!(layer_remove(&a, &system)["unchanged"], false);
     assert_eq!(layer_remove(&a, &system)["unchanged"], true, "a second remove is a no-op");
     assert!(system.join("bin/shipped").is_file() && !system.join("bin/installed").exists(), "the image was written");
