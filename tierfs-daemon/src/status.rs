@@ -1,10 +1,13 @@
 //! A mount's status as people read it: `tierfs status` (one mount as `key value` lines,
-//! several as a table) and the formatter of byte sizes and durations every command's text
-//! uses.
+//! several as a table) and the one formatter of byte sizes and durations every command's
+//! text uses.
 //!
 //! It renders a [`StatusReport`] and derives nothing a program would want: what the report
 //! adds up to is [`crate::control::StatusSummary`], which `--json` carries for scripts and
-//! the Python package.
+//! the Python package. Sizes are binary (`1.5 KiB`, from `bytesize`), durations
+//! `humantime`'s (`1h 2m 3s`).
+
+use std::time::Duration;
 
 use crate::control::StatusReport;
 
@@ -266,30 +269,14 @@ fn disk_free_row(free: u64, reserve: u64) -> String {
     )
 }
 
-/// `1536` → `1.5 KiB`.
+/// `1536` → `1.5 KiB`: binary units, one decimal.
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
+    bytesize::ByteSize(bytes).to_string()
 }
 
 /// `3723` → `1h 2m 3s`.
 pub fn format_duration(secs: u64) -> String {
-    let (days, hours, minutes, seconds) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
-    match (days, hours, minutes) {
-        (0, 0, 0) => format!("{seconds}s"),
-        (0, 0, _) => format!("{minutes}m {seconds}s"),
-        (0, _, _) => format!("{hours}h {minutes}m {seconds}s"),
-        _ => format!("{days}d {hours}h {minutes}m"),
-    }
+    humantime::format_duration(Duration::from_secs(secs)).to_string()
 }
 
 /// The refill's row of `tierfs status`.
@@ -357,7 +344,7 @@ mod tests {
         assert_eq!(format_duration(5), "5s");
         assert_eq!(format_duration(65), "1m 5s");
         assert_eq!(format_duration(3723), "1h 2m 3s");
-        assert_eq!(format_duration(90_061), "1d 1h 1m");
+        assert_eq!(format_duration(90_061), "1day 1h 1m 1s");
     }
 
     #[test]
