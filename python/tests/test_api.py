@@ -302,6 +302,17 @@ def test_status_warns_about_old_unsynced_data() -> None:
         "backends": [{"name": "file:///s/objects", "available": True, "consecutive_failures": 0}],
         "cold": {"dirty_bytes": 5 << 20, "dirty_files": 2, "oldest_dirty_ms": 900_000, "resident_bytes": 7 << 20},
         "remote": {"workspace": "default", "pending_batches": 3, "pending_bytes": 4096, "oldest_pending_ms": 1000},
+        # What the daemon derives from the above (control.rs `StatusSummary`, tested there).
+        "summary": {
+            "mode": "fuse",
+            "pending_bytes": 5 << 20,
+            "pending_files": 2,
+            "pending_metadata_bytes": 4096,
+            "oldest_unsynced_ms": 900_000,
+            "cache_used_bytes": 7 << 20,
+            "healthy": True,
+            "error": None,
+        },
     }
     s = Status.from_report(report)
     assert s.pending_bytes == 5 << 20 and s.pending_files == 2 and s.oldest_unsynced_secs == 900
@@ -309,10 +320,15 @@ def test_status_warns_about_old_unsynced_data() -> None:
     text = s.format()
     assert "WARNING" in text.splitlines()[-1] and "15 min 0 s" in text, text
     assert s.warning(warn_after=1000) is None
-    fresh = Status.from_report({**report, "cold": {**report["cold"], "dirty_bytes": 0, "dirty_files": 0}})
+    fresh_summary = {**report["summary"], "pending_bytes": 0, "pending_files": 0, "oldest_unsynced_ms": 1000}
+    fresh = Status.from_report({**report, "summary": fresh_summary})
     assert fresh.oldest_unsynced_secs == 1.0 and "WARNING" not in fresh.format()
     down = Status.from_report(
-        {**report, "backends": [{"name": "s3", "available": False, "consecutive_failures": 4, "last_error": "refused"}]}
+        {
+            **report,
+            "backends": [{"name": "s3", "available": False, "consecutive_failures": 4, "last_error": "refused"}],
+            "summary": {**report["summary"], "healthy": False, "error": "refused"},
+        }
     )
     assert not down.healthy and "DOWN" in down.format()
 

@@ -283,6 +283,57 @@ pub struct StatusReport {
     /// A follower's place (`tierfs mount --follow`).
     #[serde(default)]
     pub follow: Option<FollowReport>,
+    /// What the fields above add up to, as the control server sends it
+    /// ([`StatusSummary::of`]); default in a report built in-process.
+    #[serde(default)]
+    pub summary: StatusSummary,
+}
+
+/// The answers a reader wants first, derived from the rest of a [`StatusReport`] in this one
+/// place: `tierfs --json status` carries it, and the CLI's text, the metrics and the Python
+/// package read it rather than each adding the report up on its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusSummary {
+    /// `fuse` (a FUSE mount) or `watch` (a watched directory).
+    pub mode: String,
+    /// File data written and not yet in the store, and the files holding it.
+    pub pending_bytes: u64,
+    pub pending_files: u64,
+    /// Metadata changes not yet in the store.
+    pub pending_metadata_bytes: u64,
+    /// Age of the oldest change not yet in the store (file data, metadata, or in watch mode a
+    /// change no pass has seen); `None` when everything is there.
+    pub oldest_unsynced_ms: Option<u64>,
+    /// Workspace data held on this node's disk.
+    pub cache_used_bytes: u64,
+    /// Every backend answers and the mount still writes to the store (in watch mode: and its
+    /// last pass succeeded).
+    pub healthy: bool,
+    /// Why the mount stopped writing to the store, why the last pass failed, or the last
+    /// store error, in that order.
+    pub error: Option<String>,
+}
+
+impl StatusSummary {
+    pub fn of(s: &StatusReport) -> StatusSummary {
+        let dirty = s.cold.as_ref().filter(|c| c.dirty_bytes > 0 || c.dirty_files > 0).map(|c| c.oldest_dirty_ms);
+        let metadata = s.remote.as_ref().filter(|r| r.pending_batches > 0).map(|r| r.oldest_pending_ms);
+        let unseen = s.watch.as_ref().filter(|w| w.pending_dirs > 0).map(|w| w.oldest_pending_ms);
+        let stopped = s.remote.as_ref().and_then(|r| r.stopped.clone());
+        let pass_error = s.watch.as_ref().and_then(|w| w.last_error.clone());
+        let store_error = s.remote.as_ref().and_then(|r| r.last_error.clone());
+        let cold_error = s.cold.as_ref().and_then(|c| c.last_error.clone());
+        StatusSummary {
+            mode: if s.watch.is_some() { "watch" } else { "fuse" }.into(),
+            pending_bytes: s.cold.as_ref().map_or(0, |c| c.dirty_bytes),
+            pending_files: s.cold.as_ref().map_or(0, |c| c.dirty_files),
+            pending_metadata_bytes: s.remote.as_ref().map_or(0, |r| r.pending_bytes),
+            oldest_unsynced_ms: [dirty, metadata, unseen].into_iter().flatten().max(),
+            cache_used_bytes: s.cold.as_ref().map_or(s.data_bytes, |c| c.resident_bytes),
+            healthy: s.backends.iter().all(|b| b.available) && stopped.is_none() && pass_error.is_none(),
+            error: stopped.or(pass_error).or(store_error).or(cold_error),
+        }
+    }
 }
 
 /// What `tierfs status` shows of a follower.
@@ -525,7 +576,10 @@ async fn serve_connection(
             Request::Status => {
                 let h = handler.clone();
                 let response = match tokio::task::spawn_blocking(move || h.status()).await {
-                    Ok(status) => Response { ok: true, status: Some(status), ..Response::default() },
+                    Ok(status) => {
+                        let status = StatusReport { summary: StatusSummary::of(&status), ..status };
+                        Response { ok: true, status: Some(status), ..Response::default() }
+                    }
                     Err(err) => Response::error(format!("status failed: {err}")),
                 };
                 send(&mut write, &response).await?;
@@ -724,6 +778,7 @@ mod tests {
                 watch: None,
                 fuse_ops: Vec::new(),
                 follow: None,
+                summary: StatusSummary::default(),
             }
         }
     }
@@ -770,5 +825,66 @@ mod tests {
 
         let missing = dir.path().join("missing.sock");
         assert!(ping(&missing, t).unwrap().is_none());
+    }
+
+    /// The summary Python's `Status` shows (`oldest_unsynced_secs`, `healthy`, `error`): the
+    /// oldest of every kind of pending change, and health from every backend and the writer.
+    #[test]
+    fn the_summary_adds_up_the_report() {
+        let cold = ColdStatus {
+            dirty_bytes: 5 << 20,
+            dirty_files: 2,
+            oldest_dirty_ms: 900_000,
+            resident_bytes: 7 << 20,
+            ..ColdStatus::default()
+        };
+        let remote = RemoteStatus {
+            workspace: "default".into(),
+            pending_batches: 3,
+            pending_bytes: 4096,
+            oldest_pending_ms: 1000,
+            ..RemoteStatus::default()
+        };
+        let backend = tierfs::backend::BackendHealth {
+            name: "file:///s/objects".into(),
+            available: true,
+            consecutive_failures: 0,
+            last_error: None,
+            traffic: Default::default(),
+        };
+        let report = StatusReport {
+            data_bytes: 1,
+            cold: Some(cold.clone()),
+            remote: Some(remote),
+            backends: vec![backend.clone()],
+            ..StatusReport::default()
+        };
+        let s = StatusSummary::of(&report);
+        assert_eq!(
+            (s.mode.as_str(), s.pending_bytes, s.pending_files, s.pending_metadata_bytes),
+            ("fuse", 5 << 20, 2, 4096)
+        );
+        assert_eq!(
+            (s.oldest_unsynced_ms, s.cache_used_bytes, s.healthy, s.error),
+            (Some(900_000), 7 << 20, true, None)
+        );
+
+        let fresh =
+            StatusReport { cold: Some(ColdStatus { dirty_bytes: 0, dirty_files: 0, ..cold }), ..report.clone() };
+        assert_eq!(StatusSummary::of(&fresh).oldest_unsynced_ms, Some(1000), "the metadata still waits");
+
+        let down = tierfs::backend::BackendHealth { available: false, last_error: Some("refused".into()), ..backend };
+        let down = StatusReport { backends: vec![down], ..report.clone() };
+        assert!(!StatusSummary::of(&down).healthy);
+
+        let mut stopped = report.clone();
+        if let Some(r) = stopped.remote.as_mut() {
+            (r.stopped, r.last_error) = (Some("fenced by node b".into()), Some("timeout".into()));
+        }
+        let s = StatusSummary::of(&stopped);
+        assert_eq!((s.healthy, s.error.as_deref()), (false, Some("fenced by node b")), "why it stopped comes first");
+
+        let bare = StatusSummary::of(&StatusReport { data_bytes: 9, ..StatusReport::default() });
+        assert_eq!((bare.oldest_unsynced_ms, bare.cache_used_bytes, bare.healthy), (None, 9, true), "no store");
     }
 }

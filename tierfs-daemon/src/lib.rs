@@ -16,6 +16,7 @@
 //! - [`control`]: the control socket protocol, server and client;
 //! - [`mounts`]: the kernel mount table and unmounting;
 //! - [`commands`]: the `tierfs` subcommands and their output;
+//! - [`status`]: `tierfs status` as text, and the one formatter of sizes and durations;
 //! - [`history`]: `tierfs log`, `show`, `checkout`, `diff -p`, `history push|export`, asked of the
 //!   serving process of a mount or watch;
 //! - [`layer`]: `tierfs layer`, overlays on system directories whose upper layer is in a mount;
@@ -52,6 +53,7 @@ pub mod paths;
 pub mod private;
 pub mod restore;
 pub mod serve;
+pub mod status;
 pub mod stop;
 pub mod store_link;
 pub mod watch;

@@ -29,6 +29,7 @@ use tierfs::session::{Access, RESTORE_CACHE_SIZE, Session, SessionConfig};
 use tierfs::vfs::{FileKind, Ino, ROOT_INO, Vfs};
 
 use crate::logging::{Reported, bail_with};
+use crate::status::format_bytes;
 use crate::store_link::open_store;
 
 /// Which state of the workspace a restore copies.
@@ -198,7 +199,9 @@ impl export::Visitor for Progress<'_> {
     fn progress(&mut self, written: &export::Written) {
         if self.show && self.last_shown.elapsed().as_millis() >= 200 {
             self.last_shown = Instant::now();
-            eprint!("\rrestore: {} files, {} of {} MiB", written.files, written.bytes >> 20, self.total >> 20);
+            // Padded: a shorter line than the last one must cover it.
+            let (done, total) = (format_bytes(written.bytes), format_bytes(self.total));
+            eprint!("\rrestore: {} files, {done:>10} of {total}", written.files);
         }
     }
 }

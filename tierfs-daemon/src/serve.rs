@@ -698,6 +698,7 @@ impl ControlHandler for Served {
             watch: None,
             fuse_ops: self.fuse_stats.as_ref().map(|s| s.snapshot()).unwrap_or_default(),
             follow: status.follow.map(Into::into),
+            summary: crate::control::StatusSummary::default(),
         }
     }
 }

@@ -24,6 +24,7 @@ use tokio::runtime::{Handle, Runtime};
 
 use crate::cli::{MountArgs, MountStore};
 use crate::logging::{Reason, bail_with, failure};
+use crate::status::format_bytes;
 use tierfs::ErrorKind;
 
 /// Environment variable holding the store passphrase (for scripts and the background daemon).
@@ -415,7 +416,8 @@ pub fn warmup(paths: &[PathBuf], json: bool) -> Result<(u64, u64)> {
             }
             done += n as u64;
             if show {
-                eprint!("\rwarmup: {} of {} MiB", done >> 20, total >> 20);
+                // Padded: a shorter line than the last one must cover it.
+                eprint!("\rwarmup: {:>10} of {}", format_bytes(done), format_bytes(total));
             }
         }
     }

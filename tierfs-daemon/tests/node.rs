@@ -170,13 +170,15 @@ fn http_get(port: u16, path: &str) -> (u16, String) {
     (code, body.to_owned())
 }
 
-/// The samples of a scrape by series (`name{labels}`), after checking the text format: every
-/// sample belongs to a family declared once with `# HELP` and `# TYPE` right before its
-/// samples, counters end in `_total`, and every value is a number.
+/// The samples of a scrape by series (`name{labels}`), after checking the text format
+/// (OpenMetrics): every sample belongs to a family declared once with `# HELP` and `# TYPE`
+/// right before its samples, counters end in `_total`, every value is a number, and the
+/// exposition ends with `# EOF`.
 fn parse_scrape(text: &str) -> BTreeMap<String, f64> {
     let mut samples = BTreeMap::new();
     let mut declared: BTreeMap<String, String> = BTreeMap::new();
     let mut current: Option<(String, String)> = None;
+    let text = text.strip_suffix("# EOF\n").unwrap_or_else(|| panic!("no `# EOF` ends the scrape:\n{text}"));
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap_or_else(|| panic!("bad TYPE line {line:?}"));

@@ -142,21 +142,14 @@ class Status:
 
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> Status:
-        """A :class:`Status` from one ``tierfs --json status MOUNTPOINT`` report."""
-        # A daemon that serves the workspace in watch mode says so in `watch`.
+        """A :class:`Status` from one ``tierfs --json status MOUNTPOINT`` report.
+
+        What the report adds up to (pending changes, the oldest of them, health, the error to
+        show) comes from its ``summary``, which the daemon derives: nothing is re-derived here.
+        """
+        summary = report["summary"]
         watch = WatchState.from_report(report["watch"]) if report.get("watch") else None
-        mode: Mode = "watch" if watch is not None else "fuse"
-        cold = report.get("cold") or {}
         remote = report.get("remote") or {}
-        dirty = int(cold.get("dirty_bytes", 0))
-        batches = int(remote.get("pending_batches", 0))
-        ages = []
-        if dirty > 0 or int(cold.get("dirty_files", 0)) > 0:
-            ages.append(int(cold.get("oldest_dirty_ms", 0)) / 1000)
-        if batches > 0:
-            ages.append(int(remote.get("oldest_pending_ms", 0)) / 1000)
-        if watch is not None and watch.oldest_pending_secs is not None:
-            ages.append(watch.oldest_pending_secs)
         backends = tuple(
             BackendHealth(
                 name=str(b.get("name", "")),
@@ -166,27 +159,25 @@ class Status:
             )
             for b in report.get("backends") or ()
         )
-        stopped = remote.get("stopped")
-        pass_error = watch.last_error if watch is not None else None
-        error = stopped or pass_error or remote.get("last_error") or cold.get("last_error")
         store = report.get("store")
+        oldest_ms = summary.get("oldest_unsynced_ms")
         return cls(
             path=str(report["mountpoint"]),
-            mode=mode,
+            mode="watch" if summary.get("mode") == "watch" else "fuse",
             workspace=remote.get("workspace") if remote else None,
             store=str(store) if store else None,
             pid=int(report["pid"]),
             read_only=bool(report.get("read_only", False)),
-            pending_bytes=dirty,
-            pending_files=int(cold.get("dirty_files", 0)),
-            pending_metadata_bytes=int(remote.get("pending_bytes", 0)),
-            oldest_unsynced_secs=max(ages) if ages else None,
+            pending_bytes=int(summary.get("pending_bytes", 0)),
+            pending_files=int(summary.get("pending_files", 0)),
+            pending_metadata_bytes=int(summary.get("pending_metadata_bytes", 0)),
+            oldest_unsynced_secs=int(oldest_ms) / 1000 if oldest_ms is not None else None,
             last_snapshot=remote.get("last_snapshot"),
-            cache_used_bytes=int(cold["resident_bytes"]) if cold else int(report.get("data_bytes", 0)),
+            cache_used_bytes=int(summary.get("cache_used_bytes", 0)),
             cache_limit_bytes=report.get("cache_size"),
             backends=backends,
-            healthy=all(b.available for b in backends) and not stopped and not pass_error,
-            error=error,
+            healthy=bool(summary.get("healthy", False)),
+            error=summary.get("error"),
             data_dir=str(report.get("data_dir", "")),
             uptime_secs=int(report.get("uptime_secs", 0)),
             version=str(report.get("version", "")),
