@@ -260,19 +260,7 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
         .stdin(Stdio::piped())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log_err));
-    // SAFETY: between fork and exec only async-signal-safe calls are made: setsid(2) and
-    // fcntl(2), on a descriptor that is open in the child (inherited from us).
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::fcntl(write_fd, libc::F_SETFD, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    detach_in_child(&mut command, write_fd);
     let mut child = command.spawn().with_context(|| format!("starting {}", daemon.display()))?;
     // Only the daemon may hold the write end, or we would never see end of file.
     drop(write_end);
@@ -346,6 +334,24 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
                 ))
             }
         }
+    }
+}
+
+/// Makes the child `command` starts a session leader of its own (so the terminal's signals
+/// and hang-up do not reach the daemon) that inherits `write_fd`, its readiness pipe.
+fn detach_in_child(command: &mut Command, write_fd: i32) {
+    // SAFETY: between fork and exec only async-signal-safe calls are made: setsid(2) and
+    // fcntl(2), on a descriptor that is open in the child (inherited from us).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::fcntl(write_fd, libc::F_SETFD, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 

@@ -142,18 +142,7 @@ fn serve(
     let socket = socket_guard.path().to_path_buf();
 
     let fuse_stats = config.metered.then(|| Arc::new(FuseStats::default()));
-    let vfs = session.vfs().clone();
-    let fuse = match (given_fuse, &fuse_stats) {
-        (Some(Some(fd)), stats) => tierfs_mount::session_from_fd(vfs, fd, &config.mount_options(), stats.clone()),
-        (Some(None), _) => bail_with!(
-            ErrorKind::Internal,
-            "the node daemon handed over no FUSE descriptor for {}",
-            mountpoint.display()
-        ),
-        (None, Some(stats)) => tierfs_mount::session_metered(vfs, mountpoint, &config.mount_options(), stats.clone()),
-        (None, None) => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
-    };
-    let mut fuse = fuse.map_err(|err| explain_mount_error(err, config, mountpoint))?;
+    let mut fuse = open_fuse(config, session, mountpoint, given_fuse, fuse_stats.as_ref())?;
     // A follower's new heads reach the kernel's caches, which otherwise keep names,
     // attributes and pages for their TTLs (file pages for as long as the kernel likes).
     let notifier = fuse.notifier();
@@ -252,6 +241,29 @@ fn serve(
             report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())
         ))
     }
+}
+
+/// The FUSE session of the mount: on the `/dev/fuse` descriptor the node daemon handed over
+/// (`given`), or mounted here; metered when `stats` are kept (the node daemon's mounts).
+fn open_fuse(
+    config: &MountConfig,
+    session: &Arc<Session>,
+    mountpoint: &Path,
+    given: Option<Option<OwnedFd>>,
+    stats: Option<&Arc<FuseStats>>,
+) -> Result<tierfs_mount::Session<tierfs_mount::TierFuse>> {
+    let vfs = session.vfs().clone();
+    let fuse = match (given, stats) {
+        (Some(Some(fd)), stats) => tierfs_mount::session_from_fd(vfs, fd, &config.mount_options(), stats.cloned()),
+        (Some(None), _) => bail_with!(
+            ErrorKind::Internal,
+            "the node daemon handed over no FUSE descriptor for {}",
+            mountpoint.display()
+        ),
+        (None, Some(stats)) => tierfs_mount::session_metered(vfs, mountpoint, &config.mount_options(), stats.clone()),
+        (None, None) => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
+    };
+    fuse.map_err(|err| explain_mount_error(err, config, mountpoint))
 }
 
 /// Says what was being opened when a session failed to open (the fix is added where the
