@@ -38,8 +38,7 @@ use crate::logging::Reported;
 /// Whether the user `uid` may talk to a mount served by this process whose owner is `owner`:
 /// the serving user, root and the owner may.
 pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), Reported> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     if uid == euid || uid == 0 || owner == Some(uid) {
         return Ok(());
     }

@@ -328,13 +328,7 @@ pub(crate) fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
 
 /// Whether the FUSE mount at `path` has lost its daemon (`statfs` fails with ENOTCONN).
 fn connection_is_dead(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
-    // SAFETY: a valid path and a zeroed out-parameter.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is NUL-terminated and buf lives across the call.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
-    rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
+    rustix::fs::statfs(path).is_err_and(|e| e == rustix::io::Errno::NOTCONN)
 }
 
 /// A tierfs mount whose daemon died (kill -9, OOM) leaves a mount that fails every access
