@@ -38,8 +38,7 @@ use crate::logging::Reported;
 /// Whether the user `uid` may talk to a mount served by this process whose owner is `owner`:
 /// the serving user, root and the owner may.
 pub fn may_control(uid: u32, owner: Option<u32>) -> Result<(), Reported> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     if uid == euid || uid == 0 || owner == Some(uid) {
         return Ok(());
     }
@@ -613,28 +612,38 @@ async fn serve_connection(
                 send(&mut write, &response).await?;
             }
             Request::Unmount { lazy } => {
-                let (reply, reply_rx) = oneshot::channel();
-                let (written_tx, written) = oneshot::channel();
-                let request = UnmountRequest { lazy, reply, written };
-                let response = if unmounts.send(request).await.is_err() {
-                    Response::error("the mount is already being unmounted")
-                } else {
-                    match reply_rx.await {
-                        Ok(Ok(report)) => Response { ok: true, unmount: Some(report), ..Response::default() },
-                        Ok(Err(failed)) => Response::failed(failed),
-                        Err(_) => Response::error("the mount is already being unmounted"),
-                    }
-                };
-                let sent = send(&mut write, &response).await;
-                // The receiver may be gone (refusals do not wait); that is fine.
-                let _ = written_tx.send(());
-                sent?;
-                if response.ok {
+                if unmount_and_answer(lazy, &unmounts, &mut write).await? {
                     return Ok(());
                 }
             }
         }
     }
+}
+
+/// Hands an `unmount` to the serving process and sends its outcome; true once unmounted
+/// (the connection then ends).
+async fn unmount_and_answer(
+    lazy: bool,
+    unmounts: &mpsc::Sender<UnmountRequest>,
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+) -> std::io::Result<bool> {
+    let (reply, reply_rx) = oneshot::channel();
+    let (written_tx, written) = oneshot::channel();
+    let request = UnmountRequest { lazy, reply, written };
+    let response = if unmounts.send(request).await.is_err() {
+        Response::error("the mount is already being unmounted")
+    } else {
+        match reply_rx.await {
+            Ok(Ok(report)) => Response { ok: true, unmount: Some(report), ..Response::default() },
+            Ok(Err(failed)) => Response::failed(failed),
+            Err(_) => Response::error("the mount is already being unmounted"),
+        }
+    };
+    let sent = send(write, &response).await;
+    // The receiver may be gone (refusals do not wait); that is fine.
+    let _ = written_tx.send(());
+    sent?;
+    Ok(response.ok)
 }
 
 async fn send(write: &mut tokio::net::unix::OwnedWriteHalf, response: &Response) -> std::io::Result<()> {

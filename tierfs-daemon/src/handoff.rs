@@ -70,8 +70,7 @@ pub fn may_hand_off(uid: u32, node_uid: u32) -> Result<(), Reported> {
 pub fn node_socket(node_runtime_dir: &Path) -> Option<PathBuf> {
     let socket = node_runtime_dir.join(NODE_SOCKET);
     let owner = std::fs::metadata(&socket).ok()?.uid();
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     may_hand_off(me, owner).ok().map(|()| socket)
 }
 
@@ -134,8 +133,7 @@ pub async fn read_request(stream: &mut AsyncBufReader<UnixStream>, runtime_dir: 
         Ok(Err(e)) => return Err(failed(format!("reading the request: {e}"))),
         Err(_) => return Err(failed("no request within 5 s".into())),
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    may_hand_off(uid, unsafe { libc::geteuid() }).map_err(ReadyMessage::failed)?;
+    may_hand_off(uid, rustix::process::geteuid().as_raw()).map_err(ReadyMessage::failed)?;
     let request: HandoffRequest =
         serde_json::from_str(line.trim()).map_err(|e| failed(format!("bad hand-off request: {e}")))?;
     let mut config = request.config;

@@ -23,6 +23,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Weak, mpsc};
 use std::time::Duration;
 
+use rustix::io::FdFlags;
+
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -121,8 +123,7 @@ impl Readiness {
         // use by `tierfs mount`; nothing else in the process owns it.
         let file = unsafe { File::from_raw_fd(fd) };
         // Keep it out of any process we might start (fusermount3).
-        // SAFETY: setting FD_CLOEXEC on a descriptor we own.
-        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        rustix::io::fcntl_setfd(&file, FdFlags::CLOEXEC).context("--ready-fd")?;
         Ok(Readiness::Pipe(Some(file)))
     }
 
@@ -260,19 +261,7 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
         .stdin(Stdio::piped())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log_err));
-    // SAFETY: between fork and exec only async-signal-safe calls are made: setsid(2) and
-    // fcntl(2), on a descriptor that is open in the child (inherited from us).
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::fcntl(write_fd, libc::F_SETFD, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    detach_in_child(&mut command, write_fd);
     let mut child = command.spawn().with_context(|| format!("starting {}", daemon.display()))?;
     // Only the daemon may hold the write end, or we would never see end of file.
     drop(write_end);
@@ -297,8 +286,8 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
     let answer = match rx.recv_timeout(timeout) {
         Ok(answer) => answer.context("reading the daemon's readiness pipe")?,
         Err(_) => {
-            // SAFETY: kill(2) on our own child's pid; it has not been reaped yet.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            // Our own child, not reaped yet: its pid is still its own. Gone already is fine.
+            let _ = child_pid(&child).map(|pid| rustix::process::kill_process(pid, rustix::process::Signal::TERM));
             let _ = child.wait();
             bail_with!(
                 Reason::Timeout,
@@ -349,15 +338,30 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
     }
 }
 
+/// Makes the child `command` starts a session leader of its own (so the terminal's signals
+/// and hang-up do not reach the daemon) that inherits `write_fd`, its readiness pipe.
+fn detach_in_child(command: &mut Command, write_fd: i32) {
+    // SAFETY: between fork and exec only async-signal-safe calls are made: setsid(2) and
+    // fcntl(2), on a descriptor that is open in the child (inherited from us, so borrowing
+    // its number is sound).
+    unsafe {
+        command.pre_exec(move || {
+            rustix::process::setsid()?;
+            rustix::io::fcntl_setfd(std::os::fd::BorrowedFd::borrow_raw(write_fd), FdFlags::empty())?;
+            Ok(())
+        });
+    }
+}
+
+/// The pid of a child not reaped yet (`None` for one the kernel's type cannot hold).
+fn child_pid(child: &std::process::Child) -> Option<rustix::process::Pid> {
+    rustix::process::Pid::from_raw(i32::try_from(child.id()).ok()?)
+}
+
 /// A close-on-exec pipe: (read end, write end).
 fn ready_pipe() -> Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error()).context("creating the readiness pipe");
-    }
-    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).context("creating the readiness pipe")?;
     // If our stdio was closed the pipe may sit on 0-2, which the child's stdio redirection
     // would overwrite: move such an end above 2.
     Ok((above_stdio(read_end)?, above_stdio(write_end)?))
@@ -367,13 +371,7 @@ fn above_stdio(fd: OwnedFd) -> Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }
-    // SAFETY: duplicating a descriptor we own; the result is checked before use.
-    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-    if dup < 0 {
-        return Err(io::Error::last_os_error()).context("moving the readiness pipe");
-    }
-    // SAFETY: `dup` is a fresh descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+    rustix::io::fcntl_dupfd_cloexec(&fd, 3).context("moving the readiness pipe")
 }
 
 /// The last lines the daemon wrote to its log since `from`.

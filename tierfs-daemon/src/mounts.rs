@@ -7,12 +7,13 @@
 //! reported as [`UnmountError::Busy`] so callers can choose between refusing and detaching
 //! lazily.
 
-use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use rustix::mount::UnmountFlags;
 
 /// One line of `/proc/self/mountinfo`, the fields we use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,8 +121,7 @@ fn unescape_octal(field: &str) -> Vec<u8> {
 
 /// Whether the effective user is root.
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// Unmounts the FUSE filesystem at `path`. `lazy` detaches it even when busy (`MNT_DETACH`,
@@ -129,17 +129,11 @@ pub fn is_root() -> bool {
 /// FUSE session when the last open file is closed.
 pub fn unmount(path: &Path, lazy: bool) -> Result<UnmountMethod, UnmountError> {
     if is_root() {
-        let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| UnmountError::Failed {
-            path: path.to_path_buf(),
-            message: "path contains a NUL byte".into(),
-        })?;
-        let flags = if lazy { libc::MNT_DETACH } else { 0 };
-        // SAFETY: c_path is a valid NUL-terminated string that outlives the call.
-        let rc = unsafe { libc::umount2(c_path.as_ptr(), flags) };
-        if rc == 0 {
-            return Ok(UnmountMethod::Umount2);
-        }
-        let err = io::Error::last_os_error();
+        let flags = if lazy { UnmountFlags::DETACH } else { UnmountFlags::empty() };
+        let err = match rustix::mount::unmount(path, flags) {
+            Ok(()) => return Ok(UnmountMethod::Umount2),
+            Err(errno) => io::Error::from(errno),
+        };
         return Err(match err.raw_os_error() {
             Some(libc::EBUSY) => UnmountError::Busy(path.to_path_buf()),
             Some(libc::EINVAL) => UnmountError::NotMounted(path.to_path_buf()),
@@ -214,11 +208,7 @@ fn classify_fusermount_error(path: &Path, stderr: String) -> UnmountError {
 /// caches for that filesystem (for FUSE with the writeback cache: sends them to the daemon).
 pub fn syncfs(path: &Path) -> io::Result<()> {
     let dir = fs::File::open(path)?;
-    // SAFETY: `dir` is an open descriptor for the duration of the call.
-    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::syncfs(&dir)?)
 }
 
 /// Checks that the FUSE device exists, with advice when it does not.

@@ -207,27 +207,7 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
             }
             pending.push(rx);
         }
-        // A stop during the start is heard at once; a mount still starting then stops as soon
-        // as it is up.
-        let early = rt.block_on(async {
-            let mut live = 0;
-            for (i, rx) in pending.into_iter().enumerate() {
-                tokio::select! {
-                    answer = rx => match answer {
-                        Ok(Ok(ready)) => {
-                            live += 1;
-                            registry.set(i, |m| m.live(ready));
-                        }
-                        Ok(Err(message)) => registry.set(i, |m| m.failed(message.message)),
-                        Err(_) => registry.set(i, |m| m.failed("it ended before it was ready".into())),
-                    },
-                    reason = stop.wait() => return Some(reason),
-                }
-            }
-            info!("tierfs node: {live} of {total} mounts live");
-            notifier.send(&format!("READY=1\nSTATUS={live} of {total} mounts live"));
-            None
-        });
+        let early = rt.block_on(await_first_starts(pending, &registry, &mut stop, notifier));
         let reason = match early {
             Some(reason) => reason,
             None => rt.block_on(async {
@@ -288,6 +268,35 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
     } else {
         Err(anyhow!("{} mounts failed: {}", failed.len(), failed.join("; ")))
     }
+}
+
+/// Waits for each declared mount's first start (live or failed, as the registry records),
+/// then tells systemd the node is ready. A stop during the start is heard at once (its
+/// reason is returned); a mount still starting then stops as soon as it is up.
+async fn await_first_starts(
+    pending: Vec<oneshot::Receiver<Result<NodeReady, Reported>>>,
+    registry: &Registry,
+    stop: &mut Stop,
+    notifier: &Notifier,
+) -> Option<&'static str> {
+    let total = pending.len();
+    let mut live = 0;
+    for (i, rx) in pending.into_iter().enumerate() {
+        tokio::select! {
+            answer = rx => match answer {
+                Ok(Ok(ready)) => {
+                    live += 1;
+                    registry.set(i, |m| m.live(ready));
+                }
+                Ok(Err(message)) => registry.set(i, |m| m.failed(message.message)),
+                Err(_) => registry.set(i, |m| m.failed("it ended before it was ready".into())),
+            },
+            reason = stop.wait() => return Some(reason),
+        }
+    }
+    info!("tierfs node: {live} of {total} mounts live");
+    notifier.send(&format!("READY=1\nSTATUS={live} of {total} mounts live"));
+    None
 }
 
 /// Binds the node's hand-off socket in `runtime_dir`, reachable by every user (the server

@@ -238,8 +238,8 @@ pub fn mount_log_path(config: &crate::config::MountConfig) -> Result<PathBuf> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("removing the plaintext log {}", left.display())),
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let dir = Path::new(tierfs::history::MEMORY_DIR).join(format!("tierfs-{}", unsafe { libc::geteuid() }));
+    let euid = rustix::process::geteuid().as_raw();
+    let dir = Path::new(tierfs::history::MEMORY_DIR).join(format!("tierfs-{euid}"));
     ensure_private_dir(&dir)?;
     let id = blake3::hash(config.data_dir.as_os_str().as_encoded_bytes()).to_hex();
     Ok(dir.join(format!("{}.log", &id[..16])))
@@ -318,8 +318,7 @@ pub fn ensure_runtime_dir(dir: &Path, shared: bool) -> Result<()> {
     if !meta.is_dir() {
         bail_with!(Reason::PathInUse, "{} exists and is not a directory", dir.display());
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     if meta.uid() != euid {
         bail_with!(
             ErrorKind::InvalidInput,

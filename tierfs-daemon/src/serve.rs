@@ -142,18 +142,7 @@ fn serve(
     let socket = socket_guard.path().to_path_buf();
 
     let fuse_stats = config.metered.then(|| Arc::new(FuseStats::default()));
-    let vfs = session.vfs().clone();
-    let fuse = match (given_fuse, &fuse_stats) {
-        (Some(Some(fd)), stats) => tierfs_mount::session_from_fd(vfs, fd, &config.mount_options(), stats.clone()),
-        (Some(None), _) => bail_with!(
-            ErrorKind::Internal,
-            "the node daemon handed over no FUSE descriptor for {}",
-            mountpoint.display()
-        ),
-        (None, Some(stats)) => tierfs_mount::session_metered(vfs, mountpoint, &config.mount_options(), stats.clone()),
-        (None, None) => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
-    };
-    let mut fuse = fuse.map_err(|err| explain_mount_error(err, config, mountpoint))?;
+    let mut fuse = open_fuse(config, session, mountpoint, given_fuse, fuse_stats.as_ref())?;
     // A follower's new heads reach the kernel's caches, which otherwise keep names,
     // attributes and pages for their TTLs (file pages for as long as the kernel likes).
     let notifier = fuse.notifier();
@@ -254,6 +243,29 @@ fn serve(
     }
 }
 
+/// The FUSE session of the mount: on the `/dev/fuse` descriptor the node daemon handed over
+/// (`given`), or mounted here; metered when `stats` are kept (the node daemon's mounts).
+fn open_fuse(
+    config: &MountConfig,
+    session: &Arc<Session>,
+    mountpoint: &Path,
+    given: Option<Option<OwnedFd>>,
+    stats: Option<&Arc<FuseStats>>,
+) -> Result<tierfs_mount::Session<tierfs_mount::TierFuse>> {
+    let vfs = session.vfs().clone();
+    let fuse = match (given, stats) {
+        (Some(Some(fd)), stats) => tierfs_mount::session_from_fd(vfs, fd, &config.mount_options(), stats.cloned()),
+        (Some(None), _) => bail_with!(
+            ErrorKind::Internal,
+            "the node daemon handed over no FUSE descriptor for {}",
+            mountpoint.display()
+        ),
+        (None, Some(stats)) => tierfs_mount::session_metered(vfs, mountpoint, &config.mount_options(), stats.clone()),
+        (None, None) => tierfs_mount::session(vfs, mountpoint, &config.mount_options()),
+    };
+    fuse.map_err(|err| explain_mount_error(err, config, mountpoint))
+}
+
 /// Says what was being opened when a session failed to open (the fix is added where the
 /// error is printed, `logging::error_message`).
 pub(crate) fn session_context(err: SessionError, config: &MountConfig) -> anyhow::Error {
@@ -316,13 +328,7 @@ pub(crate) fn prepare_mountpoint(config: &MountConfig) -> Result<PathBuf> {
 
 /// Whether the FUSE mount at `path` has lost its daemon (`statfs` fails with ENOTCONN).
 fn connection_is_dead(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
-    // SAFETY: a valid path and a zeroed out-parameter.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is NUL-terminated and buf lives across the call.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
-    rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
+    rustix::fs::statfs(path).is_err_and(|e| e == rustix::io::Errno::NOTCONN)
 }
 
 /// A tierfs mount whose daemon died (kill -9, OOM) leaves a mount that fails every access

@@ -393,15 +393,17 @@ pub fn warmup(paths: &[PathBuf], json: bool) -> Result<(u64, u64)> {
     for (path, _) in &files {
         let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
-        // Files larger than half the cache would otherwise stream past it.
-        // SAFETY: an ioctl with no argument on a file descriptor this function owns.
-        let kept = unsafe { libc::ioctl(fd, tierfs::vfs::IOCTL_KEEP_CACHED as _) };
+        // Files larger than half the cache would otherwise stream past it. tierfs's own
+        // request number, which neither rustix nor nix names a safe call for.
+        // SAFETY: an ioctl that takes no argument, on a file descriptor this function owns.
+        let kept = match unsafe { libc::ioctl(fd, tierfs::vfs::IOCTL_KEEP_CACHED as _) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        };
         // Pages the kernel still holds would be served without asking tierfs, which then
         // would not fetch them: drop the file's clean pages first (a hint; errors do not matter).
-        // SAFETY: as above.
-        unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if kept != 0 && !warned {
-            let err = std::io::Error::last_os_error();
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+        if let (Err(err), false) = (kept, warned) {
             eprintln!(
                 "warmup: warning: {} is not on a tierfs mount, or its daemon is older ({err}): reading it anyway, \
                  but a file larger than half the cache may not stay cached",

@@ -516,16 +516,14 @@ fn encode_sample(
     }
 }
 
-/// The exposition of the node's state (OpenMetrics text, ending in `# EOF`).
-pub fn render(mounts: Vec<MountView>, now_unix: u64) -> String {
+/// The exposition of the node's state (OpenMetrics text, ending in `# EOF`). Writing into a
+/// String fails only on a name or label value the encoder refuses.
+pub fn render(mounts: Vec<MountView>, now_unix: u64) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape { mounts, now_unix }));
     let mut out = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
-        // Writing into a String fails only on a label the encoder refuses; say so in the body.
-        tracing::warn!("encoding /metrics: {e}");
-    }
-    out
+    prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    Ok(out)
 }
 
 /// The table of every metric, as `deploy/README.md` lists it.
@@ -554,7 +552,7 @@ mod tests {
 
     #[test]
     fn a_failed_mount_is_down_and_says_why() {
-        let text = render(vec![view("w", "/m", None)], 0);
+        let text = render(vec![view("w", "/m", None)], 0).expect("encoding");
         assert!(text.contains("\ntierfs_mount_restarts_total{workspace=\"w\",mountpoint=\"/m\"} 2\n"), "{text}");
         assert!(text.contains("\ntierfs_mount_up{workspace=\"w\",mountpoint=\"/m\"} 0\n"), "{text}");
         assert!(text.contains("state=\"failed\",detail=\"store unreachable\"} 1\n"), "{text}");
@@ -566,7 +564,8 @@ mod tests {
     #[test]
     fn families_group_their_samples_and_escape_labels() {
         let live = StatusReport { inodes: 7, ..StatusReport::default() };
-        let text = render(vec![view("a", "/mnt/a", Some(live)), view("b\"x", "/mnt/b\\\n", None)], 0);
+        let text =
+            render(vec![view("a", "/mnt/a", Some(live)), view("b\"x", "/mnt/b\\\n", None)], 0).expect("encoding");
         let up = "# HELP tierfs_mount_up 1 while the mount (or watched directory) is served.\n\
                   # TYPE tierfs_mount_up gauge\n\
                   tierfs_mount_up{workspace=\"a\",mountpoint=\"/mnt/a\"} 1\n\
@@ -583,7 +582,7 @@ mod tests {
         h.record(std::time::Duration::from_micros(20), false);
         h.record(std::time::Duration::from_millis(3), true);
         let live = StatusReport { fuse_ops: vec![h.snapshot("read")], ..StatusReport::default() };
-        let text = render(vec![view("w", "/m", Some(live))], 0);
+        let text = render(vec![view("w", "/m", Some(live))], 0).expect("encoding");
         assert!(text.contains("# TYPE tierfs_fuse_request_duration_seconds histogram\n"), "{text}");
         let base = "workspace=\"w\",mountpoint=\"/m\",op=\"read\"";
         for line in [

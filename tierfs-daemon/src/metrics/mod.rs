@@ -274,7 +274,11 @@ async fn answer(request: &Request<Incoming>, registry: Arc<Registry>) -> Respons
         "/metrics" => {
             let body = tokio::task::spawn_blocking(move || defs::render(registry.snapshot(), unix_now())).await;
             match body {
-                Ok(body) => respond(StatusCode::OK, OPENMETRICS, body),
+                Ok(Ok(body)) => respond(StatusCode::OK, OPENMETRICS, body),
+                Ok(Err(e)) => {
+                    warn!("encoding /metrics: {e}");
+                    respond(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", "encoding the metrics failed\n".into())
+                }
                 Err(e) => respond(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("scrape failed: {e}\n")),
             }
         }
