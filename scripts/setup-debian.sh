@@ -208,6 +208,22 @@ else
         --only-binary :all: -d "$WHEELHOUSE" -r "$PY_REQUIREMENTS"
     echo "$wheel_stamp" >"$WHEELHOUSE/.stamp"
 fi
+# The environment tests' packages (python/tests/env-requirements.txt: pandas, numpy and one
+# of each other kind) in a wheelhouse of their own, which a test can make unreachable while
+# the kernels' stays; about 30 MB, kept, like the other, until the pins or Python change.
+ENV_WHEELHOUSE=$TOOLS_DIR/python-env-wheels
+ENV_REQUIREMENTS=$(dirname "$PY_REQUIREMENTS")/env-requirements.txt
+env_stamp="$(sha256sum "$ENV_REQUIREMENTS" | awk '{print $1}') $("$SYSTEM_PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+if [[ -f $ENV_WHEELHOUSE/.stamp && $(<"$ENV_WHEELHOUSE/.stamp") == "$env_stamp" ]]; then
+    say "environment test wheels present in $ENV_WHEELHOUSE"
+else
+    say "downloading the environment test wheels into $ENV_WHEELHOUSE"
+    rm -rf "$ENV_WHEELHOUSE"
+    mkdir -p "$ENV_WHEELHOUSE"
+    "$PY_VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-input \
+        --only-binary :all: -d "$ENV_WHEELHOUSE" -r "$ENV_REQUIREMENTS"
+    echo "$env_stamp" >"$ENV_WHEELHOUSE/.stamp"
+fi
 
 # --- Deployment checks: yamllint and kubernetes-validate ----------------------
 # scripts/deploy-check.sh (the `deploy` step of scripts/test.sh) lints the node daemon's
