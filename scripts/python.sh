@@ -62,6 +62,7 @@ OUT=${OUT:-$CARGO_TARGET_DIR/wheels/$PROFILE}
 TOOLS_DIR=${TIERFS_TOOLS_DIR:-/var/lib/tierfs-test-tools}
 MATURIN=$TOOLS_DIR/python-venv/bin/maturin
 WHEELHOUSE=$TOOLS_DIR/python-wheels
+ENV_WHEELHOUSE=$TOOLS_DIR/python-env-wheels
 SYSTEM_PYTHON=/usr/bin/python3
 
 # seconds since START (a `date +%s.%N` value), to a tenth
@@ -131,6 +132,7 @@ if [[ -n $BUILD_ONLY ]]; then
 fi
 
 [[ -f $WHEELHOUSE/.stamp ]] || die "$WHEELHOUSE is incomplete: run scripts/setup-debian.sh"
+[[ -f $ENV_WHEELHOUSE/.stamp ]] || die "$ENV_WHEELHOUSE is incomplete: run scripts/setup-debian.sh"
 
 # --- test ---------------------------------------------------------------------------
 # A short path: control sockets live below it (108 bytes at most for a socket address).
@@ -187,6 +189,7 @@ rc=0
 (
     cd "$WORK"
     env TIERFS_TEST_WORK="$WORK" TIERFS_TEST_WHEEL="$WHEEL" TIERFS_TEST_WHEELHOUSE="$WHEELHOUSE" \
+        TIERFS_TEST_ENV_WHEELHOUSE="$ENV_WHEELHOUSE" \
         TIERFS_TEST_METRICS="$METRICS" TIERFS_TOOLS_DIR="$TOOLS_DIR" \
         "$WORK/test-venv/bin/python" -m pytest -p no:cacheprovider --rootdir "$REPO_ROOT/python" \
         -c "$REPO_ROOT/python/pyproject.toml" "$REPO_ROOT/python/tests" ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
@@ -207,6 +210,13 @@ names = {
     "reset_mount_secs": "mount() after the reset",
     "reset_mount_to_usable_secs": "mount() to checkpoint read, after the reset",
     "no_fuse_mount_secs": "mount() without FUSE (watch mode, fresh)",
+    "env_fuse_reset_to_pandas_secs": "env, FUSE: mount(env=True) to import pandas, after a reset",
+    "env_fuse_reset_mount_secs": "env, FUSE: of which mount() and activation",
+    "env_watch_reset_mount_secs": "env, watch: of which mount() and activation",
+    "env_fuse_install_secs": "env, FUSE: %pip install from the wheelhouse into the env",
+    "env_watch_reset_to_pandas_secs": "env, watch: mount(env=True) to import pandas, after a reset",
+    "env_watch_install_secs": "env, watch: %pip install from the wheelhouse into the env",
+    "reinstall_wheelhouse_secs": "reinstall: pip install from the wheelhouse + import pandas",
 }
 for key, value in json.load(open(sys.argv[1])).items():
     print(f"python:   {names.get(key, key) + ':':<44} {value} s")

@@ -195,19 +195,28 @@ else
     say "installing maturin $MATURIN_VERSION into $PY_VENV (had: ${maturin_have:-none})"
     fresh_venv "$PY_VENV" "maturin==$MATURIN_VERSION"
 fi
-# The wheelhouse is complete for exactly one requirements file and interpreter: a stamp
+# wheelhouse DIR REQUIREMENTS WHAT: the wheels of REQUIREMENTS (and their dependencies) in
+# DIR. A wheelhouse is complete for exactly one requirements file and interpreter: a stamp
 # holds both, so an edit of the pins or a Python upgrade downloads again.
-wheel_stamp="$(sha256sum "$PY_REQUIREMENTS" | awk '{print $1}') $("$SYSTEM_PYTHON" -c 'import sys; print(sys.version.split()[0])')"
-if [[ -f $WHEELHOUSE/.stamp && $(<"$WHEELHOUSE/.stamp") == "$wheel_stamp" ]]; then
-    say "test wheels present in $WHEELHOUSE"
-else
-    say "downloading the Python test wheels into $WHEELHOUSE"
-    rm -rf "$WHEELHOUSE"
-    mkdir -p "$WHEELHOUSE"
+wheelhouse() {
+    local dir=$1 requirements=$2 what=$3 stamp
+    stamp="$(sha256sum "$requirements" | awk '{print $1}') $("$SYSTEM_PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+    if [[ -f $dir/.stamp && $(<"$dir/.stamp") == "$stamp" ]]; then
+        say "$what present in $dir"
+        return
+    fi
+    say "downloading the $what into $dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
     "$PY_VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-input \
-        --only-binary :all: -d "$WHEELHOUSE" -r "$PY_REQUIREMENTS"
-    echo "$wheel_stamp" >"$WHEELHOUSE/.stamp"
-fi
+        --only-binary :all: -d "$dir" -r "$requirements"
+    echo "$stamp" >"$dir/.stamp"
+}
+wheelhouse "$WHEELHOUSE" "$PY_REQUIREMENTS" "Python test wheels"
+# The environment tests' packages (python/tests/env-requirements.txt: pandas, numpy and one
+# of each other kind) in a wheelhouse of their own, which a test can make unreachable while
+# the kernels' stays; about 30 MB, kept, like the other, until the pins or Python change.
+wheelhouse "$TOOLS_DIR/python-env-wheels" "$(dirname "$PY_REQUIREMENTS")/env-requirements.txt" "environment test wheels"
 
 # --- Deployment checks: yamllint and kubernetes-validate ----------------------
 # scripts/deploy-check.sh (the `deploy` step of scripts/test.sh) lints the node daemon's

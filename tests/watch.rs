@@ -442,3 +442,41 @@ fn a_directory_swapped_for_a_symlink_leads_no_pass_outside_the_tree() {
     assert_eq!(session.vfs().readlink(d.ino).expect("readlink"), outside.as_os_str().as_encoded_bytes());
     fx.close(session);
 }
+
+/// Bytes no two chunks of which are equal (so none is deduplicated away).
+fn distinct_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
+}
+
+/// A file with more new data than one pack holds fills the pack while it is being read: the
+/// pack is put mid-file, and the blocks it carried must still be recorded with the file (a
+/// 25 MiB shared library of numpy, `pip install`ed into a watched directory, came back from
+/// the store as "not in the local block index").
+#[test]
+fn a_file_larger_than_a_pack_restores_on_a_fresh_node() {
+    let fx = Fixture::new();
+    let src = fx.dir("src");
+    let data = distinct_bytes(25 * MIB as usize + 4321, 7);
+    fs::write(src.join("big.so"), &data).expect("write");
+    let session = fx.open("data-a");
+    let mut mirror = Mirror::new(session.vfs().clone(), &src).expect("mirror");
+    assert_eq!(mirror.start().expect("start"), Start::Fresh);
+    mirror.rescan().expect("first pass");
+    session.sync(Some("big".into()), Duration::from_secs(60)).expect("snapshot");
+    fx.close(session);
+
+    let dst = fx.dir("dst");
+    let session = fx.open("data-b");
+    let mut mirror = Mirror::new(session.vfs().clone(), &dst).expect("mirror");
+    let Start::Restored(_) = mirror.start().expect("restore") else { panic!("not restored") };
+    assert!(fs::read(dst.join("big.so")).expect("read") == data, "the restored file differs");
+    fx.close(session);
+}

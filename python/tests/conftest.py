@@ -15,6 +15,7 @@ Environment (set by scripts/python.sh):
     TIERFS_TEST_WORK        work directory (mount points, runtimes, stores, logs)
     TIERFS_TEST_WHEEL       the wheel under test
     TIERFS_TEST_WHEELHOUSE  local wheels for the kernels' venvs (ipykernel, numpy, tqdm)
+    TIERFS_TEST_ENV_WHEELHOUSE  local wheels the environment tests install (env-requirements.txt)
     TIERFS_TEST_METRICS     JSON file that collects the measured numbers
 """
 
@@ -98,6 +99,11 @@ def wheel() -> Path:
 @pytest.fixture(scope="session")
 def wheelhouse() -> Path:
     return _env_path("TIERFS_TEST_WHEELHOUSE")
+
+
+@pytest.fixture(scope="session")
+def env_wheelhouse() -> Path:
+    return _env_path("TIERFS_TEST_ENV_WHEELHOUSE")
 
 
 def record_metric(name: str, value: Any) -> None:
@@ -224,9 +230,11 @@ class Runtime:
             Path(self.env[key]).mkdir(parents=True, exist_ok=True)
         Path(self.env["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
 
-    def make_kernel_venv(self, wrapper: Sequence[str] = ()) -> float:
-        """A fresh venv with ipykernel, numpy and tqdm (no tierfs: the notebook installs it),
-        registered as a Jupyter kernel whose command line starts with ``wrapper`` (e.g.
+    def make_kernel_venv(
+        self, wrapper: Sequence[str] = (), packages: Sequence[str] = ("ipykernel", "numpy", "tqdm")
+    ) -> float:
+        """A fresh venv with ``packages`` (no tierfs: the notebook installs it), registered
+        as a Jupyter kernel whose command line starts with ``wrapper`` (e.g.
         :func:`without_fuse`). Returns the seconds it took."""
         started = time.monotonic()
         subprocess.run(["/usr/bin/python3", "-m", "venv", str(self.venv)], check=True)
@@ -242,9 +250,7 @@ class Runtime:
                 "--no-index",
                 "--find-links",
                 str(self.wheelhouse),
-                "ipykernel",
-                "numpy",
-                "tqdm",
+                *packages,
             ],
             check=True,
         )

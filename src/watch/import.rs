@@ -124,10 +124,12 @@ impl Packer {
                 counts.chunks_uploaded += 1;
                 counts.bytes_uploaded += stored as u64;
                 if self.pack.len() >= self.blocks.pack_size() {
-                    // Put now; this file's records wait until it is read whole.
-                    self.put_pack(vfs)?;
+                    // Put now; this file's records wait until it is read whole. The locations
+                    // come from the put itself: `put_pack` forgets them once the files waiting
+                    // for the pack are recorded, and this one is not among them yet.
+                    let locs = self.put_pack(vfs)?;
                     for id in std::mem::take(&mut staged) {
-                        if let Some(loc) = self.put.get(&id) {
+                        if let Some(loc) = locs.get(&id) {
                             new_blocks.push((id, *loc));
                         }
                     }
@@ -166,14 +168,16 @@ impl Packer {
         Ok(())
     }
 
-    /// Puts the pack (if it holds anything) and records every file waiting for it.
-    pub fn put_pack(&mut self, vfs: &Vfs) -> Result<()> {
+    /// Puts the pack (if it holds anything) and records every file waiting for it. Returns
+    /// where the pack's blocks went, for a file being read that has blocks in it.
+    pub fn put_pack(&mut self, vfs: &Vfs) -> Result<HashMap<BlockId, BlockLoc>> {
+        let mut locs = HashMap::new();
         if !self.pack.is_empty() {
             let full =
                 std::mem::replace(&mut self.pack, PackBuilder::new(self.blocks.pack_size() + CHUNK_SIZE as usize));
-            let locs = self.blocks.put_pack(full)?;
-            vfs.count_upload(locs.iter().map(|(_, loc)| u64::from(loc.plain_len)).sum());
-            self.put.extend(locs);
+            locs.extend(self.blocks.put_pack(full)?);
+            vfs.count_upload(locs.values().map(|loc| u64::from(loc.plain_len)).sum());
+            self.put.extend(locs.iter().map(|(id, loc)| (*id, *loc)));
             self.in_pack.clear();
         }
         for mut p in std::mem::take(&mut self.pending) {
@@ -186,7 +190,7 @@ impl Packer {
         }
         // Every block put so far is recorded in the workspace now.
         self.put.clear();
-        Ok(())
+        Ok(locs)
     }
 }
 

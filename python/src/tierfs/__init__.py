@@ -24,7 +24,12 @@ same path in watch mode (a plain directory that a watcher syncs to the store), s
 one line and reports ``mode == "watch"``; ``mode="fuse"`` / ``"watch"`` or ``$TIERFS_MODE``
 choose one.
 
-Modules: :mod:`tierfs.mount` (mount, Mount), :mod:`tierfs.status` (Status),
+``mount(..., env=True)`` keeps a Python environment in the workspace (``.tierfs/env``) and
+activates it in this kernel, so ``%pip install`` survives a reset too (:mod:`tierfs.env`;
+``eval "$(python -m tierfs env activate DIR)"`` in a shell).
+
+Modules: :mod:`tierfs.mount` (mount, Mount), :mod:`tierfs.env` (the environment),
+:mod:`tierfs.status` (Status),
 :mod:`tierfs.snapshots` (Snapshot, snapshots, restore), :mod:`tierfs.errors` (the
 exceptions), :mod:`tierfs.magics` (the IPython magics), :mod:`tierfs.progress`.
 """

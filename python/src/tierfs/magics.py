@@ -1,5 +1,6 @@
-"""IPython magics: ``%load_ext tierfs`` gives ``%tierfs status``, ``%tierfs sync "msg"``
-and ``%tierfs snapshots``.
+"""IPython magics: ``%load_ext tierfs`` gives ``%tierfs status``, ``%tierfs sync "msg"``,
+``%tierfs snapshots`` and ``%tierfs env`` (the workspace's Python environment, activated in
+this kernel as ``mount(..., env=True)`` does).
 
 Each magic works on one mount: the ``PATH`` it is given, else the mount returned by the
 last :func:`tierfs.mount` of this kernel, else the only tierfs mount of this user (so the
@@ -25,7 +26,8 @@ _USAGE = """\
 %tierfs status [PATH] [--warn-after SECS]   what is not yet in the store, last snapshot, cache, backends
 %tierfs sync ["MESSAGE"] [--path PATH]      upload everything and commit a snapshot
 %tierfs snapshots [PATH]                    the workspace's snapshots, oldest first
-%tierfs mounts                              every tierfs mount of this user"""
+%tierfs mounts                              every tierfs mount of this user
+%tierfs env [PATH] [--env DIR]              keep a Python env in the workspace and use it in this kernel"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     snaps = sub.add_parser("snapshots", add_help=False)
     snaps.add_argument("path", nargs="?")
     sub.add_parser("mounts", add_help=False)
+    env = sub.add_parser("env", add_help=False)
+    env.add_argument("path", nargs="?")
+    env.add_argument("--env", default=True)
     sub.add_parser("help", add_help=False)
     return p
 
@@ -105,6 +110,8 @@ def tierfs_magic(line: str) -> None:
             f"snapshot {snap.id}{said} committed: {format_bytes(snap.data_bytes or 0)} of data "
             f"uploaded in {snap.millis} ms"
         )
+    elif args.command == "env":
+        _mount.activate_env(m, args.env)
     elif args.command == "snapshots":
         mark = m.last_snapshot.id if m.last_snapshot else m.status().last_snapshot
         print(format_snapshots(m.snapshots(), mark))

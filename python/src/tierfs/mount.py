@@ -42,6 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from . import _cli, _mounttable
+from . import env as _env
 from .errors import CommandTimeoutError, InvalidInputError, NotFoundError, PathInUseError, TierfsError
 from .progress import Progress
 from .snapshots import Snapshot, snapshots
@@ -144,6 +145,8 @@ class Mount:
             syncs to the workspace: where FUSE does not work, or when asked for).
         fallback_reason: why :func:`mount` started watch mode instead of a FUSE mount
             (``None`` for a FUSE mount, a watch asked for, or one found running).
+        env: the workspace's environment when ``mount(..., env=...)`` activated one
+            (:class:`tierfs.env.Env`), else ``None``.
     """
 
     def __init__(
@@ -169,6 +172,7 @@ class Mount:
         self.mode: Literal["fuse", "watch"] = mode
         self.fallback_reason: str | None = None
         self.last_snapshot: Snapshot | None = None
+        self.env: _env.Env | None = None
         self._passphrase = passphrase
 
     @classmethod
@@ -443,6 +447,7 @@ def mount(
     refill: bool = True,
     options: Sequence[str] = (),
     quiet: bool = False,
+    env: bool | PathLike = False,
 ) -> Mount:
     """Mounts a workspace at ``path`` and returns a handle to it.
 
@@ -491,6 +496,12 @@ def mount(
             refused.
         quiet: print nothing (by default one line says what was mounted, and why watch
             mode when it fell back to it).
+        env: ``True`` keeps a Python environment in the workspace (``.tierfs/env``; a
+            relative path names another directory of it) and activates it in this process:
+            its site-packages on ``sys.path``, ``%pip install`` installing into it, the pip,
+            Hugging Face and torch caches in ``.tierfs/cache`` (:mod:`tierfs.env`). After a
+            reset the same call makes everything installed there importable again. An env
+            another Python made is set aside (renamed) with one line, and a new one made.
 
     Raises:
         PathInUseError: ``path`` is not empty, is another mount, or is a tierfs mount of
@@ -502,8 +513,66 @@ def mount(
         UnavailableError: the store does not answer (a mount waits up to ``timeout``);
             with ``mode="fuse"``, also FUSE not working here.
         FencedError: another node holds the workspace's lease.
+        CorruptError: the env's record does not decode (reason ``env_record``); a mount
+            this call started is unmounted again.
         TierfsError: any other failure, with the CLI's message.
     """
+    handle = _mount(
+        path,
+        store,
+        workspace,
+        readonly,
+        cache_size,
+        timeout,
+        force_remount,
+        mode=mode,
+        passphrase=passphrase,
+        takeover=takeover,
+        refill=refill,
+        options=options,
+        quiet=quiet,
+    )
+    if env is not False:
+        activate_env(handle, env, quiet)
+    return handle
+
+
+def activate_env(handle: Mount, env: bool | PathLike = True, quiet: bool = False) -> None:
+    """Prepares and activates the env of ``handle``'s workspace in this process (what
+    ``mount(..., env=env)`` and ``%tierfs env`` do). On failure a mount that :func:`mount`
+    started (not one it reattached to) is unmounted again, so nothing it started is left,
+    and the error raised."""
+    started = time.monotonic()
+    try:
+        found = _env.prepare(handle.path, env, say=lambda line: _say(False, line))
+    except TierfsError:
+        if not handle.reattached:
+            with contextlib.suppress(TierfsError):
+                handle.unmount(flush=True)
+        raise
+    _env.activate(found)
+    handle.env = found
+    what = "made" if found.created else "activated"
+    secs = time.monotonic() - started
+    _say(quiet, f"tierfs: environment {found.path} {what} ({found.record.describe()}) in {secs:.1f} s")
+
+
+def _mount(
+    path: PathLike,
+    store: PathLike | None,
+    workspace: str,
+    readonly: bool,
+    cache_size: int | str | None,
+    timeout: float,
+    force_remount: bool,
+    *,
+    mode: MountMode | None,
+    passphrase: str | None,
+    takeover: bool,
+    refill: bool,
+    options: Sequence[str],
+    quiet: bool,
+) -> Mount:
     global _fuse_failure
     mode = _resolve_mode(mode)
     target = _canonical(path)
