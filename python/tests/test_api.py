@@ -85,6 +85,29 @@ def test_mounted_context_and_restore(isolated: Path) -> None:
         tierfs.restore(isolated / "copy2", snapshot="no-such-snapshot", store=store)
 
 
+def test_a_layer_keeps_what_is_installed_into_a_system_directory(isolated: Path) -> None:
+    store = make_file_store(isolated / "persistent")
+    mnt = isolated / "mnt"
+    system = isolated / "usr-local"
+    (system / "bin").mkdir(parents=True)
+    (system / "bin" / "shipped").write_text("image\n")
+    m = tierfs.mount(mnt, store=store, quiet=True)
+    upper = m.layer(system)
+    assert upper.startswith(str(mnt) + "/") and m.layers() == [str(system)]
+    (system / "bin" / "installed").write_text("kept\n")
+    # unmount() takes the layer off first: the directory shows the image again.
+    m.unmount()
+    assert sorted(os.listdir(system / "bin")) == ["shipped"]
+
+    m = tierfs.mount(mnt, store=store, quiet=True)
+    assert m.layer(system) == upper
+    assert (system / "bin" / "installed").read_text() == "kept\n"
+    with pytest.raises(tierfs.InvalidInputError):
+        m.layer("/")
+    m.unmount()
+    assert not m.layers()
+
+
 def test_embedded_default_store(isolated: Path) -> None:
     mnt = isolated / "mnt"
     m = tierfs.mount(mnt, quiet=True)

@@ -334,9 +334,35 @@ class Mount:
             raise InvalidInputError(f"{self.path} is mounted without a store: it has no snapshots")
         return snapshots(self.store, self.workspace or _DEFAULT_WORKSPACE, passphrase=self._passphrase)
 
+    def layer(self, directory: PathLike) -> str:
+        """Keeps what is installed into ``directory`` (``/usr/local``, ``/opt/x``) in this
+        workspace: an overlay on it whose upper layer is in the mount (``tierfs layer add``;
+        root only, FUSE mounts only). Run it again after a reset, once the workspace is
+        mounted, and what was installed there is back. A no-op when the layer is on already.
+
+        Returns:
+            the upper directory, inside the mount, that holds the layer's files.
+
+        Raises:
+            InvalidInputError: not root, a watched directory, ``/``, or a directory that
+                contains the mount or is inside it.
+            PathInUseError: ``directory`` is another filesystem's mount point.
+        """
+        if self.mode == "watch":
+            raise InvalidInputError(f"{self.path} is watched, not mounted: a layer needs a FUSE mount to keep it")
+        info = _cli.run_json(["layer", "add", os.fspath(directory), "--in", self.path], timeout=STATUS_TIMEOUT)
+        return str(info["upper"])
+
+    def layers(self) -> list[str]:
+        """The directories layered from this mount (see :meth:`layer`)."""
+        keep = os.path.join(self.path, ".tierfs", "layers") + os.sep
+        listed = _cli.run_json(["layer", "list"], timeout=STATUS_TIMEOUT)
+        return [str(x["dir"]) for x in listed if str(x.get("upper") or "").startswith(keep)]
+
     def unmount(self, flush: bool = True, timeout: float = 300.0) -> None:
         """Unmounts the workspace (in watch mode: stops watching; the directory and its
-        files stay).
+        files stay). The layers this mount keeps (:meth:`layer`) come off first, so their
+        directories show what the image ships again.
 
         Args:
             flush: ``True`` waits until the daemon has written everything to the local disk
@@ -355,6 +381,9 @@ class Mount:
         if self.mode == "watch" and not flush:
             self._stop_watcher()
         else:
+            if self.mode != "watch" and os.geteuid() == 0:
+                for directory in self.layers():
+                    _cli.run_json(["layer", "remove", directory], timeout=STATUS_TIMEOUT)
             args = ["unwatch" if self.mode == "watch" else "umount", "--timeout", str(max(1, int(timeout)))]
             if not flush:
                 args.append("--lazy")
