@@ -246,6 +246,50 @@ pub enum Command {
     /// and hard links are kept (ownership too when run as root). DIR must be empty or new.
     #[command(after_help = EXIT_STATUS_HELP)]
     Restore(RestoreCommand),
+
+    /// The files deleted or replaced in a live mount or watched directory, and putting them back.
+    ///
+    /// Nothing is moved aside when a file goes: the store's journal records every change with
+    /// its time, and the retention window (7 days by default, `tierfs gc --keep-within`) keeps
+    /// it, so a regular file that was unlinked, or replaced by a rename over it, can be put
+    /// back as it was just before. `trash restore` writes it through the mount or watched
+    /// directory (as an ordinary new file, with your rights), at its path, or beside it as
+    /// NAME.restored-TIME when the path is taken: nothing is ever overwritten. Needs the
+    /// mount or watch running, with a store.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Trash(TrashCommand),
+}
+
+/// `tierfs trash`.
+#[derive(Debug, Args)]
+pub struct TrashCommand {
+    #[command(subcommand)]
+    pub action: TrashAction,
+}
+
+/// `tierfs trash list|restore`.
+#[derive(Debug, Subcommand)]
+pub enum TrashAction {
+    /// List the files deleted or replaced within the retention window, oldest first: path,
+    /// what happened (deleted / replaced), when, and size.
+    List {
+        /// A mount or watched directory, or a directory inside one (lists what was under it)
+        /// [default: the one the current directory is in, else the only one running].
+        #[arg(value_name = "MOUNTPOINT or DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Put a deleted or replaced file back: the newest version the trash holds, or the one
+    /// PATH had at TIME.
+    Restore {
+        /// The file, as a path into the mount or watched directory (it may not lead out of
+        /// it: no `..` above its root, no symlink on the way).
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+        /// The version PATH had at TIME: RFC 3339 (`2026-12-06T14:03:27Z`) or relative
+        /// (`10m ago`) [default: just before it was last deleted or replaced].
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+    },
 }
 
 /// `tierfs diff`.

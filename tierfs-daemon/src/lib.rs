@@ -19,6 +19,8 @@
 //! - [`history`]: `tierfs log`, `show`, `checkout`, `diff -p`, `history push|export`, asked of the
 //!   serving process of a mount or watch;
 //! - [`restore`]: `tierfs restore`, a plain copy of a workspace state out of the store;
+//! - [`trash`]: `tierfs trash list|restore`, files a live mount lost, read from the journal
+//!   and written back through the mount;
 //! - [`logging`]: tracing setup;
 //! - [`private`]: the umask, data dir and secret-file modes of a serving process;
 //! - [`admit`]: bounds on the connections one user and all users hold on a socket;
@@ -52,5 +54,6 @@ pub mod restore;
 pub mod serve;
 pub mod stop;
 pub mod store_link;
+pub mod trash;
 pub mod watch;
 pub mod worker;

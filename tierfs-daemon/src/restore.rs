@@ -103,28 +103,15 @@ pub fn restore(
     }
     let started = Instant::now();
     let rt = crate::config::build_runtime()?;
-    let (store, _) = open_store(rt.handle(), store_file)?;
-    // Next to the target when its parent exists (else in the temporary directory): the
-    // target itself is made only once the state is read, so a refused time changes nothing.
-    let near = target.parent().filter(|p| p.is_dir()).map_or_else(std::env::temp_dir, Path::to_path_buf);
-    let scratch = tempfile::Builder::new()
-        .prefix(".tierfs-restore-")
-        .tempdir_in(&near)
-        .with_context(|| format!("creating a scratch directory in {}", near.display()))?;
-    // A read-only session of a scratch data dir restores the metadata (cut to the data that
-    // reached the store, as on a new node) and fetches file data as it is read.
-    let mut config = SessionConfig::new(scratch.path(), None);
-    config.store = Some(Arc::new(store));
-    config.workspace = workspace.to_owned();
-    config.access = match from {
+    let access = match from {
         From::Latest => Access::ReadOnly,
         From::Snapshot(id) => Access::Snapshot(id.clone()),
         From::At(ms) => Access::At(*ms),
     };
-    config.cache_size = Some(RESTORE_CACHE_SIZE);
-    // A scratch copy read once: nothing to keep warm.
-    config.hot_set = false;
-    let session = Session::open(config, rt.handle()).context("reading the workspace from the store")?;
+    // Next to the target when its parent exists (else in the temporary directory): the
+    // target itself is made only once the state is read, so a refused time changes nothing.
+    let near = target.parent().filter(|p| p.is_dir()).map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let (session, scratch) = past_session(&rt, store_file, workspace, access, &near)?;
     fs::create_dir_all(target).with_context(|| format!("creating {}", target.display()))?;
     let vfs = session.vfs();
     let incomplete: HashSet<Ino> =
@@ -170,6 +157,32 @@ pub fn restore(
     drop(session);
     drop(scratch);
     Ok(report)
+}
+
+/// A read-only session of `workspace` in a scratch data dir made in `near` (removed when the
+/// returned directory is dropped, after the session): its metadata restored as `access` says
+/// (cut to the data that reached the store, as on a new node), file data fetched as it is read.
+pub fn past_session(
+    rt: &tokio::runtime::Runtime,
+    store_file: &Path,
+    workspace: &str,
+    access: Access,
+    near: &Path,
+) -> Result<(Session, tempfile::TempDir)> {
+    let (store, _) = open_store(rt.handle(), store_file)?;
+    let scratch = tempfile::Builder::new()
+        .prefix(".tierfs-restore-")
+        .tempdir_in(near)
+        .with_context(|| format!("creating a scratch directory in {}", near.display()))?;
+    let mut config = SessionConfig::new(scratch.path(), None);
+    config.store = Some(Arc::new(store));
+    config.workspace = workspace.to_owned();
+    config.access = access;
+    config.cache_size = Some(RESTORE_CACHE_SIZE);
+    // A scratch copy read once: nothing to keep warm.
+    config.hot_set = false;
+    let session = Session::open(config, rt.handle()).context("reading the workspace from the store")?;
+    Ok((session, scratch))
 }
 
 /// The progress line on a terminal: files and bytes written of the total; and the names of
