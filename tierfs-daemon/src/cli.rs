@@ -899,6 +899,15 @@ pub struct MountArgs {
     #[serde(default, deserialize_with = "de::opt_fsync")]
     pub fsync: Option<String>,
 
+    /// Mount the workspace read-only as it was at TIME (beside a live writer; no lease):
+    /// RFC 3339 (`2026-12-06T14:03:27Z`) or relative (`10m ago`, taken once, when mounting).
+    /// Writes fail with EROFS. Its local state lives in --data-dir [default: a directory per
+    /// time next to the default data dir], rebuilt from the store at every such mount.
+    /// `tierfs snapshots --timeline` shows how far back the store goes.
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["snapshot", "follow", "no_store", "takeover"])]
+    #[serde(default)]
+    pub at: Option<String>,
+
     /// Mount snapshot ID of the workspace read-only (beside a live writer; no lease). Its
     /// local state lives in --data-dir [default: a directory per snapshot next to the
     /// default data dir], which is rebuilt from the store at every such mount. Without
@@ -1035,6 +1044,9 @@ impl MountArgs {
             ("writeback_cache", self.writeback_cache, "no_writeback_cache", self.no_writeback_cache),
             ("encrypt_cache", self.encrypt_cache, "no_store", self.no_store),
             ("follow", self.follow, "snapshot", self.snapshot.is_some()),
+            ("at", self.at.is_some(), "snapshot", self.snapshot.is_some()),
+            ("at", self.at.is_some(), "follow", self.follow),
+            ("at", self.at.is_some(), "no_store", self.no_store),
             ("follow", self.follow, "no_store", self.no_store),
             ("follow", self.follow, "takeover", self.takeover),
         ];
@@ -1054,6 +1066,7 @@ impl MountArgs {
             (Some(file), _, _, _) => MountStore::Given(file.clone()),
             (None, true, _, _) => MountStore::None,
             (None, false, Some(_), _) => MountStore::Embedded { create: false },
+            (None, false, None, _) if self.at.is_some() => MountStore::Embedded { create: false },
             (None, false, None, _) if self.follow => MountStore::Embedded { create: false },
             (None, false, None, Some(_)) => MountStore::None,
             (None, false, None, None) => MountStore::Embedded { create: true },
@@ -1063,8 +1076,16 @@ impl MountArgs {
     /// Fills in every default and makes paths absolute. Touches nothing: the embedded store
     /// is named here and created (when it may be) by `tierfs mount`.
     pub fn resolve(&self, runtime_dir: Option<&std::path::Path>) -> Result<MountConfig> {
+        let at_unix_ms = match &self.at {
+            Some(time) => Some(crate::config::parse_time(time, tierfs::meta::system_unix_ms())?),
+            None => None,
+        };
         let data_dir = match (&self.data_dir, &self.snapshot) {
             (Some(dir), _) => paths::absolute(dir)?,
+            (None, None) if at_unix_ms.is_some() => {
+                let default = paths::default_data_dir()?;
+                default.with_file_name(format!("at-{}", at_unix_ms.unwrap_or_default()))
+            }
             (None, None) if self.follow => {
                 let default = paths::default_data_dir()?;
                 default.with_file_name(format!("follow-{}", self.workspace))
@@ -1095,10 +1116,11 @@ impl MountArgs {
             writeback_cache: self.writeback_cache,
             attr_ttl: self.attr_ttl,
             entry_ttl: self.entry_ttl,
-            read_only: self.read_only || self.snapshot.is_some() || self.follow,
+            read_only: self.read_only || self.snapshot.is_some() || at_unix_ms.is_some() || self.follow,
             nonempty: self.nonempty,
             flush_timeout: self.flush_timeout,
             snapshot: self.snapshot.clone(),
+            at_unix_ms,
             fsync_remote: self.fsync_remote(),
             dirty_limit: self.dirty_limit,
             memory_budget: self.memory_budget.unwrap_or(tierfs::tier::DEFAULT_INFLIGHT_BUDGET),

@@ -4,7 +4,7 @@
 //! version beside the file now there; a path that leads out of the mount (`..`, a path
 //! elsewhere, a symlink on the way) is refused with its kind and changes nothing; and the same
 //! point-in-time restore works after a reset, on a fresh node with an empty data dir
-//! (docs/SEMANTICS.md, "Trash").
+//! (docs/SEMANTICS.md, "Trash"); `tierfs mount --at` shows the workspace read-only as it was.
 
 mod common;
 use tierfs_test_support::moto;
@@ -146,4 +146,18 @@ fn the_trash(mut a: Node) {
     out.assert_success("tierfs trash list on a fresh node");
     assert!(list.as_array().is_some_and(|l| l.iter().any(|e| e["path"] == "ckpt.pt")), "{list}");
     b.fx.umount();
+
+    // `tierfs mount --at`: the workspace read-only as it was then, beside nothing else.
+    let mut c = Node::new(&a.store_file);
+    c.mount(&["--at", &before_overwrite]);
+    let m = c.fx.mountpoint.clone();
+    assert_eq!(fs::read(m.join("ckpt.pt")).expect("read"), b"last night's checkpoint");
+    assert_eq!(fs::read(m.join("outputs/a.txt")).expect("read"), b"first output");
+    let err = fs::write(m.join("new.txt"), b"x").expect_err("a write to a mount --at");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    c.fx.umount();
+    // A time before the workspace existed is refused, and nothing is mounted.
+    let mut d = Node::new(&a.store_file);
+    let out = d.try_mount(&["--at", "2001-01-01T00:00:00Z"]);
+    assert!(!out.success() && out.stdout.contains("not_found"), "{out:?}");
 }
