@@ -10,23 +10,12 @@ mod common;
 use tierfs_test_support::moto;
 mod store_node;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
+use common::manifest;
 use store_node::{Node, env};
-
-/// Every entry under `root`: relative path → kind and contents (hashed) or link target.
-fn manifest(root: &Path) -> BTreeMap<String, String> {
-    common::walk_tree(root)
-        .into_iter()
-        .map(|(rel, path, m)| {
-            let (kind, body) = common::kind_and_body(&path, &m);
-            (rel, format!("{kind} {body}"))
-        })
-        .collect()
-}
 
 /// The time of day now, RFC 3339, between two pauses so no change on either side shares its
 /// millisecond (a boundary, not a timing: nothing here measures how long anything takes).
