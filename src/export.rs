@@ -191,8 +191,15 @@ pub fn write_file_beneath(vfs: &Vfs, ino: Ino, root: &Path, rel: &Path, suffix: 
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(io("mkdir", &at)(e)),
         }
-        dir = rustix::fs::openat2(&dir, *d, flags | OFlags::NOFOLLOW, Mode::empty(), CONFINED)
-            .map_err(io("open", &at))?;
+        dir = rustix::fs::openat2(&dir, *d, flags | OFlags::NOFOLLOW, Mode::empty(), CONFINED).map_err(|e| {
+            use rustix::io::Errno;
+            // A symlink (refused by RESOLVE_NO_SYMLINKS or O_NOFOLLOW), or not a directory.
+            if [Errno::LOOP, Errno::XDEV, Errno::NOTDIR].contains(&e) {
+                outside("a symlink or a non-directory on the way")
+            } else {
+                io("open", &at)(e)
+            }
+        })?;
     }
     let attr = vfs.getattr(ino).map_err(ExportError::workspace(rel))?;
     let mut quiet = NoVisitor;

@@ -99,11 +99,15 @@ fn normalize(p: &Path) -> PathBuf {
     for c in p.components() {
         match c {
             Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push("..");
+            // `..` takes back a name, stays at `/`, and otherwise is kept (`../../x` stays
+            // above the start: popping a `..` it kept would walk back down).
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
                 }
-            }
+                Some(Component::RootDir) => {}
+                _ => out.push(".."),
+            },
             c => out.push(c),
         }
     }
@@ -351,6 +355,8 @@ mod tests {
     fn paths_normalize_lexically() {
         assert_eq!(normalize(Path::new("/m/a/./b/../c.py")), PathBuf::from("/m/a/c.py"));
         assert_eq!(normalize(Path::new("a/../../x")), PathBuf::from("../x"));
+        assert_eq!(normalize(Path::new("../../etc/passwd")), PathBuf::from("../../etc/passwd"));
+        assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
     }
 
     #[test]
