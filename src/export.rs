@@ -60,6 +60,9 @@ pub enum ExportError {
     /// to a directory), which only a damaged or hostile store makes.
     #[error("{}: {reason}", path.display())]
     NotATree { path: PathBuf, reason: String },
+    /// A path to write a file at that does not stay beneath its root (`..`, absolute).
+    #[error("{}: not a path beneath the target ({reason})", path.display())]
+    Outside { path: PathBuf, reason: &'static str },
 }
 
 impl ExportError {
@@ -68,6 +71,7 @@ impl ExportError {
             ExportError::Workspace { source, .. } => source.kind(),
             ExportError::Io { source, .. } => crate::types::io_error_kind(source),
             ExportError::ShortRead { .. } | ExportError::NotATree { .. } => ErrorKind::Corrupt,
+            ExportError::Outside { .. } => ErrorKind::InvalidInput,
         }
     }
 
@@ -155,6 +159,92 @@ pub fn write_tree(vfs: &Vfs, target: &Path, privileged: bool, visitor: &mut dyn 
     w.dir(ROOT_INO, &root, target, Path::new(""))?;
     Ok(w.written)
 }
+
+/// How many `<name>.<suffix>-N` a file written beside a taken name tries before giving up.
+const BESIDE_TRIES: u32 = 100;
+
+/// Writes file `ino` of `vfs` as `rel` beneath `root`, an existing directory, and returns the
+/// path it got (relative to `root`) and what was written. Nothing is overwritten: when `rel`
+/// is taken the file goes beside it, as `<name>.<suffix>`, then `<name>.<suffix>-2`, and so on.
+/// Missing directories on the way are made (mode 0755 less the umask). `rel` may not climb
+/// out (`..`, an absolute path) and no component on the way may be a symlink (`openat2`
+/// beneath `root`), whatever happens to the tree meanwhile. Mode, times and xattrs are the
+/// file's; owners and setuid/setgid bits are left out, as in an unprivileged [`write_tree`].
+pub fn write_file_beneath(vfs: &Vfs, ino: Ino, root: &Path, rel: &Path, suffix: &str) -> Result<(PathBuf, Written)> {
+    let outside = |reason| ExportError::Outside { path: rel.to_path_buf(), reason };
+    let mut parts = Vec::new();
+    for c in rel.components() {
+        match c {
+            std::path::Component::Normal(n) => parts.push(n),
+            std::path::Component::CurDir => {}
+            _ => return Err(outside("only plain names, no `..` or leading `/`")),
+        }
+    }
+    let Some((name, dirs)) = parts.split_last() else { return Err(outside("no file name")) };
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let root_fd = rustix::fs::open(root, flags, Mode::empty()).map_err(io("open", root))?;
+    let mut dir = rustix::io::dup(&root_fd).map_err(io("open", root))?;
+    let mut at = root.to_path_buf();
+    for d in dirs {
+        at.push(d);
+        match rustix::fs::mkdirat(&dir, *d, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(io("mkdir", &at)(e)),
+        }
+        dir = rustix::fs::openat2(&dir, *d, flags | OFlags::NOFOLLOW, Mode::empty(), CONFINED).map_err(|e| {
+            use rustix::io::Errno;
+            // A symlink (refused by RESOLVE_NO_SYMLINKS or O_NOFOLLOW), or not a directory.
+            if [Errno::LOOP, Errno::XDEV, Errno::NOTDIR].contains(&e) {
+                outside("a symlink or a non-directory on the way")
+            } else {
+                io("open", &at)(e)
+            }
+        })?;
+    }
+    let attr = vfs.getattr(ino).map_err(ExportError::workspace(rel))?;
+    let mut quiet = NoVisitor;
+    let mut w = Writer {
+        root: &root_fd,
+        privileged: false,
+        chown: false,
+        me: (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()),
+        vfs,
+        visitor: &mut quiet,
+        links: HashMap::new(),
+        entered: HashSet::new(),
+        written: Written::default(),
+    };
+    for n in 0..BESIDE_TRIES {
+        let mut got = name.to_os_string();
+        match n {
+            0 => {}
+            1 => got.push(format!(".{suffix}")),
+            n => got.push(format!(".{suffix}-{n}")),
+        }
+        let p = at.join(&got);
+        match w.file(ino, &attr, &dir, &got, &p) {
+            Ok(fd) => {
+                w.xattrs(ino, &fd, &p)?;
+                w.attrs(Target::Fd(&fd), &attr, &p)?;
+                w.written.files += 1;
+                let rel_got = rel.parent().map_or_else(|| PathBuf::from(&got), |d| d.join(&got));
+                return Ok((rel_got, w.written));
+            }
+            Err(ExportError::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ExportError::Io {
+        op: "create",
+        path: at.join(name),
+        source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "the name and every name beside it are taken"),
+    })
+}
+
+/// A [`Visitor`] that is told nothing.
+struct NoVisitor;
+
+impl Visitor for NoVisitor {}
 
 /// The entries of directory `dir`, without `.` and `..`.
 pub fn entries(vfs: &Vfs, dir: Ino) -> Result<Vec<DirEntry>, VfsError> {

@@ -108,6 +108,35 @@ def test_a_layer_keeps_what_is_installed_into_a_system_directory(isolated: Path)
     assert not m.layers()
 
 
+def test_trash_and_undo(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = make_file_store(isolated / "persistent")
+    mnt = isolated / "mnt"
+    with tierfs.mounted(mnt, store=store, quiet=True) as m:
+        (mnt / "out").mkdir()
+        (mnt / "out" / "a.txt").write_text("first version")
+        m.sync("written")  # its data in the store
+        (mnt / "out" / "a.txt").unlink()
+        listing = m.trash()
+        assert [(e.path, e.what, e.size) for e in listing] == [("out/a.txt", "deleted", 13)]
+
+        back = m.restore("out/a.txt")
+        assert not back.beside and not back.incomplete
+        assert (mnt / "out" / "a.txt").read_text() == "first version"
+        # The path is taken now: the magic puts it beside, and says where.
+        tierfs.magics.tierfs_magic(f"undo {mnt / 'out' / 'a.txt'}")
+        said = capsys.readouterr().out
+        assert "beside it as" in said and ".restored-" in said, said
+        beside = [p for p in (mnt / "out").iterdir() if p.name.startswith("a.txt.restored-")]
+        assert len(beside) == 1 and beside[0].read_text() == "first version"
+
+        # Refusals come by kind: a path out of the mount, nothing in the trash.
+        with pytest.raises(tierfs.InvalidInputError):
+            m.restore("../outside.txt")
+        with pytest.raises(tierfs.NotFoundError):
+            m.restore("never-there.txt")
+        assert not (isolated / "outside.txt").exists()
+
+
 def test_embedded_default_store(isolated: Path) -> None:
     mnt = isolated / "mnt"
     m = tierfs.mount(mnt, quiet=True)

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{Manifest, RemoteError, Result, Workspace};
 use crate::crypto::ObjectKind;
-use crate::meta::MetaStore;
+use crate::meta::{JournalBatch, MetaStore};
 use crate::store::WholeObject;
 use crate::types::{FileKind, Ino};
 
@@ -240,28 +240,90 @@ impl Workspace {
     /// documentation. The caller cuts files back to their stored data afterwards
     /// (`MetaStore::cut_to_stored_data`), as for any restore.
     pub async fn restore_at(&self, meta: &MetaStore, at_ms: u64, now_ms: u64) -> Result<AtReport> {
+        self.restore_before(meta, at_ms, u64::MAX, now_ms).await
+    }
+
+    /// [`Workspace::restore_at`] that also stops before batch `before_seq`: the state just
+    /// before that batch when it was committed at or before `at_ms` (what `tierfs trash
+    /// restore` reads, since several batches can share a millisecond).
+    pub async fn restore_before(&self, meta: &MetaStore, at_ms: u64, before_seq: u64, now_ms: u64) -> Result<AtReport> {
         let started = std::time::Instant::now();
         if at_ms > now_ms {
             return Err(RemoteError::AtInFuture { at: rfc3339_ms(at_ms), now: rfc3339_ms(now_ms) });
         }
-        let unavailable =
-            |why: String| RemoteError::AtUnavailable { workspace: self.name().to_string(), at: rfc3339_ms(at_ms), why };
         let listed = self.list_numbers("j/").await?;
         let bases = self.bases(&listed).await?;
-        let Some(base) = bases.iter().rev().find(|b| b.point.unix_ms <= at_ms && b.point.journal_after) else {
+        let usable = |b: &&Base| b.point.unix_ms <= at_ms && b.point.seq < before_seq && b.point.journal_after;
+        let Some(base) = bases.iter().rev().find(usable) else {
             let oldest = bases.iter().filter(|b| b.point.journal_after).map(|b| b.point.unix_ms).min();
-            return Err(unavailable(match oldest {
-                Some(t) => format!("that is before the oldest point the store can rebuild ({})", rfc3339_ms(t)),
-                None if bases.is_empty() && listed.is_empty() => "the store holds nothing of it".into(),
-                None => "the journal after every checkpoint and snapshot it holds was deleted".into(),
-            }));
+            return Err(self.unavailable(
+                at_ms,
+                match oldest {
+                    Some(t) => format!("that is before the oldest point the store can rebuild ({})", rfc3339_ms(t)),
+                    None if bases.is_empty() && listed.is_empty() => "the store holds nothing of it".into(),
+                    None => "the journal after every checkpoint and snapshot it holds was deleted".into(),
+                },
+            ));
         };
+        let limit = Limit { watch_after_ms: u64::MAX, until_ms: at_ms, before_seq };
+        let mut report = self.replay_to(meta, &listed, base, limit, &mut |_, _| Ok(())).await?;
+        report.at_unix_ms = at_ms;
+        report.at = rfc3339_ms(at_ms);
+        if base.point.kind == PointKind::Start && report.batches == 0 {
+            return Err(self.unavailable(
+                at_ms,
+                format!("that is before the workspace's first change ({})", rfc3339_ms(base.point.unix_ms)),
+            ));
+        }
+        for ino in meta.unsealed_chunks()?.into_keys() {
+            if meta.inode(ino)?.is_some_and(|rec| rec.attr.kind == FileKind::File) {
+                report.incomplete.push(ino);
+            }
+        }
+        report.millis = started.elapsed().as_millis() as u64;
+        Ok(report)
+    }
+
+    fn unavailable(&self, at_ms: u64, why: String) -> RemoteError {
+        RemoteError::AtUnavailable { workspace: self.name().to_string(), at: rfc3339_ms(at_ms), why }
+    }
+
+    /// Rebuilds the state from `oldest_ms` on (or from the oldest point the store can rebuild,
+    /// when that is later) into the empty `meta`, then replays the journal up to `now_ms`,
+    /// showing `watch` every batch committed after the state's start, before it is applied.
+    pub(super) async fn replay_since(
+        &self,
+        meta: &MetaStore,
+        oldest_ms: u64,
+        now_ms: u64,
+        watch: &mut Watch<'_>,
+    ) -> Result<AtReport> {
+        let listed = self.list_numbers("j/").await?;
+        let bases = self.bases(&listed).await?;
+        let mut usable = bases.iter().filter(|b| b.point.journal_after);
+        let Some(first) = usable.next() else { return Err(self.unavailable(oldest_ms, "nothing to replay".into())) };
+        let base = bases.iter().rev().find(|b| b.point.journal_after && b.point.unix_ms <= oldest_ms).unwrap_or(first);
+        let from = oldest_ms.max(base.point.unix_ms);
+        let limit = Limit { watch_after_ms: from, until_ms: now_ms, before_seq: u64::MAX };
+        self.replay_to(meta, &listed, base, limit, watch).await
+    }
+
+    /// Imports `base` into the empty `meta`, then the journal's unbroken run of segments after
+    /// it, batch by batch, up to `limit`.
+    async fn replay_to(
+        &self,
+        meta: &MetaStore,
+        listed: &[u64],
+        base: &Base,
+        limit: Limit,
+        watch: &mut Watch<'_>,
+    ) -> Result<AtReport> {
         if let Some(m) = &base.manifest {
             self.import_manifest(meta, m).await?;
         }
         let mut report = AtReport {
-            at_unix_ms: at_ms,
-            at: rfc3339_ms(at_ms),
+            at_unix_ms: limit.until_ms,
+            at: rfc3339_ms(limit.until_ms),
             base: base.point.clone(),
             batches: 0,
             seq: base.point.seq,
@@ -272,12 +334,12 @@ impl Workspace {
             millis: 0,
         };
         // The journal's unbroken run from the base's next segment, read in order until the
-        // first batch stamped after `at_ms`.
+        // first batch past the limit.
         let from = base.next_segment;
         let start = listed.partition_point(|&n| n < from);
         let chain: Vec<u64> =
             listed[start..].iter().enumerate().take_while(|(i, n)| **n == from + *i as u64).map(|(_, n)| *n).collect();
-        // Read ahead, 16 segments in flight; what is still in flight past the time is dropped.
+        // Read ahead, 16 segments in flight; what is still in flight past the limit is dropped.
         let mut segments = stream::iter(chain).map(|n| self.read_segment(n)).buffered(16);
         'segments: while let Some(segment) = segments.next().await {
             let Some((_, batches)) = segment? else { break };
@@ -286,12 +348,15 @@ impl Workspace {
                 if b.seq <= report.seq {
                     continue;
                 }
-                if b.unix_ms > at_ms {
+                if b.unix_ms > limit.until_ms || b.seq >= limit.before_seq {
                     break 'segments;
                 }
                 if b.seq != report.seq + 1 {
                     report.gap_after = Some(report.seq);
                     break 'segments;
+                }
+                if b.unix_ms > limit.watch_after_ms {
+                    watch(meta, &b)?;
                 }
                 meta.import(&b.ops, b.seq)?;
                 report.seq = b.seq;
@@ -299,18 +364,18 @@ impl Workspace {
                 report.batches += 1;
             }
         }
-        if base.point.kind == PointKind::Start && report.batches == 0 {
-            return Err(unavailable(format!(
-                "that is before the workspace's first change ({})",
-                rfc3339_ms(base.point.unix_ms)
-            )));
-        }
-        for ino in meta.unsealed_chunks()?.into_keys() {
-            if meta.inode(ino)?.is_some_and(|rec| rec.attr.kind == FileKind::File) {
-                report.incomplete.push(ino);
-            }
-        }
-        report.millis = started.elapsed().as_millis() as u64;
         Ok(report)
     }
+}
+
+/// Shown each batch of a replay before it is applied, with the state it applies to.
+pub(super) type Watch<'a> = dyn FnMut(&MetaStore, &JournalBatch) -> Result<()> + Send + 'a;
+
+/// Where a replay stops, and from when it shows batches to its watcher.
+#[derive(Debug, Clone, Copy)]
+struct Limit {
+    watch_after_ms: u64,
+    /// The last batch time applied, and the first batch not applied.
+    until_ms: u64,
+    before_seq: u64,
 }

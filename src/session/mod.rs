@@ -87,12 +87,15 @@ pub enum Access {
     /// Read only, the workspace as it was at this time of day (unix milliseconds), from the
     /// journal (`Workspace::restore_at`); the data dir is a cache of it, rebuilt at every open.
     At(u64),
+    /// Read only, the workspace just before journal batch `seq`, committed at `unix_ms`
+    /// (`Workspace::restore_before`): a file as it was when that batch removed it (the trash).
+    Before { unix_ms: u64, seq: u64 },
 }
 
 impl Access {
     /// A fixed past state (a snapshot or a time), not the workspace's head.
     fn is_past(&self) -> bool {
-        matches!(self, Access::Snapshot(_) | Access::At(_))
+        matches!(self, Access::Snapshot(_) | Access::At(_) | Access::Before { .. })
     }
 }
 
@@ -751,14 +754,24 @@ fn restore_view(
             let m = handle.block_on(ws.restore_snapshot(prepared.meta(), id))?;
             info!(snapshot = %id, entries = m.entries, "snapshot restored read-only");
         }
-        Access::At(at_ms) => {
-            let report = handle.block_on(ws.restore_at(prepared.meta(), *at_ms, system_unix_ms()))?;
-            info!(at = %report.at, seq = report.seq, batches = report.batches, "point in time restored read-only");
-            restored_at = Some(report);
-        }
+        Access::At(at_ms) => restored_at = Some(restore_past(&ws, prepared, *at_ms, u64::MAX, handle)?),
+        Access::Before { unix_ms, seq } => restored_at = Some(restore_past(&ws, prepared, *unix_ms, *seq, handle)?),
     }
     prepared.meta().cut_to_stored_data()?;
     Ok((None, restored_at))
+}
+
+/// The state at `at_ms`, before batch `before` (read-only views of the past).
+fn restore_past(
+    ws: &Workspace,
+    prepared: &Prepared,
+    at_ms: u64,
+    before: u64,
+    handle: &Handle,
+) -> Result<AtReport, SessionError> {
+    let report = handle.block_on(ws.restore_before(prepared.meta(), at_ms, before, system_unix_ms()))?;
+    info!(at = %report.at, seq = report.seq, batches = report.batches, "point in time restored read-only");
+    Ok(report)
 }
 
 /// The data dir's local state, its journal on the configured clock.

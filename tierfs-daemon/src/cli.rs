@@ -260,6 +260,50 @@ pub enum Command {
     /// and hard links are kept (ownership too when run as root). DIR must be empty or new.
     #[command(after_help = EXIT_STATUS_HELP)]
     Restore(RestoreCommand),
+
+    /// The files deleted or replaced in a live mount or watched directory, and putting them back.
+    ///
+    /// Nothing is moved aside when a file goes: the store's journal records every change with
+    /// its time, and the retention window (7 days by default, `tierfs gc --keep-within`) keeps
+    /// it, so a regular file that was unlinked, or replaced by a rename over it, can be put
+    /// back as it was just before. `trash restore` writes it through the mount or watched
+    /// directory (as an ordinary new file, with your rights), at its path, or beside it as
+    /// NAME.restored-TIME when the path is taken: nothing is ever overwritten. Needs the
+    /// mount or watch running, with a store.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Trash(TrashCommand),
+}
+
+/// `tierfs trash`.
+#[derive(Debug, Args)]
+pub struct TrashCommand {
+    #[command(subcommand)]
+    pub action: TrashAction,
+}
+
+/// `tierfs trash list|restore`.
+#[derive(Debug, Subcommand)]
+pub enum TrashAction {
+    /// List the files deleted or replaced within the retention window, oldest first: path,
+    /// what happened (deleted / replaced), when, and size.
+    List {
+        /// A mount or watched directory, or a directory inside one (lists what was under it)
+        /// [default: the one the current directory is in, else the only one running].
+        #[arg(value_name = "MOUNTPOINT or DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Put a deleted or replaced file back: the newest version the trash holds, or the one
+    /// PATH had at TIME.
+    Restore {
+        /// The file, as a path into the mount or watched directory (it may not lead out of
+        /// it: no `..` above its root, no symlink on the way).
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+        /// The version PATH had at TIME: RFC 3339 (`2026-12-06T14:03:27Z`) or relative
+        /// (`10m ago`) [default: just before it was last deleted or replaced].
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+    },
 }
 
 /// `tierfs diff`.
@@ -898,6 +942,15 @@ pub struct MountArgs {
     #[serde(default, deserialize_with = "de::opt_fsync")]
     pub fsync: Option<String>,
 
+    /// Mount the workspace read-only as it was at TIME (beside a live writer; no lease):
+    /// RFC 3339 (`2026-12-06T14:03:27Z`) or relative (`10m ago`, taken once, when mounting).
+    /// Writes fail with EROFS. Its local state lives in --data-dir [default: a directory per
+    /// time next to the default data dir], rebuilt from the store at every such mount.
+    /// `tierfs snapshots --timeline` shows how far back the store goes.
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["snapshot", "follow", "no_store", "takeover"])]
+    #[serde(default)]
+    pub at: Option<String>,
+
     /// Mount snapshot ID of the workspace read-only (beside a live writer; no lease). Its
     /// local state lives in --data-dir [default: a directory per snapshot next to the
     /// default data dir], which is rebuilt from the store at every such mount. Without
@@ -1034,6 +1087,9 @@ impl MountArgs {
             ("writeback_cache", self.writeback_cache, "no_writeback_cache", self.no_writeback_cache),
             ("encrypt_cache", self.encrypt_cache, "no_store", self.no_store),
             ("follow", self.follow, "snapshot", self.snapshot.is_some()),
+            ("at", self.at.is_some(), "snapshot", self.snapshot.is_some()),
+            ("at", self.at.is_some(), "follow", self.follow),
+            ("at", self.at.is_some(), "no_store", self.no_store),
             ("follow", self.follow, "no_store", self.no_store),
             ("follow", self.follow, "takeover", self.takeover),
         ];
@@ -1053,6 +1109,7 @@ impl MountArgs {
             (Some(file), _, _, _) => MountStore::Given(file.clone()),
             (None, true, _, _) => MountStore::None,
             (None, false, Some(_), _) => MountStore::Embedded { create: false },
+            (None, false, None, _) if self.at.is_some() => MountStore::Embedded { create: false },
             (None, false, None, _) if self.follow => MountStore::Embedded { create: false },
             (None, false, None, Some(_)) => MountStore::None,
             (None, false, None, None) => MountStore::Embedded { create: true },
@@ -1062,8 +1119,16 @@ impl MountArgs {
     /// Fills in every default and makes paths absolute. Touches nothing: the embedded store
     /// is named here and created (when it may be) by `tierfs mount`.
     pub fn resolve(&self, runtime_dir: Option<&std::path::Path>) -> Result<MountConfig> {
+        let at_unix_ms = match &self.at {
+            Some(time) => Some(crate::config::parse_time(time, tierfs::meta::system_unix_ms())?),
+            None => None,
+        };
         let data_dir = match (&self.data_dir, &self.snapshot) {
             (Some(dir), _) => paths::absolute(dir)?,
+            (None, None) if at_unix_ms.is_some() => {
+                let default = paths::default_data_dir()?;
+                default.with_file_name(format!("at-{}", at_unix_ms.unwrap_or_default()))
+            }
             (None, None) if self.follow => {
                 let default = paths::default_data_dir()?;
                 default.with_file_name(format!("follow-{}", self.workspace))
@@ -1094,10 +1159,11 @@ impl MountArgs {
             writeback_cache: self.writeback_cache,
             attr_ttl: self.attr_ttl,
             entry_ttl: self.entry_ttl,
-            read_only: self.read_only || self.snapshot.is_some() || self.follow,
+            read_only: self.read_only || self.snapshot.is_some() || at_unix_ms.is_some() || self.follow,
             nonempty: self.nonempty,
             flush_timeout: self.flush_timeout,
             snapshot: self.snapshot.clone(),
+            at_unix_ms,
             fsync_remote: self.fsync_remote(),
             dirty_limit: self.dirty_limit,
             memory_budget: self.memory_budget.unwrap_or(tierfs::tier::DEFAULT_INFLIGHT_BUDGET),

@@ -71,6 +71,7 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Show(cmd) => history::show(cli, cmd, running(cli)?),
         Command::Checkout(cmd) => history::checkout(cli, cmd, running(cli)?),
         Command::History(cmd) => history::history(cli, &cmd.action, running(cli)?),
+        Command::Trash(cmd) => crate::trash::run(cli, &cmd.action, running(cli)?),
     }
 }
 

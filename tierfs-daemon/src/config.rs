@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::logging::bail_with;
+use crate::logging::{Reported, bail_with};
 use anyhow::{Context, Result};
 use tierfs::ErrorKind;
 pub use tierfs::session::StreamLimit;
@@ -69,6 +69,9 @@ pub struct MountConfig {
     pub accept_rollback: bool,
     /// Mount this snapshot read-only (its data dir is rebuilt from the store).
     pub snapshot: Option<String>,
+    /// Mount the workspace read-only as it was at this time (unix milliseconds; `--at`).
+    #[serde(default)]
+    pub at_unix_ms: Option<u64>,
     /// Watch mode: `mountpoint` is a plain directory kept in sync, not a FUSE mount.
     pub watch: bool,
     /// Record no history of code and configs at snapshots (`--no-history`).
@@ -105,7 +108,7 @@ impl MountConfig {
         if self.workspace.is_empty() {
             bail_with!(ErrorKind::InvalidInput, "the workspace name is empty");
         }
-        if (self.follow.is_some() || self.snapshot.is_some()) && !self.read_only {
+        if (self.follow.is_some() || self.snapshot.is_some() || self.at_unix_ms.is_some()) && !self.read_only {
             bail_with!(ErrorKind::InvalidInput, "a follower or a snapshot mount is read-only");
         }
         Ok(())
@@ -118,10 +121,11 @@ impl MountConfig {
         let mut config = SessionConfig::new(&self.data_dir, None);
         config.store = store;
         config.workspace = self.workspace.clone();
-        config.access = match (&self.snapshot, self.read_only) {
-            (Some(id), _) => Access::Snapshot(id.clone()),
-            (None, true) => Access::ReadOnly,
-            (None, false) => Access::ReadWrite,
+        config.access = match (&self.snapshot, self.read_only, self.at_unix_ms) {
+            (_, _, Some(ms)) => Access::At(ms),
+            (Some(id), _, None) => Access::Snapshot(id.clone()),
+            (None, true, None) => Access::ReadOnly,
+            (None, false, None) => Access::ReadWrite,
         };
         config.cache_size = self.cache_size;
         config.reserve = self.reserve;
@@ -169,4 +173,56 @@ pub fn build_runtime() -> Result<Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
+}
+
+/// A TIME of `tierfs restore --at`, as unix milliseconds: RFC 3339 (with `Z` or an offset; a
+/// time without one is UTC), `now`, or a duration (humantime's: `10m`, `1h 30m`, `2days`)
+/// followed by `ago`. `now_ms` is the time of day now. Refused with `InvalidInput`.
+pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
+    let t = s.trim();
+    let invalid = |why: String| {
+        anyhow::Error::new(Reported::new(
+            ErrorKind::InvalidInput,
+            format!("--at {s:?}: {why}; give a time as RFC 3339 (2026-12-06T14:03:27Z) or relative (10m ago)"),
+        ))
+    };
+    if t.eq_ignore_ascii_case("now") {
+        return Ok(now_ms);
+    }
+    if let Some(ago) = t.strip_suffix("ago").or_else(|| t.strip_suffix("AGO")) {
+        let d = humantime::parse_duration(ago.trim()).map_err(|e| invalid(e.to_string()))?;
+        let ms = u64::try_from(d.as_millis()).map_err(|_| invalid("too long ago".into()))?;
+        return now_ms.checked_sub(ms).ok_or_else(|| invalid("before 1970".into()));
+    }
+    let ms = match chrono::DateTime::parse_from_rfc3339(t) {
+        Ok(dt) => dt.timestamp_millis(),
+        Err(_) => {
+            let st = humantime::parse_rfc3339_weak(t).map_err(|e| invalid(e.to_string()))?;
+            match st.duration_since(std::time::UNIX_EPOCH) {
+                Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+                Err(_) => -1,
+            }
+        }
+    };
+    u64::try_from(ms).map_err(|_| invalid("before 1970".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_as_rfc3339_or_relative_and_nonsense_is_invalid_input() {
+        let now = 1_796_000_000_000; // 2026-11-30T00:53:20Z
+        assert_eq!(parse_time("2026-11-30T00:53:20Z", now).expect("utc"), now);
+        assert_eq!(parse_time("2026-11-30T01:53:20.250+01:00", now).expect("offset"), now + 250);
+        assert_eq!(parse_time("2026-11-30 00:53:19", now).expect("no zone: utc"), now - 1000);
+        assert_eq!(parse_time("10m ago", now).expect("relative"), now - 600_000);
+        assert_eq!(parse_time("1h 30m ago", now).expect("relative"), now - 5_400_000);
+        assert_eq!(parse_time("now", now).expect("now"), now);
+        for bad in ["yesterday", "10 parsecs ago", "2026-13-01T00:00:00Z", "", "1969-12-31T23:59:59Z"] {
+            let err = parse_time(bad, now).expect_err(bad);
+            assert_eq!(crate::logging::error_kind(&err), Some(ErrorKind::InvalidInput), "{bad}: {err}");
+        }
+    }
 }

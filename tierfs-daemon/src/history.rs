@@ -27,14 +27,23 @@ use tierfs::ErrorKind;
 const HISTORY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The mount a history command works on, and `path` relative to its workspace root.
-struct Target {
-    status: StatusReport,
-    path: Option<String>,
+pub(crate) struct Target {
+    pub(crate) status: StatusReport,
+    pub(crate) path: Option<String>,
 }
 
 /// Picks the mount: `--mount`, else the one `path` (or the current directory) is in, else the
 /// only one running. `all` is every running mount and watch of this user.
-fn target(all: Vec<StatusReport>, mount: Option<&Path>, path: Option<&Path>) -> Result<Target> {
+pub(crate) fn target(all: Vec<StatusReport>, mount: Option<&Path>, path: Option<&Path>) -> Result<Target> {
+    pick(all, mount, path, false)
+}
+
+/// [`target`] for a directory: `path` may be the mount's root itself (an empty path).
+pub(crate) fn target_dir(all: Vec<StatusReport>, path: Option<&Path>) -> Result<Target> {
+    pick(all, None, path, true)
+}
+
+fn pick(all: Vec<StatusReport>, mount: Option<&Path>, path: Option<&Path>, root_too: bool) -> Result<Target> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let abs = path.map(|p| normalize(&cwd.join(p)));
     let inside = |s: &StatusReport, p: &Path| p.starts_with(&s.mountpoint);
@@ -73,7 +82,7 @@ fn target(all: Vec<StatusReport>, mount: Option<&Path>, path: Option<&Path>) -> 
         }),
         _ => None,
     };
-    if rel.as_deref().is_some_and(|r| r.is_empty() || r.starts_with("..")) {
+    if rel.as_deref().is_some_and(|r| (r.is_empty() && !root_too) || r.starts_with("..")) {
         bail_with!(
             ErrorKind::InvalidInput,
             "{} is not a file of the workspace at {}",
@@ -90,11 +99,15 @@ fn normalize(p: &Path) -> PathBuf {
     for c in p.components() {
         match c {
             Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push("..");
+            // `..` takes back a name, stays at `/`, and otherwise is kept (`../../x` stays
+            // above the start: popping a `..` it kept would walk back down).
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
                 }
-            }
+                Some(Component::RootDir) => {}
+                _ => out.push(".."),
+            },
             c => out.push(c),
         }
     }
@@ -342,6 +355,8 @@ mod tests {
     fn paths_normalize_lexically() {
         assert_eq!(normalize(Path::new("/m/a/./b/../c.py")), PathBuf::from("/m/a/c.py"));
         assert_eq!(normalize(Path::new("a/../../x")), PathBuf::from("../x"));
+        assert_eq!(normalize(Path::new("../../etc/passwd")), PathBuf::from("../../etc/passwd"));
+        assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
     }
 
     #[test]

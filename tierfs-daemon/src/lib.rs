@@ -21,6 +21,8 @@
 //!   serving process of a mount or watch;
 //! - [`layer`]: `tierfs layer`, overlays on system directories whose upper layer is in a mount;
 //! - [`restore`]: `tierfs restore`, a plain copy of a workspace state out of the store;
+//! - [`trash`]: `tierfs trash list|restore`, files a live mount lost, read from the journal
+//!   and written back through the mount;
 //! - [`logging`]: tracing setup;
 //! - [`private`]: the umask, data dir and secret-file modes of a serving process;
 //! - [`admit`]: bounds on the connections one user and all users hold on a socket;
@@ -64,5 +66,6 @@ pub mod serve;
 pub mod status;
 pub mod stop;
 pub mod store_link;
+pub mod trash;
 pub mod watch;
 pub mod worker;

@@ -28,7 +28,8 @@ use tierfs::remote::{TimelinePoint, rfc3339_ms};
 use tierfs::session::{Access, RESTORE_CACHE_SIZE, Session, SessionConfig};
 use tierfs::vfs::{FileKind, Ino, ROOT_INO, Vfs};
 
-use crate::logging::{Reported, bail_with};
+pub use crate::config::parse_time;
+use crate::logging::bail_with;
 use crate::status::format_bytes;
 use crate::store_link::open_store;
 
@@ -104,28 +105,15 @@ pub fn restore(
     }
     let started = Instant::now();
     let rt = crate::config::build_runtime()?;
-    let (store, _) = open_store(rt.handle(), store_file)?;
-    // Next to the target when its parent exists (else in the temporary directory): the
-    // target itself is made only once the state is read, so a refused time changes nothing.
-    let near = target.parent().filter(|p| p.is_dir()).map_or_else(std::env::temp_dir, Path::to_path_buf);
-    let scratch = tempfile::Builder::new()
-        .prefix(".tierfs-restore-")
-        .tempdir_in(&near)
-        .with_context(|| format!("creating a scratch directory in {}", near.display()))?;
-    // A read-only session of a scratch data dir restores the metadata (cut to the data that
-    // reached the store, as on a new node) and fetches file data as it is read.
-    let mut config = SessionConfig::new(scratch.path(), None);
-    config.store = Some(Arc::new(store));
-    config.workspace = workspace.to_owned();
-    config.access = match from {
+    let access = match from {
         From::Latest => Access::ReadOnly,
         From::Snapshot(id) => Access::Snapshot(id.clone()),
         From::At(ms) => Access::At(*ms),
     };
-    config.cache_size = Some(RESTORE_CACHE_SIZE);
-    // A scratch copy read once: nothing to keep warm.
-    config.hot_set = false;
-    let session = Session::open(config, rt.handle()).context("reading the workspace from the store")?;
+    // Next to the target when its parent exists (else in the temporary directory): the
+    // target itself is made only once the state is read, so a refused time changes nothing.
+    let near = target.parent().filter(|p| p.is_dir()).map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let (session, scratch) = past_session(&rt, store_file, workspace, access, &near)?;
     fs::create_dir_all(target).with_context(|| format!("creating {}", target.display()))?;
     let vfs = session.vfs();
     let incomplete: HashSet<Ino> =
@@ -173,6 +161,32 @@ pub fn restore(
     Ok(report)
 }
 
+/// A read-only session of `workspace` in a scratch data dir made in `near` (removed when the
+/// returned directory is dropped, after the session): its metadata restored as `access` says
+/// (cut to the data that reached the store, as on a new node), file data fetched as it is read.
+pub fn past_session(
+    rt: &tokio::runtime::Runtime,
+    store_file: &Path,
+    workspace: &str,
+    access: Access,
+    near: &Path,
+) -> Result<(Session, tempfile::TempDir)> {
+    let (store, _) = open_store(rt.handle(), store_file)?;
+    let scratch = tempfile::Builder::new()
+        .prefix(".tierfs-restore-")
+        .tempdir_in(near)
+        .with_context(|| format!("creating a scratch directory in {}", near.display()))?;
+    let mut config = SessionConfig::new(scratch.path(), None);
+    config.store = Some(Arc::new(store));
+    config.workspace = workspace.to_owned();
+    config.access = access;
+    config.cache_size = Some(RESTORE_CACHE_SIZE);
+    // A scratch copy read once: nothing to keep warm.
+    config.hot_set = false;
+    let session = Session::open(config, rt.handle()).context("reading the workspace from the store")?;
+    Ok((session, scratch))
+}
+
 /// The progress line on a terminal: files and bytes written of the total; and the names of
 /// the files a point-in-time restore found incomplete.
 struct Progress<'a> {
@@ -218,56 +232,4 @@ fn total_bytes(vfs: &Vfs, dir: Ino) -> Result<u64> {
         }
     }
     Ok(n)
-}
-
-/// A TIME of `tierfs restore --at`, as unix milliseconds: RFC 3339 (with `Z` or an offset; a
-/// time without one is UTC), `now`, or a duration (humantime's: `10m`, `1h 30m`, `2days`)
-/// followed by `ago`. `now_ms` is the time of day now. Refused with `InvalidInput`.
-pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
-    let t = s.trim();
-    let invalid = |why: String| {
-        anyhow::Error::new(Reported::new(
-            ErrorKind::InvalidInput,
-            format!("--at {s:?}: {why}; give a time as RFC 3339 (2026-12-06T14:03:27Z) or relative (10m ago)"),
-        ))
-    };
-    if t.eq_ignore_ascii_case("now") {
-        return Ok(now_ms);
-    }
-    if let Some(ago) = t.strip_suffix("ago").or_else(|| t.strip_suffix("AGO")) {
-        let d = humantime::parse_duration(ago.trim()).map_err(|e| invalid(e.to_string()))?;
-        let ms = u64::try_from(d.as_millis()).map_err(|_| invalid("too long ago".into()))?;
-        return now_ms.checked_sub(ms).ok_or_else(|| invalid("before 1970".into()));
-    }
-    let ms = match chrono::DateTime::parse_from_rfc3339(t) {
-        Ok(dt) => dt.timestamp_millis(),
-        Err(_) => {
-            let st = humantime::parse_rfc3339_weak(t).map_err(|e| invalid(e.to_string()))?;
-            match st.duration_since(std::time::UNIX_EPOCH) {
-                Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
-                Err(_) => -1,
-            }
-        }
-    };
-    u64::try_from(ms).map_err(|_| invalid("before 1970".into()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_parse_as_rfc3339_or_relative_and_nonsense_is_invalid_input() {
-        let now = 1_796_000_000_000; // 2026-11-30T00:53:20Z
-        assert_eq!(parse_time("2026-11-30T00:53:20Z", now).expect("utc"), now);
-        assert_eq!(parse_time("2026-11-30T01:53:20.250+01:00", now).expect("offset"), now + 250);
-        assert_eq!(parse_time("2026-11-30 00:53:19", now).expect("no zone: utc"), now - 1000);
-        assert_eq!(parse_time("10m ago", now).expect("relative"), now - 600_000);
-        assert_eq!(parse_time("1h 30m ago", now).expect("relative"), now - 5_400_000);
-        assert_eq!(parse_time("now", now).expect("now"), now);
-        for bad in ["yesterday", "10 parsecs ago", "2026-13-01T00:00:00Z", "", "1969-12-31T23:59:59Z"] {
-            let err = parse_time(bad, now).expect_err(bad);
-            assert_eq!(crate::logging::error_kind(&err), Some(ErrorKind::InvalidInput), "{bad}: {err}");
-        }
-    }
 }

@@ -13,22 +13,10 @@ mod store_node;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::run;
+use common::{manifest, run};
 use store_node::{Node, env};
-
-/// Every entry under `root`: relative path → kind and contents (hashed) or link target.
-fn manifest(root: &Path) -> BTreeMap<String, String> {
-    common::walk_tree(root)
-        .into_iter()
-        .map(|(rel, path, m)| {
-            let (kind, body) = common::kind_and_body(&path, &m);
-            (rel, format!("{kind} {body}"))
-        })
-        .collect()
-}
 
 fn bytes(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()

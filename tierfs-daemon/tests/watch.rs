@@ -454,3 +454,35 @@ fn a_watched_directory_has_a_history() {
     assert_eq!(log("train.py"), ["three", "two", "one"]);
     unwatch(&node, &dir, pid);
 }
+
+/// Watch mode writes the same journal as a mount, so it has the same trash: a file deleted
+/// from the watched directory is listed, and comes back into the directory.
+#[test]
+fn a_file_deleted_from_a_watched_directory_comes_back_from_its_trash() {
+    let _one = exclusive();
+    let node = Node::init_file();
+    let dir = node.fx.tmp.path().join("watched");
+    fs::create_dir(&dir).expect("mkdir");
+    let (out, json) = watch(&node, &dir, &[]);
+    out.assert_success("tierfs watch");
+    fs::create_dir(dir.join("results")).expect("mkdir");
+    fs::write(dir.join("results/run.csv"), b"epoch,loss\n1,0.5\n").expect("write");
+    // `sync` is a barrier: the watcher has taken in every change made before it.
+    tierfs(&node, &["sync", "-m", "written"], &dir).assert_success("tierfs sync");
+    fs::remove_file(dir.join("results/run.csv")).expect("rm");
+    // Once the watcher has taken the removal in, `trash list` flushes its journal to the store.
+    // (Not a sync: a sync right after a change folds its batch into the snapshot's checkpoint,
+    // and the trash reads the journal; docs/SEMANTICS.md, "Trash".)
+    let removed = |s: &serde_json::Value| s["watch"]["totals"]["removed"].as_u64().unwrap_or(0) > 0;
+    wait_for(&node, &dir, "the removal's pass", removed);
+
+    let out = tierfs(&node, &["--json", "trash", "list"], &dir);
+    out.assert_success("tierfs trash list DIR");
+    let list: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("json");
+    let entry = list.as_array().and_then(|l| l.iter().find(|e| e["path"] == "results/run.csv")).cloned();
+    assert_eq!(entry.map(|e| (e["what"].clone(), e["size"].clone())), Some(("deleted".into(), 17.into())), "{list}");
+    let out = tierfs(&node, &["--json", "trash", "restore"], &dir.join("results/run.csv"));
+    out.assert_success("tierfs trash restore in a watched directory");
+    assert_eq!(fs::read(dir.join("results/run.csv")).expect("read"), b"epoch,loss\n1,0.5\n");
+    unwatch(&node, &dir, json["pid"].as_u64().expect("pid"));
+}

@@ -58,6 +58,7 @@ from .magics import load_ipython_extension, unload_ipython_extension
 from .mount import Mount, MountMode, attach, mount, mounted, mounts
 from .snapshots import RestoreResult, Snapshot, restore, snapshots
 from .status import UNSYNCED_WARNING_SECS, BackendHealth, Status, WatchState
+from .trash import Restored, TrashEntry
 
 try:
     __version__ = _metadata.version("tierfs")
@@ -76,6 +77,8 @@ __all__ = [
     "WatchState",
     "Snapshot",
     "RestoreResult",
+    "TrashEntry",
+    "Restored",
     "snapshots",
     "restore",
     "tierfs_binary",

@@ -1,6 +1,6 @@
 """IPython magics: ``%load_ext tierfs`` gives ``%tierfs status``, ``%tierfs sync "msg"``,
-``%tierfs snapshots`` and ``%tierfs env`` (the workspace's Python environment, activated in
-this kernel as ``mount(..., env=True)`` does).
+``%tierfs snapshots``, ``%tierfs trash``, ``%tierfs undo PATH`` and ``%tierfs env`` (the
+workspace's Python environment, activated in this kernel as ``mount(..., env=True)`` does).
 
 Each magic works on one mount: the ``PATH`` it is given, else the mount returned by the
 last :func:`tierfs.mount` of this kernel, else the only tierfs mount of this user (so the
@@ -12,6 +12,7 @@ nothing, so a cell shows no ``Out[]`` value.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from typing import Any
 
@@ -26,6 +27,8 @@ _USAGE = """\
 %tierfs status [PATH] [--warn-after SECS]   what is not yet in the store, last snapshot, cache, backends
 %tierfs sync ["MESSAGE"] [--path PATH]      upload everything and commit a snapshot
 %tierfs snapshots [PATH]                    the workspace's snapshots, oldest first
+%tierfs trash [PATH]                        files deleted or replaced in the last 7 days
+%tierfs undo PATH [--at TIME]               put a deleted or replaced file back (beside it if taken)
 %tierfs mounts                              every tierfs mount of this user
 %tierfs env [PATH] [--env DIR]              keep a Python env in the workspace and use it in this kernel"""
 
@@ -50,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     sync.add_argument("--path")
     snaps = sub.add_parser("snapshots", add_help=False)
     snaps.add_argument("path", nargs="?")
+    trash = sub.add_parser("trash", add_help=False)
+    trash.add_argument("path", nargs="?")
+    undo = sub.add_parser("undo", add_help=False)
+    undo.add_argument("file")
+    undo.add_argument("--at")
     sub.add_parser("mounts", add_help=False)
     env = sub.add_parser("env", add_help=False)
     env.add_argument("path", nargs="?")
@@ -100,6 +108,9 @@ def tierfs_magic(line: str) -> None:
         found = _mount.mounts()
         print("\n".join(repr(m) for m in found) if found else "no tierfs mounts")
         return
+    if args.command == "undo":
+        _undo(args.file, args.at)
+        return
     m = _target(getattr(args, "path", None))
     if args.command == "status":
         print(m.status().format(warn_after=args.warn_after))
@@ -115,6 +126,22 @@ def tierfs_magic(line: str) -> None:
     elif args.command == "snapshots":
         mark = m.last_snapshot.id if m.last_snapshot else m.status().last_snapshot
         print(format_snapshots(m.snapshots(), mark))
+    elif args.command == "trash":
+        listing = m.trash()
+        rows = [f"{e.time}  {e.what:<8}  {e.size:>12} B  {e.path}" for e in listing]
+        print("\n".join(rows) if rows else f"the trash of {m.path} is empty")
+
+
+def _undo(file: str, at: str | None) -> None:
+    """``%tierfs undo PATH``: the mount PATH lies in (else the current one) puts it back."""
+    absolute = os.path.abspath(file)
+    inside = [m for m in _mount.mounts() if absolute.startswith(m.path.rstrip("/") + "/")]
+    m = inside[0] if inside else _target(None)
+    done = m.restore(absolute if inside else file, at=at)
+    where = f"beside it as {done.restored_as}" if done.beside else f"at {done.path}"
+    print(f"restored {file} as of {done.version} ({done.size} bytes) {where}")
+    if done.incomplete:
+        print("incomplete: its data at that time had not all reached the store; restored as the store had it")
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import datetime
 import errno
 import os
 import re
@@ -47,6 +48,7 @@ from .errors import CommandTimeoutError, InvalidInputError, NotFoundError, PathI
 from .progress import Progress
 from .snapshots import Snapshot, snapshots
 from .status import Status
+from .trash import Restored, TrashEntry, time_arg
 
 __all__ = ["Mount", "MountMode", "mount", "mounted", "mounts", "attach"]
 
@@ -62,6 +64,9 @@ FUSE_DEVICE = "/dev/fuse"
 
 #: Seconds a status query may take (the daemon answers from memory and its metadata).
 STATUS_TIMEOUT = 30.0
+#: How long a trash listing or restore may take (it replays the journal of the retention
+#: window, then copies the file).
+TRASH_TIMEOUT = 600.0
 #: Seconds ``tierfs mount`` may take beyond its own ``--timeout`` (opening the store file,
 #: creating the embedded store).
 _MOUNT_MARGIN = 60.0
@@ -358,6 +363,29 @@ class Mount:
         keep = os.path.join(self.path, ".tierfs", "layers") + os.sep
         listed = _cli.run_json(["layer", "list"], timeout=STATUS_TIMEOUT)
         return [str(x["dir"]) for x in listed if str(x.get("upper") or "").startswith(keep)]
+
+    def trash(self) -> list[TrashEntry]:
+        """The files deleted or replaced (renamed over) in this workspace within the store's
+        retention window (7 days by default), oldest first."""
+        listing = _cli.run_json(["trash", "list", self.path], timeout=TRASH_TIMEOUT, passphrase=self._passphrase)
+        return [TrashEntry.from_json(e) for e in listing]
+
+    def restore(self, path: PathLike, at: str | datetime.datetime | None = None) -> Restored:
+        """Puts a file back through this mount: the version just before it was last deleted
+        or replaced, or with ``at`` (RFC 3339, ``"10m ago"``, or a datetime; naive is UTC) the
+        version it had then. ``path`` is relative to the mount, or a path inside it. The file
+        lands at its path, or beside it (``NAME.restored-TIME``) when that is taken; nothing
+        is overwritten.
+
+        Raises:
+            NotFoundError: nothing in the trash at ``path`` (or it did not exist at ``at``).
+            InvalidInputError: ``path`` leads out of the mount, or is not a regular file.
+        """
+        target = os.path.join(self.path, os.fspath(path))
+        args = ["trash", "restore", target]
+        if at is not None:
+            args += ["--at", time_arg(at)]
+        return Restored.from_json(_cli.run_json(args, timeout=TRASH_TIMEOUT, passphrase=self._passphrase))
 
     def unmount(self, flush: bool = True, timeout: float = 300.0) -> None:
         """Unmounts the workspace (in watch mode: stops watching; the directory and its

@@ -543,6 +543,17 @@ pub fn kind_and_body(path: &Path, m: &fs::Metadata) -> (&'static str, String) {
     }
 }
 
+/// Every entry under `root`: relative path → kind and contents (hashed) or link target.
+pub fn manifest(root: &Path) -> std::collections::BTreeMap<String, String> {
+    walk_tree(root)
+        .into_iter()
+        .map(|(rel, path, m)| {
+            let (kind, body) = kind_and_body(&path, &m);
+            (rel, format!("{kind} {body}"))
+        })
+        .collect()
+}
+
 /// Every entry under `root`, recursively, symlinks not followed: its path relative to `root`
 /// (`dir/name`), its full path and its `lstat`. Panics (naming the path) on any error.
 pub fn walk_tree(root: &Path) -> Vec<(String, PathBuf, fs::Metadata)> {
