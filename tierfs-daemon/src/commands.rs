@@ -781,6 +781,11 @@ pub fn format_status(report: &StatusReport) -> String {
         ("socket", report.socket.display().to_string()),
         ("version", report.version.clone()),
     ];
+    if let Some(p) = &report.passthrough {
+        // After the options: how the mount serves reads.
+        let at = rows.iter().position(|(k, _)| *k == "options").map_or(rows.len(), |i| i + 1);
+        rows.insert(at, ("passthrough", passthrough_row(p)));
+    }
     for b in &report.backends {
         let state = if b.available { "ok".to_string() } else { "DOWN".to_string() };
         let detail = match (&b.last_error, b.consecutive_failures) {
@@ -956,6 +961,20 @@ pub fn format_table(reports: &[StatusReport]) -> String {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
     }
     out
+}
+
+/// The status row of FUSE passthrough: on (with how many opens it served, how many are open
+/// and how many fell back), or off and why.
+fn passthrough_row(p: &tierfs::vfs::PassthroughStats) -> String {
+    if p.on {
+        format!(
+            "on: {} opens served by the kernel from the local data files, {} open now, {} served here \
+             (other handles open, or not all local)",
+            p.opens, p.open_now, p.fallbacks
+        )
+    } else {
+        format!("off: {}", p.off_reason.as_deref().unwrap_or("unknown"))
+    }
 }
 
 /// The status row of the data dir's disk: free space, what writes may still take of it, and
@@ -1220,6 +1239,7 @@ mod tests {
             read_only: false,
             writeback_cache: true,
             cache_encrypted: false,
+            passthrough: None,
             watch: None,
             fuse_ops: Vec::new(),
             follow: None,
