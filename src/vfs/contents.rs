@@ -168,22 +168,13 @@ impl Vfs {
         }
     }
 
-    /// [`Vfs::create`] for a front end that serves passthrough (see [`Vfs::open_for`]): a new
-    /// file's handle is a normal one; an existing file's is decided as an open's.
-    pub fn create_for(
-        &self,
-        caller: &Caller,
-        parent: Ino,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-        flags: i32,
-    ) -> VfsResult<(Attr, Opened)> {
-        let (attr, fh) = self.create(caller, parent, name, mode, umask, flags)?;
-        let opened = self.choose_mode(attr.ino, fh, flags | libc::O_TRUNC).inspect_err(|_| {
-            let _ = self.release(attr.ino, fh);
-        })?;
-        Ok((attr, opened))
+    /// How the front end answers a [`Vfs::create`] that returned handle `fh` of `ino` (see
+    /// [`Vfs::open_for`]): a new file's handle is a normal one; an existing file's is decided
+    /// as a writer's open. On an error the handle is released.
+    pub fn created_mode(&self, ino: Ino, fh: u64) -> VfsResult<Opened> {
+        self.choose_mode(ino, fh, libc::O_WRONLY).inspect_err(|_| {
+            let _ = self.release(ino, fh);
+        })
     }
 
     /// Whether a read of `len` bytes at `offset` (or a write, with `write`) may wait for more

@@ -241,18 +241,14 @@ impl Vfs {
         };
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
+        // The kernel's writes may have left holes past the old end.
+        rec.dense &= size <= rec.attr.size;
         let now = Timestamp::now();
-        if size > rec.attr.size {
-            rec.dense = false; // the kernel's writes may have left holes
-        }
-        rec.attr.size = size;
-        rec.attr.blocks = size.div_ceil(512);
-        rec.attr.mtime = now;
-        rec.attr.ctime = now;
+        (rec.attr.size, rec.attr.blocks) = (size, size.div_ceil(512));
+        (rec.attr.mtime, rec.attr.ctime) = (now, now);
         let mut b = MetaBatch::new();
         b.put_inode(&rec);
-        self.meta.commit(b)?;
-        Ok(())
+        Ok(self.meta.commit(b)?)
     }
 
     /// `attr` with the size of `ino`'s data file while a passthrough writer may be moving it.

@@ -624,10 +624,12 @@ impl Filesystem for TierFuse {
         reply: ReplyCreate,
     ) {
         let t = self.time(FuseOp::Create, req, parent);
-        let (attr, opened) = match self.vfs.create_for(&caller(req), parent.0, name.as_bytes(), mode, umask, flags) {
-            Ok(created) => created,
-            Err(err) => return reply.error(t.fail(&err)),
-        };
+        let created = self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags);
+        let (attr, opened) =
+            match created.and_then(|(attr, fh)| Ok((attr.clone(), self.vfs.created_mode(attr.ino, fh)?))) {
+                Ok(created) => created,
+                Err(err) => return reply.error(t.fail(&err)),
+            };
         let (ttl, attr, fh) = (self.ttl(), file_attr(&attr), FileHandle(opened.fh));
         // Only an existing file with passthrough handles open is answered through passthrough
         // (the kernel would refuse a normal open of it), with its registered backing file.
