@@ -792,10 +792,15 @@ impl ColdTier {
     /// handle is synced or closed).
     pub fn passthrough_open(&self, ino: Ino, check: bool, writes: bool) -> Result<bool, ColdError> {
         let mut st = self.state.lock();
-        let f = st.files.entry(ino).or_default();
+        let State { files, tick, .. } = &mut *st;
+        let f = files.entry(ino).or_default();
         if check && f.chunks.values().any(Chunk::not_ready) {
             return Ok(false);
         }
+        // The kernel's reads never reach the engine: the open counts as a use of every chunk
+        // (eviction's recency and the hot set's order), and so does the release.
+        *tick += 1;
+        f.chunks.values_mut().for_each(|c| c.last_access = *tick);
         f.passthrough += 1;
         if writes {
             f.passthrough_writers += 1;
@@ -817,7 +822,10 @@ impl ColdTier {
     /// A handle [`ColdTier::passthrough_open`] opened closed.
     pub fn passthrough_release(&self, ino: Ino, writes: bool) {
         let mut st = self.state.lock();
-        if let Some(f) = st.files.get_mut(&ino) {
+        let State { files, tick, .. } = &mut *st;
+        if let Some(f) = files.get_mut(&ino) {
+            *tick += 1;
+            f.chunks.values_mut().for_each(|c| c.last_access = *tick);
             f.passthrough = f.passthrough.saturating_sub(1);
             if writes {
                 f.passthrough_writers = f.passthrough_writers.saturating_sub(1);
