@@ -12,8 +12,10 @@
 #   PEERS       "local bindfs floor tierfs" (default). Optional: tierfs_store (tierfs on the
 #               embedded default store, as `tierfs mount ~/tierfs` gives a user: every change
 #               also goes to a local encrypted store), tierfs_enc (the same with the cache
-#               encrypted at rest, --encrypt-cache); S3 peers rclone, s3fs (need an S3
-#               server, see S3_BACKEND).
+#               encrypted at rest, --encrypt-cache), tierfs_nopt (tierfs without a store
+#               and with --no-passthrough: every read through the daemon, beside `tierfs`,
+#               whose hot files the kernel reads through FUSE passthrough when run as root);
+#               S3 peers rclone, s3fs (need an S3 server, see S3_BACKEND).
 #   S3_BACKEND  none (default unless PEERS has rclone or s3fs, then garage1) | garage1 | garage3
 #               | moto | s3sfs -- S3 server for rclone/s3fs, started by harness/servers/start_*.sh
 #   BENCH_ROOT  [${TMPDIR:-/tmp}/tierfs-bench] mounts, source dirs, tierfs data dirs, tarball
@@ -62,7 +64,8 @@ done
 [[ $(id -u) == 0 ]] || echo "compare.sh: WARNING: not root, page cache drops will silently fail" >&2
 
 # --- tierfs: build + mount/unmount commands -----------------------------------------------
-if [[ " $PEERS " == *" tierfs "* || " $PEERS " == *" tierfs_store "* || " $PEERS " == *" tierfs_enc "* ]]; then
+if [[ " $PEERS " == *" tierfs "* || " $PEERS " == *" tierfs_store "* || " $PEERS " == *" tierfs_enc "* ||
+      " $PEERS " == *" tierfs_nopt "* ]]; then
   if [[ -z ${TIERFS_BIN:-} ]]; then
     if [[ ${SKIP_BUILD:-0} != 1 ]]; then
       echo "=== building tierfs (release)" >&2
@@ -96,6 +99,12 @@ if [[ " $PEERS " == *" tierfs "* || " $PEERS " == *" tierfs_store "* || " $PEERS
   PEER_MOUNT_tierfs_enc=${PEER_MOUNT_tierfs_enc:-"$enc_env '$HERE/tierfs-peer.sh' mount"}
   PEER_UMOUNT_tierfs_enc=${PEER_UMOUNT_tierfs_enc:-"$enc_env '$HERE/tierfs-peer.sh' umount"}
   export PEER_MOUNT_tierfs_enc PEER_UMOUNT_tierfs_enc
+  # Without passthrough: every read of a hot file through the daemon.
+  nopt_env="TIERFS_MNT=$BENCH_ROOT/mnt/tierfs-nopt-cmp TIERFS_DATA=\$TIERFS_DATA-nopt"
+  nopt_env+=" TIERFS_MOUNT_OPTS='$TIERFS_MOUNT_OPTS --no-passthrough'"
+  PEER_MOUNT_tierfs_nopt=${PEER_MOUNT_tierfs_nopt:-"$nopt_env '$HERE/tierfs-peer.sh' mount"}
+  PEER_UMOUNT_tierfs_nopt=${PEER_UMOUNT_tierfs_nopt:-"$nopt_env '$HERE/tierfs-peer.sh' umount"}
+  export PEER_MOUNT_tierfs_nopt PEER_UMOUNT_tierfs_nopt
   # Mounted without a store: "cold" read = page cache dropped only, i.e. the same as fio_seqread.
   TIERFS_COLD_CMD=${TIERFS_COLD_CMD-'sync; echo 3 >/proc/sys/vm/drop_caches'}
   TIERFS_COLD_NOTE=${TIERFS_COLD_NOTE-"mounted without a store: COLD_CMD only drops the page cache, data still comes from the local hot tier (cold.sh measures cold reads from a store)"}
@@ -164,7 +173,7 @@ tierfs_data_base=${TIERFS_DATA:-}
 for round in $(seq 1 "$ROUNDS"); do
 for p in $PEERS; do
   # each round on a fresh tierfs data dir (the unmount removes it)
-  [[ ($p == tierfs || $p == tierfs_store || $p == tierfs_enc) && -n $tierfs_data_base && $ROUNDS -gt 1 ]] && export TIERFS_DATA=$tierfs_data_base-r$round
+  [[ ($p == tierfs || $p == tierfs_store || $p == tierfs_enc || $p == tierfs_nopt) && -n $tierfs_data_base && $ROUNDS -gt 1 ]] && export TIERFS_DATA=$tierfs_data_base-r$round
   v="PEER_MOUNT_$p"
   if [[ -n ${!v:-} ]]; then mnt=$(bash -c "${!v}") || { echo "mount $p failed" >&2; continue; }
   else mnt=$(mount_peer "$p" cmp) || { echo "mount $p failed" >&2; continue; }; fi
@@ -175,7 +184,7 @@ for p in $PEERS; do
       cold="source '$H/peers.sh'; bash -c $(printf '%q' "$drain"); umount_peer rclone cmp && mount_peer rclone cmp" ;;
     s3fs)
       cold="source '$H/peers.sh'; umount_peer s3fs cmp && mount_peer s3fs cmp" ;;
-    tierfs | tierfs_store | tierfs_enc)
+    tierfs | tierfs_store | tierfs_enc | tierfs_nopt)
       cold=$TIERFS_COLD_CMD note=$TIERFS_COLD_NOTE ;;
   esac
   echo "=== $p on $mnt (S3: ${S3_SERVER:-none}), round $round of $ROUNDS" >&2

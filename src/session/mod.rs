@@ -192,6 +192,9 @@ pub struct SessionConfig {
     pub follow: Option<Duration>,
     /// Encrypt the hot tier at rest under a key derived from the store's (`--encrypt-cache`).
     pub encrypt_cache: bool,
+    /// Serve wholly local files through FUSE passthrough where the front end can
+    /// (`--no-passthrough` turns it off; see [`Vfs::open_for`]).
+    pub passthrough: bool,
     /// The clock journal batches are stamped from (`None`: the system clock); tests of
     /// point-in-time restore set their own.
     pub clock: Option<Clock>,
@@ -239,6 +242,7 @@ impl SessionConfig {
             refill: true,
             follow: None,
             encrypt_cache: false,
+            passthrough: true,
             clock: None,
             retention: crate::remote::DEFAULT_RETENTION,
         }
@@ -396,6 +400,7 @@ impl Session {
                 reserve: config.reserve,
                 follow: config.follow.is_some(),
                 cache_cipher,
+                passthrough: config.passthrough,
             },
             prepared,
         );

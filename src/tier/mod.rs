@@ -555,6 +555,11 @@ impl<'a> DataFile<'a> {
         self.file.set_len(size).map_err(self.err("truncate"))
     }
 
+    /// The plain data file's length (a passthrough writer moves it behind the vfs's back).
+    pub fn plain_len(&self) -> Result<u64> {
+        self.raw_len()
+    }
+
     fn raw_len(&self) -> Result<u64> {
         Ok(self.file.metadata().map_err(self.err("stat"))?.len())
     }

@@ -62,12 +62,12 @@ impl Vfs {
         Ok(self.hot.open_file(ino, size, !only_here)?)
     }
 
-    fn open_inode(&self, ino: Ino) -> VfsResult<Arc<OpenInode>> {
+    pub(super) fn open_inode(&self, ino: Ino) -> VfsResult<Arc<OpenInode>> {
         self.open.read().get(&ino).cloned().ok_or(VfsError::BadHandle)
     }
 
     /// The data file of an open inode, opened (and sized to the record) on first use.
-    fn file_of(&self, oi: &OpenInode, ino: Ino) -> VfsResult<Arc<File>> {
+    pub(super) fn file_of(&self, oi: &OpenInode, ino: Ino) -> VfsResult<Arc<File>> {
         self.file_of_for(oi, ino, true)
     }
 
@@ -104,6 +104,7 @@ impl Vfs {
                     handles: AtomicU64::new(1),
                     dir_synced: AtomicBool::new(false),
                     orphaned: AtomicBool::new(rec.attr.nlink == 0),
+                    modes: Mutex::new(passthrough::Modes::default()),
                 }),
             );
         }
@@ -165,6 +166,15 @@ impl Vfs {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// How the front end answers a [`Vfs::create`] that returned handle `fh` of `ino` (see
+    /// [`Vfs::open_for`]): a new file's handle is a normal one; an existing file's is decided
+    /// as a writer's open. On an error the handle is released.
+    pub fn created_mode(&self, ino: Ino, fh: u64) -> VfsResult<Opened> {
+        self.choose_mode(ino, fh, libc::O_WRONLY).inspect_err(|_| {
+            let _ = self.release(ino, fh);
+        })
     }
 
     /// Whether a read of `len` bytes at `offset` (or a write, with `write`) may wait for more
@@ -268,6 +278,9 @@ impl Vfs {
 
     pub fn release(&self, ino: Ino, fh: u64) -> VfsResult<()> {
         self.unpin_version(fh);
+        // A passthrough writer's changes are taken in before the handle goes (an error is
+        // reported after it went: the kernel closes the file whatever this returns).
+        let taken = self.release_mode(ino, fh);
         let reclaim = {
             let mut open = self.open.write();
             let Some(oi) = open.get(&ino) else { return Err(VfsError::BadHandle) };
@@ -291,10 +304,13 @@ impl Vfs {
                 }
             }
         }
-        Ok(())
+        taken
     }
 
     pub fn fsync(&self, ino: Ino, _fh: u64, _datasync: bool) -> VfsResult<()> {
+        if self.passthrough_writing(ino) {
+            self.take_passthrough_writes(ino)?;
+        }
         let oi = self.open.read().get(&ino).cloned();
         if let Some(oi) = oi {
             let file = oi.file.lock().clone();

@@ -23,6 +23,7 @@ mod dirs;
 pub mod error;
 mod follow;
 mod namespace;
+mod passthrough;
 pub mod types;
 mod walk;
 mod xattr;
@@ -44,6 +45,7 @@ use crate::tier::{
 pub use adopt::Content;
 pub use error::{VfsError, VfsResult};
 pub use follow::{HeadChange, PageCache};
+pub use passthrough::{Opened, PassthroughStats};
 pub use types::*;
 
 /// Number of striped inode locks. A power of two well above the FUSE worker count, so two
@@ -86,6 +88,9 @@ pub struct VfsConfig {
     pub follow: bool,
     /// Encrypt the hot tier at rest with this cipher (`--encrypt-cache`).
     pub cache_cipher: Option<CacheCipher>,
+    /// Let front ends serve wholly local files through FUSE passthrough ([`Vfs::open_for`];
+    /// on by default, `--no-passthrough` turns it off).
+    pub passthrough: bool,
 }
 
 /// A store for the cold tier, with its tuning.
@@ -112,6 +117,7 @@ impl VfsConfig {
             reserve: crate::tier::DEFAULT_RESERVE,
             follow: false,
             cache_cipher: None,
+            passthrough: true,
         }
     }
 }
@@ -130,6 +136,7 @@ pub struct VfsStats {
     pub reserve: u64,
     /// The cold tier's numbers, when a store is attached.
     pub cold: Option<ColdStats>,
+    pub passthrough: PassthroughStats,
 }
 
 /// An open regular file: its data file (opened on first use, so creating and closing an
@@ -141,6 +148,8 @@ struct OpenInode {
     dir_synced: AtomicBool,
     /// Set when the last link went while the file was open: reclaim at the last release.
     orphaned: AtomicBool,
+    /// Which handles the kernel serves through passthrough ([`passthrough`]).
+    modes: Mutex<passthrough::Modes>,
 }
 
 /// The data file of an inode that an unlink or rename just freed, still to be removed.
@@ -202,6 +211,7 @@ pub struct Vfs {
     next_fh: AtomicU64,
     /// A follower's state (`None` unless [`VfsConfig::follow`]).
     follow: Option<follow::Follow>,
+    passthrough: passthrough::Passthrough,
     // Declared last so it is released only after the store is closed.
     _lock: DataDirLock,
 }
@@ -250,6 +260,7 @@ impl Vfs {
             walks: Mutex::new(walk::Walks::default()),
             next_fh: AtomicU64::new(1),
             follow: config.follow.then(follow::Follow::default),
+            passthrough: passthrough::Passthrough::new(&config),
             cold: None,
             config,
             meta,
@@ -366,7 +377,9 @@ impl Vfs {
     }
 
     pub fn getattr(&self, ino: Ino) -> VfsResult<Attr> {
-        Ok(self.attr_of(self.record(ino)?))
+        let mut attr = self.attr_of(self.record(ino)?);
+        self.passthrough_size(ino, &mut attr);
+        Ok(attr)
     }
 
     /// The attributes the kernel sees for `rec`, with the `st_blocks` of a regular file: for a
@@ -578,6 +591,7 @@ impl Vfs {
             disk_free: self.hot.free_bytes().unwrap_or(0),
             reserve: self.hot.reserve(),
             cold: self.cold.as_ref().map(|c| c.stats()),
+            passthrough: self.passthrough_stats(),
         }
     }
 

@@ -995,6 +995,15 @@ pub struct MountArgs {
     #[serde(default)]
     pub encrypt_cache: bool,
 
+    /// Serve every read through this process, never through FUSE passthrough. By default a
+    /// file whose data is all on the local disk, opened read-only while nothing else has it
+    /// open, is read by the kernel straight from its local data file (Linux 6.9+, a root
+    /// mount, not with --encrypt-cache or --writeback-cache): `tierfs status` says whether
+    /// passthrough is on and why not.
+    #[arg(long)]
+    #[serde(default)]
+    pub no_passthrough: bool,
+
     /// Follow the workspace as another node writes it (read-only, no lease; implies
     /// --read-only): every --follow-interval the mount looks for a newer state in the store
     /// and switches to it whole, so datasets and checkpoints written on one node appear on
@@ -1175,6 +1184,7 @@ impl MountArgs {
             no_history: self.no_history,
             no_refill: self.no_refill,
             encrypt_cache: self.encrypt_cache,
+            no_passthrough: self.no_passthrough,
             follow: self.follow.then(|| self.follow_interval.unwrap_or(tierfs::session::FOLLOW_INTERVAL)),
             owner: self.owner,
             metered: false,

@@ -80,6 +80,8 @@ pub struct MountConfig {
     pub no_refill: bool,
     /// Encrypt the hot tier at rest (`--encrypt-cache`).
     pub encrypt_cache: bool,
+    /// Never serve files through FUSE passthrough (`--no-passthrough`).
+    pub no_passthrough: bool,
     /// Follow the workspace as another node writes it, looking for a new head this often
     /// (`--follow`, `--follow-interval`); implies `read_only`.
     pub follow: Option<Duration>,
@@ -144,6 +146,7 @@ impl MountConfig {
         config.hot_set = !self.watch;
         config.follow = self.follow;
         config.encrypt_cache = self.encrypt_cache;
+        config.passthrough = !self.no_passthrough;
         config
     }
 

@@ -273,6 +273,10 @@ pub struct StatusReport {
     /// The local cache is encrypted at rest (`--encrypt-cache`).
     #[serde(default)]
     pub cache_encrypted: bool,
+    /// Whether wholly local files are served through FUSE passthrough, why not, and how
+    /// often. Absent from older daemons and from watch mode.
+    #[serde(default)]
+    pub passthrough: Option<tierfs::vfs::PassthroughStats>,
     /// Set for a watched directory (watch mode), not a FUSE mount.
     #[serde(default)]
     pub watch: Option<WatchStatus>,
@@ -784,6 +788,7 @@ mod tests {
                 read_only: false,
                 writeback_cache: true,
                 cache_encrypted: true,
+                passthrough: None,
                 watch: None,
                 fuse_ops: Vec::new(),
                 follow: None,

@@ -701,6 +701,7 @@ impl ControlHandler for Served {
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,
             cache_encrypted: self.config.encrypt_cache,
+            passthrough: Some(stats.passthrough),
             watch: None,
             fuse_ops: self.fuse_stats.as_ref().map(|s| s.snapshot()).unwrap_or_default(),
             follow: status.follow.map(Into::into),

@@ -47,7 +47,7 @@ fn mount_rows(report: &StatusReport) -> Vec<Row> {
     if report.allow_other {
         options.push("allow_other");
     }
-    vec![
+    let mut rows = vec![
         ("mountpoint", report.mountpoint.display().to_string()),
         ("data dir", report.data_dir.display().to_string()),
         ("pid", report.pid.to_string()),
@@ -58,9 +58,28 @@ fn mount_rows(report: &StatusReport) -> Vec<Row> {
         ("cache size", report.cache_size.map(format_bytes).unwrap_or_else(|| "not limited".into())),
         ("disk free", disk_free_row(report.disk_free, report.reserve)),
         ("options", options.join(", ")),
-        ("socket", report.socket.display().to_string()),
-        ("version", report.version.clone()),
-    ]
+    ];
+    if let Some(p) = &report.passthrough {
+        // After the options: how the mount serves reads.
+        rows.push(("passthrough", passthrough_row(p)));
+    }
+    rows.push(("socket", report.socket.display().to_string()));
+    rows.push(("version", report.version.clone()));
+    rows
+}
+
+/// The status row of FUSE passthrough: on (with how many opens it served, how many are open
+/// and how many fell back), or off and why.
+fn passthrough_row(p: &tierfs::vfs::PassthroughStats) -> String {
+    if p.on {
+        format!(
+            "on: {} opens served by the kernel from the local data files, {} open now, {} served here \
+             (other handles open, or not all local)",
+            p.opens, p.open_now, p.fallbacks
+        )
+    } else {
+        format!("off: {}", p.off_reason.as_deref().unwrap_or("unknown"))
+    }
 }
 
 /// Each backend's breaker, and the copies waiting for one.
@@ -326,6 +345,7 @@ mod tests {
             pending_repairs: 0,
             allow_other: true,
             owner: None,
+            passthrough: None,
             read_only: false,
             writeback_cache: true,
             cache_encrypted: false,

@@ -410,6 +410,8 @@ impl ControlHandler for Watched {
         s.watch = Some(w);
         // Nothing is mounted: no other user reaches the directory through tierfs.
         s.allow_other = false;
+        // No kernel reads the files: passthrough does not apply.
+        s.passthrough = None;
         s
     }
 

@@ -21,9 +21,10 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
-use tierfs::vfs::{Attr, Caller, DataFileRemoval, PageCache, SetAttr, Vfs, VfsError};
+use tierfs::vfs::{Attr, Caller, DataFileRemoval, Opened, PageCache, SetAttr, Vfs, VfsError};
 
 use crate::MountOptions;
+use crate::backing::Backings;
 use crate::convert::{
     XattrReply, errno, file_attr, file_type, rename_flags, shared_ttl, time_set, timestamp_from_kernel, xattr_reply,
 };
@@ -60,6 +61,8 @@ pub struct TierFuse {
     reaper: Option<Pool>,
     /// Counts every request when the mount is metered (see [`crate::meter`]).
     stats: Option<Arc<FuseStats>>,
+    /// The kernel's ids of the data files passthrough handles read (see [`crate::backing`]).
+    backings: Arc<Backings>,
 }
 
 impl std::fmt::Debug for TierFuse {
@@ -76,7 +79,7 @@ impl TierFuse {
             0 => (None, None),
             n => (Some(Pool::new("tierfs-io", n)?), Some(Pool::new("tierfs-reap", 1)?)),
         };
-        Ok(TierFuse { vfs, opts, pool, reaper, stats: None })
+        Ok(TierFuse { vfs, opts, pool, reaper, stats: None, backings: Arc::default() })
     }
 
     /// Counts each request's outcome and latency in `stats`.
@@ -151,6 +154,25 @@ impl TierFuse {
         });
     }
 
+    /// Asks the kernel for passthrough when the core wants it and it can work, else tells
+    /// the core why not (shown by `status`).
+    fn ask_passthrough(&self, config: &mut KernelConfig) {
+        if !self.vfs.passthrough_wanted() {
+            return;
+        }
+        if let Some(reason) = passthrough_missing(&self.opts) {
+            return self.vfs.passthrough_unavailable(reason);
+        }
+        if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_err() {
+            return self.vfs.passthrough_unavailable("the kernel lacks FUSE passthrough (Linux 6.9 or later has it)");
+        }
+        // 1 on a plain disk (an overlayfs may then sit on the mount: `tierfs layer`), 2 (the
+        // kernel's limit) when the data dir is itself on a stacked filesystem.
+        if let Err(nearest) = config.set_max_stack_depth(self.vfs.passthrough_stack_depth()) {
+            let _ = config.set_max_stack_depth(nearest);
+        }
+    }
+
     fn ttl(&self) -> Duration {
         shared_ttl(self.opts.attr_ttl, self.opts.entry_ttl)
     }
@@ -191,6 +213,46 @@ fn file_open_flags() -> FopenFlags {
     FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
 }
 
+/// Answers an open: normally, or through passthrough with the data file `opened` names,
+/// registered with the kernel for its inode (the first handle registers it). A kernel that
+/// refuses the registration turns passthrough off (the core records why) and gets a normal
+/// open.
+fn reply_opened(vfs: &Vfs, backings: &Backings, ino: INodeNo, opened: Opened, reply: ReplyOpen) {
+    let fh = FileHandle(opened.fh);
+    let Some(file) = opened.backing else { return reply.opened(fh, open_flags(opened.page_cache)) };
+    match backings.acquire(ino.0, opened.fh, || reply.open_backing(&*file)) {
+        Ok(id) => reply.opened_passthrough(fh, FopenFlags::FOPEN_NOFLUSH, &id),
+        Err(err) => {
+            let reason = match err.raw_os_error() {
+                Some(libc::EPERM) => "the kernel refused the backing file: the mount lacks CAP_SYS_ADMIN".to_owned(),
+                _ => format!("the kernel refused the backing file: {err}"),
+            };
+            match vfs.passthrough_failed(ino.0, opened.fh, &reason) {
+                Ok(()) => reply.opened(fh, file_open_flags()),
+                Err(err) => reply.error(errno(&err)),
+            }
+        }
+    }
+}
+
+/// Why the kernel cannot serve this mount's files through passthrough, if it cannot:
+/// `--writeback-cache` (the kernel refuses both together) or a process without
+/// CAP_SYS_ADMIN (the kernel refuses to register a backing file for it).
+fn passthrough_missing(opts: &MountOptions) -> Option<&'static str> {
+    // CAP_SYS_ADMIN is bit 21 of the effective set.
+    const CAP_SYS_ADMIN: u32 = 21;
+    if opts.writeback_cache {
+        return Some("not with --writeback-cache (the kernel serves passthrough files without its page cache)");
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    (effective & (1 << CAP_SYS_ADMIN) == 0).then_some("the mount's process lacks CAP_SYS_ADMIN (mount as root)")
+}
+
 /// The flags of an open, by what it does with the file's cached pages: a follower's open
 /// of a file whose pages hold an older version drops them (no `FOPEN_KEEP_CACHE`, so the
 /// kernel invalidates them) or, while a handle still reads them, reads around them.
@@ -225,6 +287,7 @@ impl Filesystem for TierFuse {
         if self.opts.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
+        self.ask_passthrough(config);
         // add_capabilities is all-or-nothing, so ask for each flag on its own.
         for flag in wanted.iter() {
             if let Err(missing) = config.add_capabilities(flag) {
@@ -377,8 +440,9 @@ impl Filesystem for TierFuse {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let t = self.time(FuseOp::Open, req, ino);
         let caller = caller(req);
-        let op = move |vfs: &Vfs| match vfs.open(&caller, ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), open_flags(vfs.page_cache(fh))),
+        let backings = Arc::clone(&self.backings);
+        let op = move |vfs: &Vfs| match vfs.open_for(&caller, ino.0, flags.0) {
+            Ok(opened) => reply_opened(vfs, &backings, ino, opened, reply),
             Err(err) => reply.error(t.fail(&err)),
         };
         // O_TRUNC truncates, which may fetch from the store (see `setattr`).
@@ -445,7 +509,9 @@ impl Filesystem for TierFuse {
         reply: ReplyEmpty,
     ) {
         let t = self.time(FuseOp::Release, req, ino);
-        empty_result(t, self.vfs.release(ino.0, fh.0), reply);
+        let result = self.vfs.release(ino.0, fh.0);
+        self.backings.release(fh.0);
+        empty_result(t, result, reply);
     }
 
     fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
@@ -558,11 +624,19 @@ impl Filesystem for TierFuse {
         reply: ReplyCreate,
     ) {
         let t = self.time(FuseOp::Create, req, parent);
-        match self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags) {
-            Ok((attr, fh)) => {
-                reply.created(&self.ttl(), &file_attr(&attr), GENERATION, FileHandle(fh), file_open_flags())
-            }
-            Err(err) => reply.error(t.fail(&err)),
+        let created = self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags);
+        let (attr, opened) =
+            match created.and_then(|(attr, fh)| Ok((attr.clone(), self.vfs.created_mode(attr.ino, fh)?))) {
+                Ok(created) => created,
+                Err(err) => return reply.error(t.fail(&err)),
+            };
+        let (ttl, attr, fh) = (self.ttl(), file_attr(&attr), FileHandle(opened.fh));
+        // Only an existing file with passthrough handles open is answered through passthrough
+        // (the kernel would refuse a normal open of it), with its registered backing file.
+        let Some(file) = opened.backing else { return reply.created(&ttl, &attr, GENERATION, fh, file_open_flags()) };
+        match self.backings.acquire(attr.ino.0, opened.fh, || reply.open_backing(&*file)) {
+            Ok(id) => reply.created_passthrough(&ttl, &attr, GENERATION, fh, FopenFlags::FOPEN_NOFLUSH, &id),
+            Err(err) => reply.error(t.errno(Errno::from_i32(err.raw_os_error().unwrap_or(libc::EIO)))),
         }
     }
 

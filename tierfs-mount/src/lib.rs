@@ -24,6 +24,11 @@
 //! - Requests are read on `n_threads` threads (one by default) and answered there, except
 //!   those that may wait for the store, which go to the pool; no request thread waits on the
 //!   network.
+//! - Wholly local files are served through FUSE passthrough where the core says so
+//!   (`Vfs::open_for`): the adapter registers the data file with the kernel ([`backing`]) and
+//!   answers the open with it; the kernel then reads it without asking. `init` asks the
+//!   kernel for passthrough only when the process holds CAP_SYS_ADMIN and the writeback cache
+//!   is off (the kernel refuses the two together), and tells the core why not otherwise.
 //! - When the session ends, however it ends, `destroy` runs once, lets the pool finish, and
 //!   calls `Vfs::sync_all`.
 //!
@@ -48,6 +53,7 @@
 // No function over the length clippy.toml sets (clippy checks it in CI).
 #![warn(clippy::too_many_lines)]
 
+mod backing;
 mod convert;
 mod filesystem;
 pub mod meter;

@@ -5,7 +5,8 @@
 //! Invariants: only a chunk whose record is resident, that is not dirty, not claimed by an
 //! uploader, not being fetched and has no write or read in flight is punched, so eviction
 //! never loses a byte; it punches under the state lock, so no writer is mid-write in the
-//! chunk. The free-space floor spares the chunks used within the last [`RECENT_TICKS`]; the
+//! chunk. A file with a passthrough handle open (the kernel reads its data file directly) is
+//! not touched at all. The free-space floor spares the chunks used within the last [`RECENT_TICKS`]; the
 //! cache size and a disk about to refuse writes spare nothing.
 
 use std::fs::File;
@@ -95,6 +96,9 @@ impl ColdTier {
         let mut candidates: Vec<(u64, Ino, u64)> = st
             .files
             .iter()
+            // The kernel reads (and maybe writes) a passthrough file without asking: its
+            // chunks stay.
+            .filter(|(_, f)| f.passthrough == 0)
             .flat_map(|(&ino, f)| {
                 f.chunks.iter().filter_map(move |(&idx, c)| {
                     let clean = c.rec.is_some_and(|r| r.resident) && !c.dirty && c.inflight == 0 && c.readers == 0;

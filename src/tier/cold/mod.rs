@@ -363,6 +363,12 @@ struct FileState {
     keep_cached: bool,
     /// The chunk after the last streamed read that queued read-ahead.
     stream_ahead_from: Option<u64>,
+    /// Handles the kernel serves from the data file itself (FUSE passthrough): while any is
+    /// open, nothing of the file is evicted.
+    passthrough: u32,
+    /// Of those, the handles that may write behind the engine's back: the dirty marker stays
+    /// while any is open (see [`ColdTier::passthrough_open`]).
+    passthrough_writers: u32,
 }
 
 impl FileState {
@@ -371,7 +377,7 @@ impl FileState {
     fn clean_if_sealed(&mut self, ino: Ino, batch: &mut MetaBatch) {
         if self.dirty_chunks == 0 {
             self.dirty_since = None;
-            if self.marked_dirty {
+            if self.marked_dirty && self.passthrough_writers == 0 {
                 self.marked_dirty = false;
                 batch.delete_dirty(ino);
             }
@@ -774,6 +780,56 @@ impl ColdTier {
         drop(st);
         if seal {
             self.work.notify_one();
+        }
+    }
+
+    /// A handle of `ino` the kernel will serve from its data file (FUSE passthrough) opens.
+    /// With `check`, only if every chunk is local and checked (none evicted or unverified):
+    /// returns false, and pins nothing, otherwise. While such handles are open the file is not
+    /// evicted. `writes`: the handle may write without the engine seeing it, so the inode's
+    /// dirty marker is committed now and kept until it closes; after a crash every resident
+    /// chunk is then sealed again, never trusted (the caller marks the chunks dirty when the
+    /// handle is synced or closed).
+    pub fn passthrough_open(&self, ino: Ino, check: bool, writes: bool) -> Result<bool, ColdError> {
+        let mut st = self.state.lock();
+        let State { files, tick, .. } = &mut *st;
+        let f = files.entry(ino).or_default();
+        if check && f.chunks.values().any(Chunk::not_ready) {
+            return Ok(false);
+        }
+        // The kernel's reads never reach the engine: the open counts as a use of every chunk
+        // (eviction's recency and the hot set's order), and so does the release.
+        *tick += 1;
+        f.chunks.values_mut().for_each(|c| c.last_access = *tick);
+        f.passthrough += 1;
+        if writes {
+            f.passthrough_writers += 1;
+            if !f.marked_dirty {
+                f.marked_dirty = true;
+                let mut batch = MetaBatch::new();
+                batch.put_dirty(ino);
+                if let Err(e) = self.meta.commit(batch) {
+                    f.marked_dirty = false;
+                    f.passthrough -= 1;
+                    f.passthrough_writers -= 1;
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// A handle [`ColdTier::passthrough_open`] opened closed.
+    pub fn passthrough_release(&self, ino: Ino, writes: bool) {
+        let mut st = self.state.lock();
+        let State { files, tick, .. } = &mut *st;
+        if let Some(f) = files.get_mut(&ino) {
+            *tick += 1;
+            f.chunks.values_mut().for_each(|c| c.last_access = *tick);
+            f.passthrough = f.passthrough.saturating_sub(1);
+            if writes {
+                f.passthrough_writers = f.passthrough_writers.saturating_sub(1);
+            }
         }
     }
 

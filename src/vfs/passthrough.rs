@@ -1,0 +1,277 @@
+//! FUSE passthrough: which opens the kernel may serve from the hot tier's data file itself,
+//! without a round trip through this process for each read (kernel 6.9+, `FOPEN_PASSTHROUGH`).
+//!
+//! The front end asks [`Vfs::open_for`]; the answer names the data file to hand the kernel as
+//! the backing file, or none (a normal open). The decisions all live here:
+//! - A read-only open (no `O_TRUNC`) of a regular file whose chunks are all local and checked
+//!   (none evicted, none from an earlier run still unverified), with no other handle open, is
+//!   served through passthrough. Not with an encrypted hot tier (the data file holds
+//!   ciphertext), not on a follower (a handle reads the version it opened, maybe the store's
+//!   only), and not once the front end reported the kernel or the privilege missing.
+//! - The kernel refuses to mix the two kinds of open on one inode (a cached open while a
+//!   passthrough one is open fails with EIO, and the other way round with ETXTBSY; every
+//!   passthrough open of an inode must name the same backing file). So the first open of an
+//!   inode decides for all that overlap it: while a normal handle is open every new one is
+//!   normal, and while a passthrough handle is open every new one, a writer too, is
+//!   passthrough.
+//! - A passthrough handle pins the file against eviction ([`ColdTier::passthrough_open`]).
+//! - A writer that joins a passthrough inode writes behind this process's back. Its inode's
+//!   dirty marker is committed before the open is answered and kept while it is open, so a
+//!   crash re-seals the file; its fsync and its release take the data file's size and mark
+//!   every chunk dirty (the uploader re-hashes them; unchanged ones are deduplicated), and
+//!   until then `getattr` reports the data file's size, which the kernel's writes moved.
+//!   After such a writer closed, the next normal open drops the kernel's cached pages of the
+//!   file: they were filled before the passthrough writes.
+
+use std::collections::HashSet;
+
+use super::*;
+
+/// What `status` shows of passthrough.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PassthroughStats {
+    /// Whether opens may be served through passthrough on this mount.
+    pub on: bool,
+    /// Why not, when `on` is false.
+    pub off_reason: Option<String>,
+    /// Opens served through passthrough since the mount started.
+    pub opens: u64,
+    /// Passthrough handles open now.
+    pub open_now: u64,
+    /// Read-only opens served normally although passthrough is on: another handle of the file
+    /// was open normally, or part of the file was not local.
+    pub fallbacks: u64,
+}
+
+/// The answer to [`Vfs::open_for`].
+#[derive(Debug)]
+pub struct Opened {
+    pub fh: u64,
+    /// The data file the kernel serves this handle from (passthrough), or `None` for a
+    /// normal open. Every passthrough handle of one inode names the same file.
+    pub backing: Option<Arc<File>>,
+    /// What a normal open does with the kernel's cached pages of the file.
+    pub page_cache: PageCache,
+}
+
+/// The passthrough state of a mount.
+#[derive(Default)]
+pub(super) struct Passthrough {
+    /// Why passthrough is off (`None`: on).
+    off: Mutex<Option<String>>,
+    opens: AtomicU64,
+    open_now: AtomicU64,
+    fallbacks: AtomicU64,
+    /// Passthrough handles that may write, open now (`getattr` looks at the data file only
+    /// while this is not 0).
+    writers: AtomicU64,
+    /// Inodes a passthrough writer changed since their last normal open (see the module).
+    stale_pages: Mutex<HashSet<Ino>>,
+}
+
+impl Passthrough {
+    /// The state for a mount with `config`: off with the reason when it cannot work.
+    pub(super) fn new(config: &VfsConfig) -> Passthrough {
+        let off = if !config.passthrough {
+            Some("turned off (--no-passthrough)")
+        } else if config.cache_cipher.is_some() {
+            Some("the hot tier is encrypted (--encrypt-cache): its data files hold ciphertext")
+        } else if config.follow {
+            Some("a follower reads the version each handle opened")
+        } else {
+            None
+        };
+        Passthrough { off: Mutex::new(off.map(str::to_owned)), ..Passthrough::default() }
+    }
+}
+
+/// How the handles of one open inode are served (see the module).
+#[derive(Debug, Default)]
+pub(super) struct Modes {
+    /// Normal handles the front end opened (not those the core opens for itself: history,
+    /// export, which the kernel never sees).
+    cached: HashSet<u64>,
+    /// Passthrough handles, each with whether it may write.
+    passthrough: HashMap<u64, bool>,
+}
+
+impl Vfs {
+    /// [`Vfs::open`], deciding whether the kernel serves the new handle through passthrough.
+    pub fn open_for(&self, caller: &Caller, ino: Ino, flags: i32) -> VfsResult<Opened> {
+        let fh = self.open(caller, ino, flags)?;
+        self.choose_mode(ino, fh, flags).inspect_err(|_| {
+            let _ = self.release(ino, fh);
+        })
+    }
+
+    pub(super) fn choose_mode(&self, ino: Ino, fh: u64, flags: i32) -> VfsResult<Opened> {
+        let oi = self.open_inode(ino)?;
+        let mut modes = oi.modes.lock();
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        let joins = !modes.passthrough.is_empty();
+        let backing = if joins {
+            let file = self.file_of(&oi, ino)?;
+            if let Some(cold) = &self.cold {
+                cold.passthrough_open(ino, false, writes)?;
+            }
+            Some(file)
+        } else if modes.cached.is_empty() && !writes && self.passthrough_wanted() {
+            self.first_passthrough(&oi, ino)
+        } else {
+            None
+        };
+        let Some(file) = backing else {
+            if !writes && self.passthrough_wanted() {
+                self.passthrough.fallbacks.fetch_add(1, Ordering::Relaxed);
+            }
+            modes.cached.insert(fh);
+            let stale = self.passthrough.stale_pages.lock().remove(&ino);
+            let page_cache = if stale { PageCache::Drop } else { self.page_cache(fh) };
+            return Ok(Opened { fh, backing: None, page_cache });
+        };
+        modes.passthrough.insert(fh, writes);
+        self.passthrough.opens.fetch_add(1, Ordering::Relaxed);
+        self.passthrough.open_now.fetch_add(1, Ordering::Relaxed);
+        if writes {
+            self.passthrough.writers.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Opened { fh, backing: Some(file), page_cache: PageCache::Keep })
+    }
+
+    /// The data file of `ino` for its first passthrough handle, pinned, if the file is wholly
+    /// local; `None` (a normal open, which reports its own errors when it reads) otherwise.
+    fn first_passthrough(&self, oi: &OpenInode, ino: Ino) -> Option<Arc<File>> {
+        let file = self.file_of(oi, ino).ok()?;
+        match &self.cold {
+            Some(cold) => cold.passthrough_open(ino, true, false).ok()?.then_some(file),
+            None => Some(file),
+        }
+    }
+
+    /// The front end could not serve handle `fh` of `ino` through passthrough, which
+    /// [`Vfs::open_for`] chose, because the kernel or the privilege is missing: the handle
+    /// becomes a normal one and passthrough is off from now on, for `reason`. Only for the
+    /// first passthrough handle of an inode (the one that registers the backing file).
+    pub fn passthrough_failed(&self, ino: Ino, fh: u64, reason: &str) -> VfsResult<()> {
+        self.passthrough_unavailable(reason);
+        let oi = self.open_inode(ino)?;
+        let mut modes = oi.modes.lock();
+        let Some(writes) = modes.passthrough.remove(&fh) else { return Err(VfsError::BadHandle) };
+        self.passthrough_closed(ino, writes);
+        modes.cached.insert(fh);
+        Ok(())
+    }
+
+    /// Turns passthrough off for this mount, for `reason` (the front end found the kernel
+    /// feature or the privilege missing). The first reason stays.
+    pub fn passthrough_unavailable(&self, reason: &str) {
+        let mut off = self.passthrough.off.lock();
+        if off.is_none() {
+            tracing::info!("FUSE passthrough off: {reason}; files are served through this process");
+            *off = Some(reason.to_owned());
+        }
+    }
+
+    /// The stack depth to declare with passthrough: one more than the data dir's own
+    /// filesystem has. On a plain disk that is 1, which leaves room for an overlayfs on top
+    /// of the mount (`tierfs layer`: the kernel allows two levels); on a data dir that is
+    /// itself stacked (overlayfs, a container's root; ecryptfs) it is 2, the kernel's limit,
+    /// and then no overlayfs can sit on the mount.
+    pub fn passthrough_stack_depth(&self) -> u32 {
+        // statfs(2) magic numbers of the stacking filesystems Linux has.
+        const OVERLAYFS_SUPER_MAGIC: u64 = 0x794c_7630;
+        const ECRYPTFS_SUPER_MAGIC: u64 = 0xf15f;
+        let stacked = rustix::fs::statfs(&self.config.data_dir)
+            .is_ok_and(|s| matches!(s.f_type as u64, OVERLAYFS_SUPER_MAGIC | ECRYPTFS_SUPER_MAGIC));
+        if stacked { 2 } else { 1 }
+    }
+
+    /// Whether passthrough may still be used (the front end asks the kernel for it only then).
+    pub fn passthrough_wanted(&self) -> bool {
+        self.passthrough.off.lock().is_none()
+    }
+
+    pub fn passthrough_stats(&self) -> PassthroughStats {
+        let off_reason = self.passthrough.off.lock().clone();
+        PassthroughStats {
+            on: off_reason.is_none(),
+            off_reason,
+            opens: self.passthrough.opens.load(Ordering::Relaxed),
+            open_now: self.passthrough.open_now.load(Ordering::Relaxed),
+            fallbacks: self.passthrough.fallbacks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Handle `fh` of `ino` closes (from [`Vfs::release`]): a passthrough writer's changes are
+    /// taken in first. Returns after the handle left its inode's modes.
+    pub(super) fn release_mode(&self, ino: Ino, fh: u64) -> VfsResult<()> {
+        let Some(oi) = self.open.read().get(&ino).cloned() else { return Ok(()) };
+        let writes = {
+            let mut modes = oi.modes.lock();
+            match modes.passthrough.remove(&fh) {
+                Some(writes) => writes,
+                None => {
+                    modes.cached.remove(&fh);
+                    return Ok(());
+                }
+            }
+        };
+        let taken = if writes { self.take_passthrough_writes(ino) } else { Ok(()) };
+        self.passthrough_closed(ino, writes);
+        if writes {
+            self.passthrough.stale_pages.lock().insert(ino);
+        }
+        taken
+    }
+
+    fn passthrough_closed(&self, ino: Ino, writes: bool) {
+        if let Some(cold) = &self.cold {
+            cold.passthrough_release(ino, writes);
+        }
+        self.passthrough.open_now.fetch_sub(1, Ordering::Relaxed);
+        if writes {
+            self.passthrough.writers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `ino` has a passthrough handle that may write open now.
+    pub(super) fn passthrough_writing(&self, ino: Ino) -> bool {
+        if self.passthrough.writers.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let Some(oi) = self.open.read().get(&ino).cloned() else { return false };
+        oi.modes.lock().passthrough.values().any(|&w| w)
+    }
+
+    /// Takes in what passthrough writers of `ino` wrote behind this process's back (at their
+    /// fsync and release): the data file's size becomes the file's, its mtime moves, and every
+    /// chunk is marked dirty, so the uploader seals what changed.
+    pub(super) fn take_passthrough_writes(&self, ino: Ino) -> VfsResult<()> {
+        let file = self.open_file(ino)?;
+        let size = self.hot.data(&file, ino).plain_len()?;
+        let _cold_write = match &self.cold {
+            Some(cold) => Some(cold.begin_write(ino, &file, 0..size, size, true)?),
+            None => None,
+        };
+        let _g = self.lock_inodes(&[ino]);
+        let mut rec = self.record(ino)?;
+        // The kernel's writes may have left holes past the old end.
+        rec.dense &= size <= rec.attr.size;
+        let now = Timestamp::now();
+        (rec.attr.size, rec.attr.blocks) = (size, size.div_ceil(512));
+        (rec.attr.mtime, rec.attr.ctime) = (now, now);
+        let mut b = MetaBatch::new();
+        b.put_inode(&rec);
+        Ok(self.meta.commit(b)?)
+    }
+
+    /// `attr` with the size of `ino`'s data file while a passthrough writer may be moving it.
+    pub(super) fn passthrough_size(&self, ino: Ino, attr: &mut Attr) {
+        if !self.passthrough_writing(ino) {
+            return;
+        }
+        if let Some(size) = self.open_file(ino).ok().and_then(|f| self.hot.data(&f, ino).plain_len().ok()) {
+            attr.size = size;
+        }
+    }
+}

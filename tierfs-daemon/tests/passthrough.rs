@@ -1,0 +1,199 @@
+//! FUSE passthrough for hot files (issue 48 item 1) on real mounts with a real store (moto):
+//! a wholly local file opened read-only is read by the kernel from its data file (the
+//! daemon's read counter does not move, and does without passthrough) with the right bytes,
+//! mmap included; eviction under pressure spares a file a passthrough handle holds while it
+//! punches its twin; a write open beside a passthrough one works, and what it wrote is sized
+//! right, reaches the store and survives a reset; `--encrypt-cache` and `--no-passthrough`
+//! fall back and say why in `status`.
+
+mod common;
+use tierfs_test_support::moto;
+mod store_node;
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::Rng;
+use moto::MotoServer;
+use store_node::Node;
+
+const BUCKET: &str = "tierfs-passthrough";
+
+fn node(servers: &[MotoServer]) -> Node {
+    Node::init(servers, BUCKET, "ws")
+}
+
+fn status(n: &Node) -> serde_json::Value {
+    n.fx.status()
+}
+
+/// The cold tier's count of reads the daemon served from local chunks.
+fn read_hits(n: &Node) -> u64 {
+    status(n)["cold"]["read_hits"].as_u64().expect("cold.read_hits in status")
+}
+
+fn passthrough_opens(n: &Node) -> u64 {
+    status(n)["passthrough"]["opens"].as_u64().expect("passthrough.opens in status")
+}
+
+/// Waits (up to `limit`; the test then fails) until `done` holds. Never a pass/fail timing:
+/// the limit only ends a test that would otherwise hang.
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Reads the whole of `f` from its start.
+fn read_all(f: &mut fs::File) -> Vec<u8> {
+    let mut out = Vec::new();
+    f.seek(SeekFrom::Start(0)).expect("seek");
+    f.read_to_end(&mut out).expect("read");
+    out
+}
+
+#[test]
+fn a_hot_file_opened_read_only_is_read_by_the_kernel_with_the_right_bytes_and_mmap_works() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut n = node(&servers);
+    n.mount(&[]);
+    assert_eq!(status(&n)["passthrough"]["on"], true, "{}", status(&n));
+    let data = Rng::new(48).bytes(9 << 20);
+    fs::write(n.fx.p("hot"), &data).expect("write");
+
+    let (hits, opens) = (read_hits(&n), passthrough_opens(&n));
+    let mut f = fs::File::open(n.fx.p("hot")).expect("open");
+    assert!(read_all(&mut f) == data, "passthrough read the wrong bytes");
+    assert_eq!(passthrough_opens(&n), opens + 1, "the open was not served through passthrough");
+    assert_eq!(read_hits(&n), hits, "the daemon served reads of a passthrough handle");
+
+    // mmap of a passthrough handle maps the data file.
+    let len = data.len();
+    // SAFETY: a private read-only mapping of an open file, unmapped below, read in bounds.
+    let mapped = unsafe {
+        let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, fd(&f), 0);
+        assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        let copy = std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec();
+        libc::munmap(p, len);
+        copy
+    };
+    assert!(mapped == data, "mmap of a passthrough handle showed the wrong bytes");
+    drop(f);
+
+    // The same reads without passthrough reach the daemon: the counter above can move.
+    n.fx.umount();
+    n.mount(&["--no-passthrough"]);
+    let s = status(&n);
+    assert_eq!(s["passthrough"]["on"], false, "{s}");
+    assert!(s["passthrough"]["off_reason"].as_str().unwrap_or("").contains("--no-passthrough"), "{s}");
+    let hits = read_hits(&n);
+    assert!(fs::read(n.fx.p("hot")).expect("read") == data);
+    assert!(read_hits(&n) > hits, "reads without passthrough did not count");
+}
+
+fn fd(f: &fs::File) -> i32 {
+    use std::os::fd::AsRawFd;
+    f.as_raw_fd()
+}
+
+/// Whether the data file of `path` (a file of the mount) holds all of its `len` bytes.
+fn resident(n: &Node, path: &Path, len: u64) -> bool {
+    let ino = fs::metadata(path).expect("stat").ino();
+    let m = fs::metadata(common::data_file(&n.fx.data_dir, ino)).expect("stat data file");
+    m.blocks() * 512 >= len
+}
+
+#[test]
+fn eviction_under_pressure_spares_a_file_a_passthrough_handle_holds() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut n = node(&servers);
+    n.mount(&["--cache-size", "24M"]);
+    let held = Rng::new(1).bytes(8 << 20);
+    let twin = Rng::new(2).bytes(8 << 20);
+    fs::write(n.fx.p("held"), &held).expect("write");
+    fs::write(n.fx.p("twin"), &twin).expect("write");
+    n.sync("both stored").assert_success("tierfs sync");
+    let opens = passthrough_opens(&n);
+    let mut f = fs::File::open(n.fx.p("held")).expect("open");
+    assert_eq!(passthrough_opens(&n), opens + 1, "held is not open through passthrough");
+
+    // Pressure: 48 MiB more into a 24 MiB cache, stored, until the twin (as old as the held
+    // file, and not open) is punched.
+    for i in 0..6 {
+        fs::write(n.fx.p(&format!("filler{i}")), Rng::new(10 + i).bytes(8 << 20)).expect("write");
+    }
+    n.sync("fillers stored").assert_success("tierfs sync");
+    let twin_path = n.fx.p("twin");
+    wait_until("eviction of the twin", Duration::from_secs(120), || !resident(&n, &twin_path, 8 << 20));
+    assert!(resident(&n, &n.fx.p("held"), 8 << 20), "eviction punched a file a passthrough handle holds");
+    assert!(read_all(&mut f) == held, "the held file reads wrong under eviction");
+    drop(f);
+    assert!(fs::read(n.fx.p("twin")).expect("read twin") == twin, "the evicted twin reads back wrong");
+}
+
+#[test]
+fn a_write_open_beside_a_passthrough_one_works_and_its_writes_reach_the_store() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut n = node(&servers);
+    n.mount(&[]);
+    let mut want = Rng::new(3).bytes(5 << 20);
+    fs::write(n.fx.p("f"), &want).expect("write");
+    let opens = passthrough_opens(&n);
+    let mut reader = fs::File::open(n.fx.p("f")).expect("open read-only");
+    assert_eq!(passthrough_opens(&n), opens + 1, "the reader is not a passthrough handle");
+
+    // A writer while the reader is open: an overwrite inside, and an append past the end.
+    let mut writer = fs::OpenOptions::new().read(true).write(true).open(n.fx.p("f")).expect("open for writing");
+    writer.write_all_at(b"overwritten", 4096).expect("pwrite");
+    want[4096..4096 + 11].copy_from_slice(b"overwritten");
+    writer.seek(SeekFrom::End(0)).expect("seek");
+    writer.write_all(b"appended tail").expect("append");
+    want.extend_from_slice(b"appended tail");
+    assert_eq!(fs::metadata(n.fx.p("f")).expect("stat").len(), want.len() as u64, "stat after the writes");
+    assert!(read_all(&mut reader) == want, "the reader does not see the writer's bytes");
+    writer.sync_all().expect("fsync");
+    drop(writer);
+    drop(reader);
+
+    // A normal open now (nothing else open) sees the same; so does a write-first open with a
+    // read-only one beside it, which falls back to a normal open.
+    let fallbacks = status(&n)["passthrough"]["fallbacks"].as_u64().expect("fallbacks");
+    let w = fs::OpenOptions::new().write(true).open(n.fx.p("f")).expect("open for writing");
+    let mut r = fs::File::open(n.fx.p("f")).expect("open read-only beside a writer");
+    assert_eq!(status(&n)["passthrough"]["fallbacks"].as_u64(), Some(fallbacks + 1), "the reader did not fall back");
+    w.write_all_at(b"X", 0).expect("write");
+    want[0] = b'X';
+    assert!(read_all(&mut r) == want, "a normal reader beside a writer reads wrong");
+    drop((w, r));
+
+    // Everything reaches the store: a fresh node restores it.
+    n.sync("after passthrough writes").assert_success("tierfs sync");
+    n.fx.umount();
+    n.wipe_local_state();
+    n.mount(&[]);
+    assert!(fs::read(n.fx.p("f")).expect("read after reset") == want, "passthrough writes did not survive a reset");
+}
+
+#[test]
+fn encrypt_cache_falls_back_and_status_says_why() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut n = node(&servers);
+    n.mount(&["--encrypt-cache"]);
+    let data = Rng::new(4).bytes(1 << 20);
+    fs::write(n.fx.p("secret"), &data).expect("write");
+    assert!(fs::read(n.fx.p("secret")).expect("read") == data);
+    let s = status(&n);
+    assert_eq!(s["passthrough"]["on"], false, "{s}");
+    assert_eq!(s["passthrough"]["opens"], 0, "{s}");
+    assert!(s["passthrough"]["off_reason"].as_str().unwrap_or("").contains("encrypt"), "{s}");
+    let mut cmd = store_node::env(n.fx.tierfs());
+    cmd.arg("status").arg(&n.fx.mountpoint);
+    let out = common::run(&mut cmd, Duration::from_secs(30));
+    out.assert_success("tierfs status");
+    assert!(out.stdout.contains("passthrough") && out.stdout.contains("off: "), "{}", out.stdout);
+}
