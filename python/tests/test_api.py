@@ -137,6 +137,28 @@ def test_trash_and_undo(isolated: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert not (isolated / "outside.txt").exists()
 
 
+def test_every_rust_message_reworded_gives_the_same_exceptions(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A debug build of `tierfs` with TIERFS_TEST_REWORD replaces every failure's message with
+    # words of its own: the classes must come from `kind` and `reason` alone.
+    store = make_file_store(isolated / "persistent", passphrase="right horse battery")
+    monkeypatch.setenv("TIERFS_TEST_REWORD", "1")
+    mnt = isolated / "mnt"
+    with pytest.raises(tierfs.WrongKeyError) as wrong:
+        tierfs.mount(mnt, store=store, passphrase="wrong", timeout=60, quiet=True)
+    full = isolated / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine\n")
+    with pytest.raises(tierfs.PathInUseError) as taken:
+        tierfs.mount(full, store=store, passphrase="right horse battery", quiet=True)
+    with pytest.raises(tierfs.NotFoundError) as missing:
+        tierfs.restore(isolated / "copy", snapshot="no-such-snapshot", store=store, passphrase="right horse battery")
+    for caught in (wrong, taken, missing):
+        assert caught.value.message.startswith("reworded "), caught.value.message
+    assert (wrong.value.reason, taken.value.reason) == ("wrong_key", "mountpoint_taken")
+    nothing_mounted_at(full, isolated)
+    assert (full / "keep.txt").read_text() == "mine\n"
+
+
 def test_embedded_default_store(isolated: Path) -> None:
     mnt = isolated / "mnt"
     m = tierfs.mount(mnt, quiet=True)

@@ -30,6 +30,22 @@ pub fn init(default_filter: &str) {
 ///
 /// The core's messages say what is wrong in its own words; this is the one place that adds
 /// what to do on the command line ([`cli_hint`]).
+/// The variable that, in a debug build, makes `tierfs` replace every failure's message with
+/// words of its own (`reworded <n>`), so that a test can show its callers decide by `kind`
+/// and `reason` only, never by the wording.
+pub const REWORD_ENV: &str = "TIERFS_TEST_REWORD";
+
+/// The message `tierfs` shows for a failure: [`error_message`], or in a debug build with
+/// [`REWORD_ENV`] set, none of its words.
+pub fn shown_message(err: &anyhow::Error) -> String {
+    let message = error_message(err);
+    if cfg!(debug_assertions) && std::env::var_os(REWORD_ENV).is_some() {
+        let n = message.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        return format!("reworded {n:08x}");
+    }
+    message
+}
+
 pub fn error_message(err: &anyhow::Error) -> String {
     let mut message = String::new();
     let mut hint = None;

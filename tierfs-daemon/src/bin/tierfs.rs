@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     match commands::run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            let message = logging::error_message(&err);
+            let message = logging::shown_message(&err);
             if cli.json {
                 // An error no cause gives a kind to is unexpected: `internal`.
                 let kind = logging::error_kind(&err).unwrap_or(tierfs::ErrorKind::Internal);
