@@ -297,6 +297,8 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     let runtime_dir = root.join("node-run");
     let port = free_port();
     let config = root.join("config.toml");
+    // a's reads are what its cache metrics count, so they go through tierfs: FUSE
+    // passthrough would serve them in the kernel (that is tested in passthrough.rs).
     // A third workspace, c, on a's store: a watched directory, not a FUSE mount.
     let watched = root.join("watched");
     fs::create_dir_all(&watched).expect("mkdir");
@@ -305,7 +307,7 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
         &config,
         format!(
             "[node]\nruntime_dir = {run:?}\nmetrics_addr = \"127.0.0.1:{port}\"\n\n\
-             [[mount]]\nmountpoint = {ma:?}\nstore = {sa:?}\nworkspace = \"a\"\ndata_dir = {da:?}\ncache_size = \"1G\"\n\n\
+             [[mount]]\nmountpoint = {ma:?}\nstore = {sa:?}\nworkspace = \"a\"\ndata_dir = {da:?}\ncache_size = \"1G\"\nno_passthrough = true\n\n\
              [[mount]]\nmountpoint = {mb:?}\nowner = {OTHER_UID}\nstore = {sb:?}\nworkspace = \"b\"\ndata_dir = {db:?}\n\n\
              [[mount]]\nmountpoint = {wc:?}\nwatch = true\nstore = {sa:?}\nworkspace = \"c\"\ndata_dir = {dc:?}\n",
             run = runtime_dir,
