@@ -666,6 +666,9 @@ def test_watch_mode_on_request(isolated: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_status_of_a_watch() -> None:
+    # What a report adds up to is the daemon's (`StatusSummary`, tested in Rust with the same
+    # cases); here, that the watch's own state and the summary reach the Status.
+    summary = {"mode": "watch", "pending_bytes": 0, "oldest_unsynced_ms": None, "healthy": True, "error": None}
     report = {
         "mountpoint": "/content/work",
         "pid": 7,
@@ -684,20 +687,34 @@ def test_status_of_a_watch() -> None:
             "unstable": [],
             "unreadable": [],
         },
+        "summary": summary,
     }
     s = Status.from_report(report)
     assert s.mode == "watch" and s.synced and s.healthy and s.warning() is None
     assert s.watch == WatchState("events", None, "fresh", 4, 2, 0, None, (), (), None)
     assert "watch" in s.format().splitlines()[1] and "4 passes (2 full)" in s.format()
     # Changes no pass has seen yet are not in the store.
-    waiting = Status.from_report({**report, "watch": {**report["watch"], "pending_dirs": 2, "oldest_pending_ms": 400_000}})
+    waiting = Status.from_report(
+        {
+            **report,
+            "watch": {**report["watch"], "pending_dirs": 2, "oldest_pending_ms": 400_000},
+            "summary": {**summary, "oldest_unsynced_ms": 400_000},
+        }
+    )
     assert waiting.oldest_unsynced_secs == 400 and not waiting.synced and "WARNING" in waiting.format()
     # Nor are files the watcher cannot read.
     unreadable = Status.from_report({**report, "watch": {**report["watch"], "unreadable": [["secret", "EACCES"]]}})
     assert not unreadable.synced and "secret" in (unreadable.warning() or ""), unreadable.format()
-    failing = Status.from_report({**report, "watch": {**report["watch"], "last_error": "reading sub: EIO"}})
+    failing = Status.from_report(
+        {
+            **report,
+            "watch": {**report["watch"], "last_error": "reading sub: EIO"},
+            "summary": {**summary, "healthy": False, "error": "reading sub: EIO"},
+        }
+    )
     assert not failing.healthy and failing.error == "reading sub: EIO"
-    assert Status.from_report({k: v for k, v in report.items() if k != "watch"}).mode == "fuse"
+    fuse = {k: v for k, v in report.items() if k != "watch"}
+    assert Status.from_report({**fuse, "summary": {**summary, "mode": "fuse"}}).mode == "fuse"
 
 
 @pytest.mark.parametrize(

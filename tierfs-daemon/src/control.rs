@@ -901,4 +901,20 @@ mod tests {
         let bare = StatusSummary::of(&StatusReport { data_bytes: 9, ..StatusReport::default() });
         assert_eq!((bare.oldest_unsynced_ms, bare.cache_used_bytes, bare.healthy), (None, 9, true), "no store");
     }
+
+    #[test]
+    fn a_watchs_summary_counts_unseen_changes_and_a_failed_pass() {
+        let watch = WatchStatus { dir: "/content/work".into(), mode: "events".into(), ..WatchStatus::default() };
+        let report = StatusReport { watch: Some(watch.clone()), ..StatusReport::default() };
+        let s = StatusSummary::of(&report);
+        assert_eq!((s.mode.as_str(), s.oldest_unsynced_ms, s.healthy), ("watch", None, true));
+        // Changes no pass has seen yet are not in the store.
+        let waiting = WatchStatus { pending_dirs: 2, oldest_pending_ms: 400_000, ..watch.clone() };
+        let s = StatusSummary::of(&StatusReport { watch: Some(waiting), ..report.clone() });
+        assert_eq!(s.oldest_unsynced_ms, Some(400_000));
+        // A failed pass makes the watch unhealthy, and says why.
+        let failing = WatchStatus { last_error: Some("reading sub: EIO".into()), ..watch };
+        let s = StatusSummary::of(&StatusReport { watch: Some(failing), ..report });
+        assert_eq!((s.healthy, s.error.as_deref()), (false, Some("reading sub: EIO")));
+    }
 }
