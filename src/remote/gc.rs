@@ -308,8 +308,50 @@ async fn gc_held(
     report: &mut GcReport,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<()> {
-    let dry_run = report.dry_run;
     // 1. Every workspace: lease, latest state, snapshots.
+    open_workspaces(store, scratch, holder, keep_within, held, report).await?;
+    progress(&format!("{} workspaces, {} snapshots: reading what they reference", report.workspaces, report.snapshots));
+
+    // 2. What is referenced: the latest state and every snapshot of every workspace.
+    let mut live_packs: HashSet<Hash> = HashSet::new();
+    let mut referenced = 0u64;
+    for h in held.iter() {
+        referenced += mark_workspace(h, keep_within, keep_after, &mut live_packs, report).await?;
+    }
+    report.referenced_blocks = referenced;
+
+    // Still ours (renewed for another GC_LEASE_TTL) before anything is deleted.
+    for h in held.iter() {
+        h.committer.confirm_lease().await?;
+    }
+
+    // 3. Packs nothing references, and their index segments.
+    delete_unreferenced_packs(store, &live_packs, report, progress).await?;
+
+    // 4. Checkpoints and the journal before the retention window's anchor (without a window:
+    // before the newest checkpoint), unlisted parts.
+    for h in held.iter() {
+        let doomed = expired_metadata(h, keep_within, keep_after, report).await?;
+        if !report.dry_run {
+            for key in doomed {
+                store.backend().delete_object(&key).await?;
+            }
+        }
+    }
+    progress("done");
+    Ok(())
+}
+
+/// Opens every workspace of the store under the collector's lease, with its latest state
+/// in a scratch metadata store and its snapshot manifests, and counts them in `report`.
+async fn open_workspaces(
+    store: &Arc<Store>,
+    scratch: &Path,
+    holder: &str,
+    keep_within: Duration,
+    held: &mut Vec<Held>,
+    report: &mut GcReport,
+) -> Result<()> {
     for (i, hash) in Workspace::list_all(store).await?.into_iter().enumerate() {
         let ws = Arc::new(Workspace::at_prefix(store.clone(), &hash));
         let meta = Arc::new(MetaStore::open(&scratch.join(format!("ws{i}")))?);
@@ -321,102 +363,98 @@ async fn gc_held(
         held.push(Held { ws, meta, committer, snapshots });
     }
     report.workspaces = held.len() as u64;
-    progress(&format!("{} workspaces, {} snapshots: reading what they reference", report.workspaces, report.snapshots));
-
-    // 2. What is referenced: the latest state and every snapshot of every workspace.
-    let mut live_packs: HashSet<Hash> = HashSet::new();
-    let mut referenced = 0u64;
-    for h in held.iter() {
-        let mut head = Refs::default();
-        h.meta.export(|k, v| head.add_entry(k, v).map_err(|e| crate::meta::MetaError::Corrupt(e.to_string())))?;
-        for m in &h.snapshots {
-            let snap = Refs::of_snapshot(&h.ws, m).await?;
-            live_packs.extend(snap.packs(&format!("snapshot {}", m.id.as_deref().unwrap_or("?")))?);
-            head.absorb(snap);
-        }
-        // What a point-in-time restore inside the window reads: the checkpoints from the
-        // anchor on and every journal segment after it.
-        let window = if keep_within.is_zero() { Refs::default() } else { h.ws.retained_refs(keep_after).await? };
-        live_packs.extend(window.packs(&format!("the retained journal of workspace {}", h.ws.name()))?);
-        head.absorb(window);
-        live_packs.extend(head.packs(&format!("workspace {}", h.ws.name()))?);
-        referenced += head.blocks.len() as u64;
-        // Prune the latest state's block index to what is referenced, durably, first.
-        let stale: Vec<Hash> =
-            h.meta.blocks()?.into_iter().map(|(id, _)| id).filter(|id| !head.blocks.contains(id)).collect();
-        report.block_index_entries_dropped += stale.len() as u64;
-        if !dry_run && !stale.is_empty() {
-            let mut batch = MetaBatch::new();
-            for id in &stale {
-                batch.delete_block(id);
-            }
-            h.meta.commit(batch)?;
-        }
-        if !dry_run {
-            h.committer.checkpoint(None).await?;
-        }
-    }
-    report.referenced_blocks = referenced;
-
-    // Still ours (renewed for another GC_LEASE_TTL) before anything is deleted.
-    for h in held.iter() {
-        h.committer.confirm_lease().await?;
-    }
-
-    // 3. Packs nothing references, and their index segments.
-    delete_unreferenced_packs(store, &live_packs, report, progress).await?;
-    let backend = store.backend();
-
-    // 4. Checkpoints and the journal before the retention window's anchor (without a window:
-    // before the newest checkpoint), unlisted parts.
-    for h in held.iter() {
-        let Some(newest) = h.ws.latest_checkpoint().await? else { continue };
-        let anchor = if keep_within.is_zero() {
-            Some(newest.clone())
-        } else {
-            h.ws.retention_anchor(newest.seq, keep_after).await?
-        };
-        let (keep_seq, keep_segment) = retained(anchor.as_ref());
-        let mut keep_parts: HashSet<String> = newest.parts.iter().cloned().collect();
-        for m in &h.snapshots {
-            keep_parts.extend(m.parts.iter().cloned());
-        }
-        let mut doomed = Vec::new();
-        for seq in h.ws.list_numbers("cp/").await? {
-            if seq != newest.seq && seq < keep_seq {
-                doomed.push(h.ws.checkpoint_key(seq));
-                report.checkpoints_deleted += 1;
-            } else {
-                let key = h.ws.checkpoint_key(seq);
-                let what = format!("checkpoint {seq}");
-                if let Some(m) = h.ws.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await? {
-                    keep_parts.extend(m.parts);
-                }
-                report.checkpoints_kept += u64::from(seq != newest.seq);
-            }
-        }
-        for n in h.ws.list_numbers("j/").await? {
-            if n < keep_segment {
-                doomed.push(h.ws.segment_key(n));
-                report.journal_segments_deleted += 1;
-            } else if n + 1 < newest.next_segment {
-                report.journal_segments_kept += 1;
-            }
-        }
-        for id in h.ws.list_names("part/").await? {
-            if !keep_parts.contains(&id) {
-                doomed.push(h.ws.part_key(&id));
-                report.parts_deleted += 1;
-            }
-        }
-        if !dry_run {
-            for key in doomed {
-                backend.delete_object(&key).await?;
-            }
-        }
-    }
-    progress("done");
     Ok(())
+}
+
+/// Adds to `live_packs` every pack one workspace still references (its latest state, its
+/// snapshots, the retained journal window), prunes its block index to those blocks and
+/// (unless a dry run) checkpoints it; returns how many blocks it references.
+async fn mark_workspace(
+    h: &Held,
+    keep_within: Duration,
+    keep_after: u64,
+    live_packs: &mut HashSet<Hash>,
+    report: &mut GcReport,
+) -> Result<u64> {
+    let dry_run = report.dry_run;
+    let mut head = Refs::default();
+    h.meta.export(|k, v| head.add_entry(k, v).map_err(|e| crate::meta::MetaError::Corrupt(e.to_string())))?;
+    for m in &h.snapshots {
+        let snap = Refs::of_snapshot(&h.ws, m).await?;
+        live_packs.extend(snap.packs(&format!("snapshot {}", m.id.as_deref().unwrap_or("?")))?);
+        head.absorb(snap);
+    }
+    // What a point-in-time restore inside the window reads: the checkpoints from the
+    // anchor on and every journal segment after it.
+    let window = if keep_within.is_zero() { Refs::default() } else { h.ws.retained_refs(keep_after).await? };
+    live_packs.extend(window.packs(&format!("the retained journal of workspace {}", h.ws.name()))?);
+    head.absorb(window);
+    live_packs.extend(head.packs(&format!("workspace {}", h.ws.name()))?);
+    // Prune the latest state's block index to what is referenced, durably, first.
+    let stale: Vec<Hash> =
+        h.meta.blocks()?.into_iter().map(|(id, _)| id).filter(|id| !head.blocks.contains(id)).collect();
+    report.block_index_entries_dropped += stale.len() as u64;
+    if !dry_run && !stale.is_empty() {
+        let mut batch = MetaBatch::new();
+        for id in &stale {
+            batch.delete_block(id);
+        }
+        h.meta.commit(batch)?;
+    }
+    if !dry_run {
+        h.committer.checkpoint(None).await?;
+    }
+    Ok(head.blocks.len() as u64)
+}
+
+/// The keys of one workspace's checkpoints and journal segments before the retention
+/// anchor and of the parts no kept checkpoint or snapshot lists, counted in `report`.
+async fn expired_metadata(
+    h: &Held,
+    keep_within: Duration,
+    keep_after: u64,
+    report: &mut GcReport,
+) -> Result<Vec<String>> {
+    let mut doomed = Vec::new();
+    let Some(newest) = h.ws.latest_checkpoint().await? else { return Ok(doomed) };
+    let anchor = if keep_within.is_zero() {
+        Some(newest.clone())
+    } else {
+        h.ws.retention_anchor(newest.seq, keep_after).await?
+    };
+    let (keep_seq, keep_segment) = retained(anchor.as_ref());
+    let mut keep_parts: HashSet<String> = newest.parts.iter().cloned().collect();
+    for m in &h.snapshots {
+        keep_parts.extend(m.parts.iter().cloned());
+    }
+    for seq in h.ws.list_numbers("cp/").await? {
+        if seq != newest.seq && seq < keep_seq {
+            doomed.push(h.ws.checkpoint_key(seq));
+            report.checkpoints_deleted += 1;
+        } else {
+            let key = h.ws.checkpoint_key(seq);
+            let what = format!("checkpoint {seq}");
+            if let Some(m) = h.ws.read_manifest(ObjectKind::Head, WholeObject::Checkpoint, &key, &what).await? {
+                keep_parts.extend(m.parts);
+            }
+            report.checkpoints_kept += u64::from(seq != newest.seq);
+        }
+    }
+    for n in h.ws.list_numbers("j/").await? {
+        if n < keep_segment {
+            doomed.push(h.ws.segment_key(n));
+            report.journal_segments_deleted += 1;
+        } else if n + 1 < newest.next_segment {
+            report.journal_segments_kept += 1;
+        }
+    }
+    for id in h.ws.list_names("part/").await? {
+        if !keep_parts.contains(&id) {
+            doomed.push(h.ws.part_key(&id));
+            report.parts_deleted += 1;
+        }
+    }
+    Ok(doomed)
 }
 
 impl Workspace {

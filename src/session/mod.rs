@@ -360,24 +360,11 @@ impl Session {
         };
         let committer = match &store {
             Some(store) if config.access == Access::ReadWrite => {
-                match open_remote(&config, store, &prepared, handle) {
-                    Ok(c) => Some(c),
-                    // Another node wrote the workspace since, and everything this node wrote is
-                    // in the store: its copy is only an outdated cache. Or the store went back
-                    // in time and the user accepts its state as it is now.
-                    Err(SessionError::Remote(e @ RemoteError::StaleLocal { .. }))
-                    | Err(SessionError::Remote(e @ RemoteError::RolledBack { .. }))
-                        if config.accept_rollback || matches!(e, RemoteError::StaleLocal { .. }) =>
-                    {
-                        warn!("{e}; dropping this node's copy and restoring the store's state");
-                        drop(prepared);
-                        clear_data_dir(&config.data_dir, &config.keep_files)?;
-                        prepared = prepare(&config, cache_cipher.clone())?;
-                        fresh = true;
-                        Some(open_remote(&config, store, &prepared, handle)?)
-                    }
-                    Err(e) => return Err(e),
-                }
+                let (committer, reprepared, cleared) =
+                    open_writer(&config, store, prepared, cache_cipher.as_ref(), handle)?;
+                prepared = reprepared;
+                fresh |= cleared;
+                Some(committer)
             }
             _ => None,
         };
@@ -385,35 +372,7 @@ impl Session {
             let path = config.data_dir.join(OWNER_FILE);
             std::fs::write(&path, owner).map_err(io_error("writing", &path))?;
         }
-        let attached = store.as_ref().map(|s| AttachedStore {
-            store: Arc::new(StoreBlocks::new(s.clone(), handle.clone())),
-            config: config.cold_config(),
-        });
-        let fsync_remote = (committer.is_some() && config.fsync == FsyncMode::Remote).then_some(FSYNC_REMOTE_TIMEOUT);
-        let vfs = Vfs::from_prepared(
-            VfsConfig {
-                data_dir: config.data_dir.clone(),
-                kernel_owns_times: config.kernel_owns_times,
-                cache_size: config.cache_size,
-                store: attached,
-                fsync_remote,
-                reserve: config.reserve,
-                follow: config.follow.is_some(),
-                cache_cipher,
-                passthrough: config.passthrough,
-            },
-            prepared,
-        );
-        let vfs = match vfs {
-            Ok(vfs) => Arc::new(vfs),
-            Err(e) => {
-                if let Some(c) = &committer {
-                    // Nothing was served: let the next attempt (or node) have the workspace.
-                    let _ = handle.block_on(c.release());
-                }
-                return Err(e.into());
-            }
-        };
+        let vfs = open_vfs(&config, committer.as_ref(), prepared, cache_cipher, handle)?;
         let new_workspace = |s: &Arc<Store>| Arc::new(Workspace::new(s.clone(), &config.workspace));
         let workspace = committer.as_ref().map(|c| c.workspace().clone()).or_else(|| store.as_ref().map(new_workspace));
         let hot = workspace
@@ -840,6 +799,77 @@ fn check_owner(data_dir: &Path, owner: &str, workspace: &str) -> Result<(), Sess
             })
         }
         _ => Ok(()),
+    }
+}
+
+/// The session's [`Vfs`] over the prepared data dir, with the store attached when there is
+/// one. If it cannot be built, the writer's lease is released first: nothing was served.
+fn open_vfs(
+    config: &SessionConfig,
+    committer: Option<&Arc<Committer>>,
+    prepared: Prepared,
+    cache_cipher: Option<crate::crypto::CacheCipher>,
+    handle: &Handle,
+) -> Result<Arc<Vfs>, SessionError> {
+    let attached = config.store.as_ref().map(|s| AttachedStore {
+        store: Arc::new(StoreBlocks::new(s.clone(), handle.clone())),
+        config: config.cold_config(),
+    });
+    let fsync_remote = (committer.is_some() && config.fsync == FsyncMode::Remote).then_some(FSYNC_REMOTE_TIMEOUT);
+    let vfs = Vfs::from_prepared(
+        VfsConfig {
+            data_dir: config.data_dir.clone(),
+            kernel_owns_times: config.kernel_owns_times,
+            cache_size: config.cache_size,
+            store: attached,
+            fsync_remote,
+            reserve: config.reserve,
+            follow: config.follow.is_some(),
+            cache_cipher,
+            passthrough: config.passthrough,
+        },
+        prepared,
+    );
+    match vfs {
+        Ok(vfs) => Ok(Arc::new(vfs)),
+        Err(e) => {
+            if let Some(c) = committer {
+                // Nothing was served: let the next attempt (or node) have the workspace.
+                let _ = handle.block_on(c.release());
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// Opens the writer's side of the store: [`open_remote`], and when this node's copy is only
+/// an outdated cache (or the store went back in time and the user accepts it), drops that
+/// copy, prepares the data dir anew and opens again. Returns the committer, the data dir's
+/// [`Prepared`] state and whether that copy was dropped (the cache starts empty).
+fn open_writer(
+    config: &SessionConfig,
+    store: &Arc<Store>,
+    prepared: Prepared,
+    cache_cipher: Option<&crate::crypto::CacheCipher>,
+    handle: &Handle,
+) -> Result<(Arc<Committer>, Prepared, bool), SessionError> {
+    match open_remote(config, store, &prepared, handle) {
+        Ok(c) => Ok((c, prepared, false)),
+        // Another node wrote the workspace since, and everything this node wrote is
+        // in the store: its copy is only an outdated cache. Or the store went back
+        // in time and the user accepts its state as it is now.
+        Err(SessionError::Remote(e @ RemoteError::StaleLocal { .. }))
+        | Err(SessionError::Remote(e @ RemoteError::RolledBack { .. }))
+            if config.accept_rollback || matches!(e, RemoteError::StaleLocal { .. }) =>
+        {
+            warn!("{e}; dropping this node's copy and restoring the store's state");
+            drop(prepared);
+            clear_data_dir(&config.data_dir, &config.keep_files)?;
+            let prepared = prepare(config, cache_cipher.cloned())?;
+            let committer = open_remote(config, store, &prepared, handle)?;
+            Ok((committer, prepared, true))
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -172,62 +172,10 @@ impl Vfs {
         if whole {
             unsealed.clear();
         }
-        let mut touched = BTreeSet::new();
-        let mut entries = Vec::new();
-        // Per file whose chunk records change: its chunk ops, in order.
-        let mut chunk_ops: BTreeMap<Ino, Vec<(u64, Option<ChunkRecord>)>> = BTreeMap::new();
-        let mut rest = Vec::with_capacity(ops.len());
-        for op in ops {
-            let (key, value) = match &op {
-                JournalOp::Put { key, value } => (key.as_slice(), Some(value.as_slice())),
-                JournalOp::Delete { key } => (key.as_slice(), None),
-                JournalOp::DeleteRange { .. } => unreachable!("expand_ranges and diff_to_state leave no ranges"),
-            };
-            match key.first() {
-                Some(b'U') => {
-                    let (ino, idx) = codec::decode_chunk_key(key)?;
-                    let marks = unsealed.entry(ino).or_default();
-                    if value.is_some() {
-                        marks.insert(idx);
-                    } else {
-                        marks.remove(&idx);
-                        if marks.is_empty() {
-                            unsealed.remove(&ino);
-                        }
-                    }
-                    touched.insert(ino);
-                    continue; // never in the local metadata (see the module invariants)
-                }
-                Some(b'K') => {
-                    let (ino, idx) = codec::decode_chunk_key(key)?;
-                    let rec = value.map(codec::decode_chunk).transpose()?;
-                    chunk_ops.entry(ino).or_default().push((idx, rec));
-                    touched.insert(ino);
-                    if let Some(v) = value {
-                        // Another node's cache is not this one's.
-                        rest.push(JournalOp::Put { key: key.to_vec(), value: codec::not_resident(v) });
-                        continue;
-                    }
-                }
-                Some(b'I' | b'X' | b'L' | b'O') => {
-                    touched.insert(codec::key_ino(key)?);
-                }
-                Some(b'D') => entries.push((codec::key_ino(key)?, key[9..].to_vec())),
-                _ => {}
-            }
-            rest.push(op);
-        }
+        let HeadOps { touched, entries, chunk_ops, rest } = sort_head_ops(ops, &mut unsealed)?;
         let files = self.chunks_in_new_head(chunk_ops)?;
         // Inodes the head creates or deletes, for the inode count (no scan of the table).
-        let mut existed = Vec::new();
-        for op in &rest {
-            if let JournalOp::Put { key, .. } | JournalOp::Delete { key } = op {
-                if key.len() == 9 && key[0] == b'I' {
-                    let ino = codec::key_ino(key)?;
-                    existed.push((ino, self.meta.inode(ino)?.is_some()));
-                }
-            }
-        }
+        let existed = self.inodes_existing(&rest)?;
         let import = || self.meta.import(&rest, seq).map_err(VfsError::from);
         match &self.cold {
             Some(cold) => cold.follow_files(&files, import)?,
@@ -255,6 +203,26 @@ impl Vfs {
                     .flatten()
                     .is_none_or(|r| follow.shown_size(pin.ino, r.attr.size) != pin.size)
         });
+        self.count_inodes(existed)?;
+        Ok(HeadChange { inodes: inos, kept, entries, whole })
+    }
+
+    /// Whether each inode that `ops` put or delete exists before they apply.
+    fn inodes_existing(&self, ops: &[JournalOp]) -> VfsResult<Vec<(Ino, bool)>> {
+        let mut existed = Vec::new();
+        for op in ops {
+            if let JournalOp::Put { key, .. } | JournalOp::Delete { key } = op {
+                if key.len() == 9 && key[0] == b'I' {
+                    let ino = codec::key_ino(key)?;
+                    existed.push((ino, self.meta.inode(ino)?.is_some()));
+                }
+            }
+        }
+        Ok(existed)
+    }
+
+    /// Moves the inode count by the inodes that came or went since [`Self::inodes_existing`].
+    fn count_inodes(&self, mut existed: Vec<(Ino, bool)>) -> VfsResult<()> {
         existed.sort_unstable();
         existed.dedup_by_key(|(ino, _)| *ino);
         for (ino, before) in existed {
@@ -264,7 +232,7 @@ impl Vfs {
                 _ => 0,
             };
         }
-        Ok(HeadChange { inodes: inos, kept, entries, whole })
+        Ok(())
     }
 
     /// Recomputes the shown size of `inos` from their marks and records.
@@ -372,4 +340,68 @@ impl Vfs {
         self.hot.data(&file, ino).read_into(range.start, &mut buf)?;
         Ok(Bytes::from(buf))
     }
+}
+
+/// A new head's operations, sorted by what applying them needs.
+struct HeadOps {
+    /// Inodes whose attributes, chunks, xattrs or unsealed marks change.
+    touched: BTreeSet<Ino>,
+    /// Directory entries put or deleted: the parent and the name.
+    entries: Vec<(Ino, Vec<u8>)>,
+    /// Per file whose chunk records change: its chunk ops, in order.
+    chunk_ops: BTreeMap<Ino, Vec<(u64, Option<ChunkRecord>)>>,
+    /// What goes into the local metadata (chunk records not resident here, no marks).
+    rest: Vec<JournalOp>,
+}
+
+/// Sorts a head's operations (with no ranges left): unsealed marks go into `unsealed` only,
+/// chunk records are kept per file and stored as not resident here, and every inode and
+/// directory entry they touch is noted.
+fn sort_head_ops(ops: Vec<JournalOp>, unsealed: &mut HashMap<Ino, BTreeSet<u64>>) -> VfsResult<HeadOps> {
+    let mut touched = BTreeSet::new();
+    let mut entries = Vec::new();
+    // Per file whose chunk records change: its chunk ops, in order.
+    let mut chunk_ops: BTreeMap<Ino, Vec<(u64, Option<ChunkRecord>)>> = BTreeMap::new();
+    let mut rest = Vec::with_capacity(ops.len());
+    for op in ops {
+        let (key, value) = match &op {
+            JournalOp::Put { key, value } => (key.as_slice(), Some(value.as_slice())),
+            JournalOp::Delete { key } => (key.as_slice(), None),
+            JournalOp::DeleteRange { .. } => unreachable!("expand_ranges and diff_to_state leave no ranges"),
+        };
+        match key.first() {
+            Some(b'U') => {
+                let (ino, idx) = codec::decode_chunk_key(key)?;
+                let marks = unsealed.entry(ino).or_default();
+                if value.is_some() {
+                    marks.insert(idx);
+                } else {
+                    marks.remove(&idx);
+                    if marks.is_empty() {
+                        unsealed.remove(&ino);
+                    }
+                }
+                touched.insert(ino);
+                continue; // never in the local metadata (see the module invariants)
+            }
+            Some(b'K') => {
+                let (ino, idx) = codec::decode_chunk_key(key)?;
+                let rec = value.map(codec::decode_chunk).transpose()?;
+                chunk_ops.entry(ino).or_default().push((idx, rec));
+                touched.insert(ino);
+                if let Some(v) = value {
+                    // Another node's cache is not this one's.
+                    rest.push(JournalOp::Put { key: key.to_vec(), value: codec::not_resident(v) });
+                    continue;
+                }
+            }
+            Some(b'I' | b'X' | b'L' | b'O') => {
+                touched.insert(codec::key_ino(key)?);
+            }
+            Some(b'D') => entries.push((codec::key_ino(key)?, key[9..].to_vec())),
+            _ => {}
+        }
+        rest.push(op);
+    }
+    Ok(HeadOps { touched, entries, chunk_ops, rest })
 }

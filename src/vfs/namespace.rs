@@ -345,14 +345,8 @@ impl Vfs {
         // Records touched by this rename, keyed by inode so a directory that is both a parent
         // and a moved entry is updated once, consistently.
         let mut recs: HashMap<Ino, InodeRecord> = HashMap::new();
-        let load = |ino: Ino, recs: &mut HashMap<Ino, InodeRecord>| -> VfsResult<()> {
-            if let std::collections::hash_map::Entry::Vacant(slot) = recs.entry(ino) {
-                slot.insert(self.record(ino)?);
-            }
-            Ok(())
-        };
         for ino in [parent, new_parent, src] {
-            load(ino, &mut recs)?;
+            self.load_record(ino, &mut recs)?;
         }
         let src_is_dir = src_kind == FileKind::Dir;
         if src_is_dir && new_parent != parent && self.is_ancestor(src, new_parent)? {
@@ -365,7 +359,7 @@ impl Vfs {
             if dst_ino == src {
                 return Ok(self.removal(None));
             }
-            load(dst_ino, &mut recs)?;
+            self.load_record(dst_ino, &mut recs)?;
             let dst_is_dir = dst_kind == FileKind::Dir;
             if dst_is_dir && parent != new_parent && self.is_ancestor(dst_ino, parent)? {
                 return Err(VfsError::Invalid("cannot move a directory into itself"));
@@ -385,17 +379,7 @@ impl Vfs {
                     return Ok(self.removal(None));
                 }
                 self.check_replace(src_is_dir, (dst_ino, dst_kind), flags)?;
-                let dst_is_dir = dst_kind == FileKind::Dir;
-                load(dst_ino, &mut recs)?;
-                if dst_is_dir {
-                    if let Some(r) = recs.get_mut(&new_parent) {
-                        r.attr.nlink -= 1;
-                    }
-                }
-                let mut victim = recs.remove(&dst_ino).ok_or(VfsError::NotFound)?;
-                if self.drop_link(&mut b, &mut victim, now)? {
-                    freed = Some((dst_ino, victim.attr.size));
-                }
+                freed = self.replace_entry(&mut b, &mut recs, (dst_ino, dst_kind), new_parent, now)?;
             }
             b.put_dentry(new_parent, new_name, src, src_kind);
             if src_is_dir && parent != new_parent {
@@ -404,7 +388,59 @@ impl Vfs {
             reparent(&mut recs, src, new_parent, now);
             whiteout = self.leave_behind(&mut b, caller, &recs, (parent, name), flags, now)?;
         }
-        for p in [parent, new_parent] {
+        self.commit_rename(b, recs, [parent, new_parent], now, freed.is_some(), whiteout)?;
+        Ok(self.removal(freed.filter(|_| !src_is_dir)))
+    }
+}
+
+impl Vfs {
+    /// Adds the record of `ino` to a rename's `recs` unless it is there already.
+    fn load_record(&self, ino: Ino, recs: &mut HashMap<Ino, InodeRecord>) -> VfsResult<()> {
+        if let std::collections::hash_map::Entry::Vacant(slot) = recs.entry(ino) {
+            slot.insert(self.record(ino)?);
+        }
+        Ok(())
+    }
+
+    /// Drops the entry `dst` that a rename replaces in `new_parent` (already checked by
+    /// [`Self::check_replace`]): a directory's `..` link from `new_parent`, and the victim's
+    /// link in `b`. Its record leaves `recs`. Returns the inode and size freed when that was
+    /// its last link.
+    fn replace_entry(
+        &self,
+        b: &mut MetaBatch,
+        recs: &mut HashMap<Ino, InodeRecord>,
+        dst: (Ino, FileKind),
+        new_parent: Ino,
+        now: Timestamp,
+    ) -> VfsResult<Option<(Ino, u64)>> {
+        let (dst_ino, dst_kind) = dst;
+        let dst_is_dir = dst_kind == FileKind::Dir;
+        self.load_record(dst_ino, recs)?;
+        if dst_is_dir {
+            if let Some(r) = recs.get_mut(&new_parent) {
+                r.attr.nlink -= 1;
+            }
+        }
+        let mut victim = recs.remove(&dst_ino).ok_or(VfsError::NotFound)?;
+        if self.drop_link(b, &mut victim, now)? {
+            return Ok(Some((dst_ino, victim.attr.size)));
+        }
+        Ok(None)
+    }
+
+    /// Ends a rename: touches both parent directories, writes every record it changed in
+    /// its one batch `b`, commits, and moves the inode count by what it freed and made.
+    fn commit_rename(
+        &self,
+        mut b: MetaBatch,
+        mut recs: HashMap<Ino, InodeRecord>,
+        parents: [Ino; 2],
+        now: Timestamp,
+        freed: bool,
+        whiteout: bool,
+    ) -> VfsResult<()> {
+        for p in parents {
             if let Some(r) = recs.get_mut(&p) {
                 Self::touch_dir(r, now);
             }
@@ -413,17 +449,15 @@ impl Vfs {
             b.put_inode(r);
         }
         self.meta.commit(b)?;
-        if freed.is_some() {
+        if freed {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
         }
         if whiteout {
             self.inode_count.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(self.removal(freed.filter(|_| !src_is_dir)))
+        Ok(())
     }
-}
 
-impl Vfs {
     /// Whether a rename may replace the existing entry `dst` (an inode other than the
     /// source's): not with `RENAME_NOREPLACE`, a directory only by a directory and only
     /// when it is empty, a non-directory only by a non-directory.

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -87,15 +88,7 @@ impl Packer {
         for idx in idxs {
             let start = idx * CHUNK_SIZE;
             let len = (size - start).min(CHUNK_SIZE);
-            let data = self.pack.stage(len as usize);
-            for r in runs.iter().filter(|r| r.end > start && r.start < start + len) {
-                let (from, to) = (r.start.max(start), r.end.min(start + len));
-                // Cut meanwhile: the short read leaves zeros, and the check after the read sees it.
-                data_file
-                    .read_into(from, &mut data[(from - start) as usize..(to - start) as usize])
-                    .map_err(hot_error("read", path))?;
-                counts.bytes_read += to - from;
-            }
+            self.stage_chunk(&data_file, &runs, start..start + len, path, counts)?;
             let data = self.pack.staged();
             let data_runs = block::data_runs(data);
             if data_runs.is_empty() {
@@ -136,16 +129,7 @@ impl Packer {
                 }
             }
         }
-        let content = Content {
-            size,
-            chunks,
-            new_blocks,
-            perm: (before.mode() & 0o7777) as u16,
-            uid: before.uid(),
-            gid: before.gid(),
-            atime: Timestamp { secs: before.atime(), nanos: before.atime_nsec() as u32 },
-            mtime: Timestamp { secs: before.mtime(), nanos: before.mtime_nsec() as u32 },
-        };
+        let content = content_of(before, chunks, new_blocks);
         if verify {
             let after = file.metadata().map_err(WatchError::io("stat", path))?;
             let again = lstat_again();
@@ -157,6 +141,29 @@ impl Packer {
             counts.cloned_reads += 1;
         }
         Ok(Read::Done(Box::new(Pending { ino, path: path.to_path_buf(), content, staged })))
+    }
+
+    /// Stages the chunk at `range` of `data_file` in the pack: only its data `runs` are read,
+    /// the rest stays zeros.
+    fn stage_chunk(
+        &mut self,
+        data_file: &DataFile<'_>,
+        runs: &[Range<u64>],
+        range: Range<u64>,
+        path: &Path,
+        counts: &mut Counts,
+    ) -> Result<()> {
+        let (start, end) = (range.start, range.end);
+        let data = self.pack.stage((end - start) as usize);
+        for r in runs.iter().filter(|r| r.end > start && r.start < end) {
+            let (from, to) = (r.start.max(start), r.end.min(end));
+            // Cut meanwhile: the short read leaves zeros, and the check after the read sees it.
+            data_file
+                .read_into(from, &mut data[(from - start) as usize..(to - start) as usize])
+                .map_err(hot_error("read", path))?;
+            counts.bytes_read += to - from;
+        }
+        Ok(())
     }
 
     /// Queues a file read whole; puts the pack when it is full.
@@ -191,6 +198,25 @@ impl Packer {
         // Every block put so far is recorded in the workspace now.
         self.put.clear();
         Ok(locs)
+    }
+}
+
+/// A file's content as read: its chunk records and new blocks, with the size, permission
+/// bits, owner and times of its `lstat` before the read.
+fn content_of(
+    before: &std::fs::Metadata,
+    chunks: Vec<(u64, ChunkRecord)>,
+    new_blocks: Vec<(BlockId, BlockLoc)>,
+) -> Content {
+    Content {
+        size: before.len(),
+        chunks,
+        new_blocks,
+        perm: (before.mode() & 0o7777) as u16,
+        uid: before.uid(),
+        gid: before.gid(),
+        atime: Timestamp { secs: before.atime(), nanos: before.atime_nsec() as u32 },
+        mtime: Timestamp { secs: before.mtime(), nanos: before.mtime_nsec() as u32 },
     }
 }
 

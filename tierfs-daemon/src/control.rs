@@ -571,56 +571,82 @@ async fn serve_connection(
             }
         };
         debug!(?request, "control request");
-        match request {
-            Request::Ping => {
-                let response = Response { ok: true, pong: Some(handler.pong()), ..Response::default() };
-                send(&mut write, &response).await?;
+        if let Request::Unmount { lazy } = request {
+            if unmount_and_answer(lazy, &unmounts, &mut write).await? {
+                return Ok(());
             }
-            Request::Status => {
-                let h = handler.clone();
-                let response = match tokio::task::spawn_blocking(move || h.status()).await {
-                    Ok(status) => {
-                        let status = StatusReport { summary: StatusSummary::of(&status), ..status };
-                        Response { ok: true, status: Some(status), ..Response::default() }
-                    }
-                    Err(err) => Response::error(format!("status failed: {err}")),
-                };
-                send(&mut write, &response).await?;
-            }
-            Request::Sync { message, timeout_secs } => {
-                let h = handler.clone();
-                let timeout = Duration::from_secs(timeout_secs);
-                let response = match tokio::task::spawn_blocking(move || h.sync(message, timeout)).await {
-                    Ok(Ok(report)) => Response { ok: true, sync: Some(report), ..Response::default() },
-                    Ok(Err(failed)) => Response::failed(failed),
-                    Err(err) => Response::error(format!("sync failed: {err}")),
-                };
-                send(&mut write, &response).await?;
-            }
-            Request::Flush { timeout_secs } => {
-                let h = handler.clone();
-                let timeout = Duration::from_secs(timeout_secs);
-                let response = match tokio::task::spawn_blocking(move || h.flush(timeout)).await {
-                    Ok(report) => Response { ok: true, flush: Some(report), ..Response::default() },
-                    Err(err) => Response::error(format!("flush failed: {err}")),
-                };
-                send(&mut write, &response).await?;
-            }
-            Request::History { op } => {
-                let h = handler.clone();
-                let response = match tokio::task::spawn_blocking(move || h.history(op)).await {
-                    Ok(Ok(answer)) => Response { ok: true, history: Some(answer), ..Response::default() },
-                    Ok(Err(e)) => Response::failed(e),
-                    Err(err) => Response::error(format!("history failed: {err}")),
-                };
-                send(&mut write, &response).await?;
-            }
-            Request::Unmount { lazy } => {
-                if unmount_and_answer(lazy, &unmounts, &mut write).await? {
-                    return Ok(());
-                }
-            }
+            continue;
         }
+        send(&mut write, &answer(request, &handler).await).await?;
+    }
+}
+
+/// The answer to a request other than `unmount` (which [`unmount_and_answer`] answers, as
+/// it may end the connection).
+async fn answer(request: Request, handler: &Arc<dyn ControlHandler>) -> Response {
+    match request {
+        Request::Ping => Response { ok: true, pong: Some(handler.pong()), ..Response::default() },
+        Request::Status => {
+            let h = handler.clone();
+            off_runtime(
+                "status",
+                move || h.status(),
+                |status| {
+                    let status = StatusReport { summary: StatusSummary::of(&status), ..status };
+                    Response { ok: true, status: Some(status), ..Response::default() }
+                },
+            )
+            .await
+        }
+        Request::Sync { message, timeout_secs } => {
+            let h = handler.clone();
+            let timeout = Duration::from_secs(timeout_secs);
+            off_runtime(
+                "sync",
+                move || h.sync(message, timeout),
+                |answer| match answer {
+                    Ok(report) => Response { ok: true, sync: Some(report), ..Response::default() },
+                    Err(failed) => Response::failed(failed),
+                },
+            )
+            .await
+        }
+        Request::Flush { timeout_secs } => {
+            let h = handler.clone();
+            let timeout = Duration::from_secs(timeout_secs);
+            off_runtime(
+                "flush",
+                move || h.flush(timeout),
+                |report| Response { ok: true, flush: Some(report), ..Response::default() },
+            )
+            .await
+        }
+        Request::History { op } => {
+            let h = handler.clone();
+            off_runtime(
+                "history",
+                move || h.history(op),
+                |answer| match answer {
+                    Ok(answer) => Response { ok: true, history: Some(answer), ..Response::default() },
+                    Err(e) => Response::failed(e),
+                },
+            )
+            .await
+        }
+        Request::Unmount { .. } => Response::error("unmount is answered on its own"),
+    }
+}
+
+/// Runs the handler's call `call` (which may block) off the runtime's workers and makes its
+/// result a response with `answer`; a call that panicked is the error "`what` failed: …".
+async fn off_runtime<T: Send + 'static>(
+    what: &str,
+    call: impl FnOnce() -> T + Send + 'static,
+    answer: impl FnOnce(T) -> Response,
+) -> Response {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => answer(result),
+        Err(err) => Response::error(format!("{what} failed: {err}")),
     }
 }
 

@@ -19,7 +19,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Weak, mpsc};
 use std::time::Duration;
 
@@ -50,6 +50,20 @@ pub struct ReadyInfo {
     /// The daemon's log file, when it runs in the background.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<PathBuf>,
+}
+
+impl ReadyInfo {
+    /// This process, serving `mountpoint` from `data_dir` with its control socket at `socket`
+    /// (the log is filled in by whoever started it in the background).
+    pub fn of_this_process(mountpoint: &Path, data_dir: &Path, socket: &Path) -> ReadyInfo {
+        ReadyInfo {
+            pid: std::process::id(),
+            mountpoint: mountpoint.to_path_buf(),
+            data_dir: data_dir.to_path_buf(),
+            socket: socket.to_path_buf(),
+            log: None,
+        }
+    }
 }
 
 /// The one line a daemon writes on its ready pipe.
@@ -299,6 +313,12 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
         }
     };
 
+    ready_outcome(&answer, &mut child, log_path, log_start)
+}
+
+/// What the daemon's readiness `answer` says: the mount's details, or why it failed (its
+/// own report, or its exit status and the last lines it logged after `log_start`).
+fn ready_outcome(answer: &str, child: &mut Child, log_path: PathBuf, log_start: u64) -> Result<ReadyInfo> {
     match answer.lines().next().map(serde_json::from_str::<ReadyMessage>) {
         Some(Ok(ReadyMessage::Ready(mut info))) => {
             info.log = Some(log_path);

@@ -36,7 +36,7 @@
 //! daemon's worker running as the mount's owner), which holds the data directory's lock (taken
 //! by `Vfs::new`) and the mountpoint's control socket for as long as it serves.
 //!
-//! No function runs over the 100 lines of `clippy.toml`, as in the core and the adapter.
+//! No function runs over the 80 lines of `clippy.toml`, as in the core and the adapter.
 //! System calls go through rustix; the `unsafe` that stays is what no safe wrapper covers
 //! (`pre_exec` closures, descriptors inherited by number, tierfs's own ioctl, the
 //! environment before threads start), each with its `// SAFETY:` reason (clippy checks).

@@ -251,16 +251,8 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
         info!("{reason} received: stopping {total} mounts");
         notifier.send(&format!("STOPPING=1\nSTATUS=flushing {total} mounts ({reason})"));
         let _ = stop_tx.send(Some(reason));
-        let mut failed = Vec::new();
         let handed = std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));
-        let all = threads.into_iter().map(|(i, t)| (node.mounts[i].mountpoint.clone(), t)).chain(handed);
-        for (mountpoint, thread) in all {
-            let outcome = thread.join().unwrap_or_else(|_| Err("its thread panicked".into()));
-            if let Err(message) = outcome {
-                failed.push(format!("{}: {message}", mountpoint.display()));
-            }
-        }
-        failed
+        join_mounts(threads.into_iter().map(|(i, t)| (node.mounts[i].mountpoint.clone(), t)).chain(handed))
     });
     if failed.is_empty() {
         info!("tierfs node: every mount stopped and flushed");
@@ -268,6 +260,19 @@ pub fn run(rt: &Runtime, node: &NodeConfig, notifier: &Notifier) -> Result<()> {
     } else {
         Err(anyhow!("{} mounts failed: {}", failed.len(), failed.join("; ")))
     }
+}
+
+/// Waits for the thread of every mount; returns the mounts that failed, each as
+/// "mountpoint: why".
+fn join_mounts<'scope>(all: impl Iterator<Item = (PathBuf, MountThread<'scope>)>) -> Vec<String> {
+    let mut failed = Vec::new();
+    for (mountpoint, thread) in all {
+        let outcome = thread.join().unwrap_or_else(|_| Err("its thread panicked".into()));
+        if let Err(message) = outcome {
+            failed.push(format!("{}: {message}", mountpoint.display()));
+        }
+    }
+    failed
 }
 
 /// Waits for each declared mount's first start (live or failed, as the registry records),

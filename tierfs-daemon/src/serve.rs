@@ -142,36 +142,12 @@ fn serve(
     let socket = socket_guard.path().to_path_buf();
 
     let fuse_stats = config.metered.then(|| Arc::new(FuseStats::default()));
-    let mut fuse = open_fuse(config, session, mountpoint, given_fuse, fuse_stats.as_ref())?;
-    // A follower's new heads reach the kernel's caches, which otherwise keep names,
-    // attributes and pages for their TTLs (file pages for as long as the kernel likes).
-    let notifier = fuse.notifier();
-    session.on_new_head(move |change| tierfs_mount::invalidate(&notifier, change));
-    let unmounter = match given_unmount {
-        Some(unmount) => Unmounter::NodeDaemon(unmount),
-        None => Unmounter::Fuser(Arc::new(Mutex::new(fuse.unmount_callable()))),
-    };
-    let (session_tx, session_done) = oneshot::channel();
-    let session_thread = std::thread::Builder::new().name("tierfs-session".into()).spawn(move || {
-        let result = fuse.run();
-        let _ = session_tx.send(result);
-    });
-    // On an error the FUSE session (and with it the mount) was moved into the closure and dropped.
-    let session_thread = session_thread.context("starting the FUSE session thread")?;
-    if matches!(unmounter, Unmounter::Fuser(_)) {
-        // (The node daemon sets a worker's: the window is writable by root only.)
-        set_read_ahead(mountpoint, config.mount_options().read_ahead_kib);
-    }
+    let (unmounter, session_thread, session_done) =
+        run_fuse(config, session, mountpoint, given_fuse, given_unmount, fuse_stats.as_ref())?;
 
     let handler: Arc<dyn ControlHandler> =
         Arc::new(Served::new(session.clone(), config.clone(), mountpoint.to_path_buf(), socket.clone(), fuse_stats));
-    let info = ReadyInfo {
-        pid: std::process::id(),
-        mountpoint: mountpoint.to_path_buf(),
-        data_dir: config.data_dir.clone(),
-        socket: socket.clone(),
-        log: None,
-    };
+    let info = ReadyInfo::of_this_process(mountpoint, &config.data_dir, &socket);
 
     let report = rt.block_on(async {
         let (unmount_tx, mut unmount_rx) = mpsc::channel::<UnmountRequest>(4);
@@ -241,6 +217,40 @@ fn serve(
             report.flush_error.unwrap_or_else(|| "the final flush did not complete".into())
         ))
     }
+}
+
+/// Opens the mount's FUSE session and runs it on a thread of its own, with a follower's new
+/// heads passed on to the kernel's caches. Returns how to unmount it (the node daemon's
+/// `given_unmount` for a worker), the thread, and the session's end.
+fn run_fuse(
+    config: &MountConfig,
+    session: &Arc<Session>,
+    mountpoint: &Path,
+    given_fuse: Option<Option<OwnedFd>>,
+    given_unmount: Option<SupervisorUnmount>,
+    fuse_stats: Option<&Arc<FuseStats>>,
+) -> Result<(Unmounter, std::thread::JoinHandle<()>, oneshot::Receiver<io::Result<()>>)> {
+    let mut fuse = open_fuse(config, session, mountpoint, given_fuse, fuse_stats)?;
+    // A follower's new heads reach the kernel's caches, which otherwise keep names,
+    // attributes and pages for their TTLs (file pages for as long as the kernel likes).
+    let notifier = fuse.notifier();
+    session.on_new_head(move |change| tierfs_mount::invalidate(&notifier, change));
+    let unmounter = match given_unmount {
+        Some(unmount) => Unmounter::NodeDaemon(unmount),
+        None => Unmounter::Fuser(Arc::new(Mutex::new(fuse.unmount_callable()))),
+    };
+    let (session_tx, session_done) = oneshot::channel();
+    let session_thread = std::thread::Builder::new().name("tierfs-session".into()).spawn(move || {
+        let result = fuse.run();
+        let _ = session_tx.send(result);
+    });
+    // On an error the FUSE session (and with it the mount) was moved into the closure and dropped.
+    let session_thread = session_thread.context("starting the FUSE session thread")?;
+    if matches!(unmounter, Unmounter::Fuser(_)) {
+        // (The node daemon sets a worker's: the window is writable by root only.)
+        set_read_ahead(mountpoint, config.mount_options().read_ahead_kib);
+    }
+    Ok((unmounter, session_thread, session_done))
 }
 
 /// The FUSE session of the mount: on the `/dev/fuse` descriptor the node daemon handed over

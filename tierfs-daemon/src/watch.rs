@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use notify::{RecursiveMode, Watcher};
 use tierfs::session::Session;
-use tierfs::watch::{Mirror, Start};
+use tierfs::watch::{Mirror, Pass, Start};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
@@ -101,25 +101,15 @@ pub(crate) fn run(
     served
 }
 
-fn serve(
-    rt: &Runtime,
-    config: &MountConfig,
-    readiness: &mut Readiness,
-    mut stop: Stop,
-    session: &Arc<Session>,
-    given_socket: Option<GivenSocket>,
-) -> Result<()> {
-    let mut mirror = Mirror::new(session.vfs().clone(), &config.mountpoint)?;
-    let dir = mirror.root().to_path_buf();
-    let (tx, rx) = channel::<Msg>();
-    // Watches first, then the first pass: a change during the pass is an event, not lost.
-    let events = tx.clone();
+/// Watches `dir` recursively, sending its events to `events`. Returns the watcher, or
+/// `None` with the reason when changes cannot be watched here (then full passes stand in).
+fn watch_dir(dir: &Path, events: Sender<Msg>) -> (Option<notify::RecommendedWatcher>, Option<String>) {
     let mut fallback = None;
     let watcher = notify::recommended_watcher(move |e| {
         let _ = events.send(Msg::Event(e));
     });
     let watcher = match watcher {
-        Ok(mut w) => match w.watch(&dir, RecursiveMode::Recursive) {
+        Ok(mut w) => match w.watch(dir, RecursiveMode::Recursive) {
             Ok(()) => Some(w),
             Err(e) => {
                 fallback = Some(format!("cannot watch {}: {e}", dir.display()));
@@ -134,6 +124,12 @@ fn serve(
     if let Some(reason) = &fallback {
         warn!("{reason}; falling back to a full pass every {} s", FALLBACK_EVERY.as_secs());
     }
+    (watcher, fallback)
+}
+
+/// Starts the mirror of `dir` (restored, resumed or fresh) and makes the first pass over it;
+/// returns the watch's status after it.
+fn first_pass(mirror: &mut Mirror, dir: &Path, fallback: Option<String>) -> Result<Arc<Mutex<WatchStatus>>> {
     let start = mirror.start()?;
     let start = match start {
         Start::Restored(c) => format!("restored ({} entries, {} bytes)", c.created + c.linked, c.bytes_read),
@@ -144,9 +140,9 @@ fn serve(
     let first = mirror.rescan().context("the first pass over the directory")?;
     info!("first pass: {:?}", first.counts);
     let state = Arc::new(Mutex::new(WatchStatus {
-        dir: dir.clone(),
+        dir: dir.to_path_buf(),
         mode: if fallback.is_some() { "rescan-only".into() } else { "events".into() },
-        fallback_reason: fallback.clone(),
+        fallback_reason: fallback,
         start,
         passes: 1,
         full_passes: 1,
@@ -155,6 +151,23 @@ fn serve(
         totals: mirror.totals().clone(),
         ..WatchStatus::default()
     }));
+    Ok(state)
+}
+
+fn serve(
+    rt: &Runtime,
+    config: &MountConfig,
+    readiness: &mut Readiness,
+    mut stop: Stop,
+    session: &Arc<Session>,
+    given_socket: Option<GivenSocket>,
+) -> Result<()> {
+    let mut mirror = Mirror::new(session.vfs().clone(), &config.mountpoint)?;
+    let dir = mirror.root().to_path_buf();
+    let (tx, rx) = channel::<Msg>();
+    // Watches first, then the first pass: a change during the pass is an event, not lost.
+    let (watcher, fallback) = watch_dir(&dir, tx.clone());
+    let state = first_pass(&mut mirror, &dir, fallback.clone())?;
 
     let (listener, socket_guard) = control_listener(config, &dir, given_socket)?;
     let socket = socket_guard.path().to_path_buf();
@@ -170,13 +183,7 @@ fn serve(
         tx: Mutex::new(tx.clone()),
         state,
     });
-    let info = ReadyInfo {
-        pid: std::process::id(),
-        mountpoint: dir.clone(),
-        data_dir: config.data_dir.clone(),
-        socket: socket.clone(),
-        log: None,
-    };
+    let info = ReadyInfo::of_this_process(&dir, &config.data_dir, &socket);
     let report = rt.block_on(async {
         let (unmount_tx, mut unmount_rx) = mpsc::channel::<UnmountRequest>(4);
         let server = tokio::spawn(control::serve(listener, handler.clone(), config.owner, unmount_tx));
@@ -274,11 +281,9 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
                     rescan_only = true;
                     set_fallback(&state, "the kernel's event queue overflowed");
                 }
-                for p in &ev.paths {
-                    if let Ok(rel) = p.strip_prefix(&root) {
-                        pending.insert(rel.parent().map(Path::to_path_buf).unwrap_or_default());
-                    }
-                }
+                // The directories that hold what changed, relative to the root.
+                let dirs = ev.paths.iter().filter_map(|p| p.strip_prefix(&root).ok());
+                pending.extend(dirs.map(|rel| rel.parent().map(Path::to_path_buf).unwrap_or_default()));
                 last_event = Instant::now();
                 first_pending.get_or_insert(last_event);
                 if pending.len() > STORM {
@@ -309,27 +314,15 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
                 if full { mirror.rescan() } else { mirror.rescan_dirs(&pending.iter().cloned().collect::<Vec<_>>()) };
             let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
             s.passes += 1;
-            let done = match result {
-                Ok(pass) => {
-                    if full {
-                        s.full_passes += 1;
-                        full_due = false;
-                        next_full = Instant::now() + if rescan_only { FALLBACK_EVERY } else { jittered(FULL_EVERY) };
-                    }
-                    pending.clear();
-                    first_pending = None;
-                    s.unstable = pass.unstable;
-                    s.unreadable = pass.unreadable;
-                    s.totals = mirror.totals().clone();
-                    s.last_error = None;
-                    Ok(())
+            let done = record_pass(&mut s, result, full, &mirror);
+            if done.is_ok() {
+                if full {
+                    full_due = false;
+                    next_full = Instant::now() + if rescan_only { FALLBACK_EVERY } else { jittered(FULL_EVERY) };
                 }
-                Err(e) => {
-                    warn!("pass over {} failed (will retry): {e}", root.display());
-                    s.last_error = Some(e.to_string());
-                    Err((e.to_string(), e.kind()))
-                }
-            };
+                pending.clear();
+                first_pending = None;
+            }
             s.pending_dirs = pending.len() as u64;
             s.pending_since = first_pending;
             drop(s);
@@ -340,6 +333,28 @@ fn worker(mut mirror: Mirror, rx: Receiver<Msg>, state: Arc<Mutex<WatchStatus>>,
                 let _ = reply.send(done);
                 return;
             }
+        }
+    }
+}
+
+/// Records in the watch's status `s` how a pass (`full`, or over the pending directories)
+/// ended, and returns that for whoever waits on it.
+fn record_pass(s: &mut WatchStatus, result: tierfs::watch::Result<Pass>, full: bool, mirror: &Mirror) -> PassOutcome {
+    match result {
+        Ok(pass) => {
+            if full {
+                s.full_passes += 1;
+            }
+            s.unstable = pass.unstable;
+            s.unreadable = pass.unreadable;
+            s.totals = mirror.totals().clone();
+            s.last_error = None;
+            Ok(())
+        }
+        Err(e) => {
+            warn!("pass over {} failed (will retry): {e}", mirror.root().display());
+            s.last_error = Some(e.to_string());
+            Err((e.to_string(), e.kind()))
         }
     }
 }

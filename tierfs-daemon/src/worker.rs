@@ -350,24 +350,7 @@ async fn converse(
     let (reader, mut writer) = stream.into_split();
     writer.write_all(line).await.context("sending the worker its configuration")?;
     writer.write_all(b"\n").await.context("sending the worker its configuration")?;
-    // Lines arrive through a task of their own, as a partly read line must survive the other
-    // branches of the loop below.
-    let (line_tx, mut lines) = tokio::sync::mpsc::channel::<String>(4);
-    let read_lines = tokio::spawn(async move {
-        let mut reader = tokio::io::BufReader::new(reader);
-        loop {
-            let mut line = String::new();
-            match (&mut reader).take(MAX_LINE).read_line(&mut line).await {
-                Ok(n) if n > 0 && line.ends_with('\n') => {
-                    if line_tx.send(line).await.is_err() {
-                        return;
-                    }
-                }
-                _ => return,
-            }
-        }
-    });
-    let _read_lines = AbortOnDrop(read_lines);
+    let (mut lines, _read_lines) = read_lines(reader);
     let mountpoint = config.mountpoint.clone();
     let mut handler: Option<Arc<dyn ControlHandler>> = None;
     let mut failure: Option<Reported> = None;
@@ -411,16 +394,7 @@ async fn converse(
                     }
                 }
                 Some(text) => {
-                    let answer = match serde_json::from_str::<UnmountAsk>(&text) {
-                        Ok(ask) if !config.watch => {
-                            let path = mountpoint.clone();
-                            let done = tokio::task::spawn_blocking(move || mounts::unmount(&path, ask.lazy)).await;
-                            done.unwrap_or_else(|e| Err(UnmountError::Failed { path: mountpoint.clone(), message: e.to_string() }))
-                                .map(|_| ())
-                        }
-                        Ok(_) => Err(UnmountError::Failed { path: mountpoint.clone(), message: "a watch has no mount".into() }),
-                        Err(e) => Err(UnmountError::Failed { path: mountpoint.clone(), message: format!("bad request: {e}") }),
-                    };
+                    let answer = unmount_asked(&text, config).await;
                     let mut reply = serde_json::to_vec(&answer).unwrap_or_default();
                     reply.push(b'\n');
                     if let Err(e) = writer.write_all(&reply).await {
@@ -430,6 +404,44 @@ async fn converse(
                 None => channel_open = false,
             },
         }
+    }
+}
+
+/// Reads the worker's lines (each at most `MAX_LINE` bytes, ending in a newline) on a task
+/// of their own, as a partly read line must survive the other branches of
+/// [`converse`]'s loop. The channel ends with the first short, overlong or failed read; the
+/// task ends when the guard is dropped.
+fn read_lines(reader: tokio::net::unix::OwnedReadHalf) -> (tokio::sync::mpsc::Receiver<String>, AbortOnDrop) {
+    let (line_tx, lines) = tokio::sync::mpsc::channel::<String>(4);
+    let read_lines = tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::new(reader);
+        loop {
+            let mut line = String::new();
+            match (&mut reader).take(MAX_LINE).read_line(&mut line).await {
+                Ok(n) if n > 0 && line.ends_with('\n') => {
+                    if line_tx.send(line).await.is_err() {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    });
+    (lines, AbortOnDrop(read_lines))
+}
+
+/// Unmounts the worker's mount as its line `text` asks (a watch has none to unmount).
+async fn unmount_asked(text: &str, config: &MountConfig) -> Result<(), UnmountError> {
+    let mountpoint = &config.mountpoint;
+    match serde_json::from_str::<UnmountAsk>(text) {
+        Ok(ask) if !config.watch => {
+            let path = mountpoint.clone();
+            let done = tokio::task::spawn_blocking(move || mounts::unmount(&path, ask.lazy)).await;
+            done.unwrap_or_else(|e| Err(UnmountError::Failed { path: mountpoint.clone(), message: e.to_string() }))
+                .map(|_| ())
+        }
+        Ok(_) => Err(UnmountError::Failed { path: mountpoint.clone(), message: "a watch has no mount".into() }),
+        Err(e) => Err(UnmountError::Failed { path: mountpoint.clone(), message: format!("bad request: {e}") }),
     }
 }
 

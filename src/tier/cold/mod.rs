@@ -551,6 +551,97 @@ fn drop_chunks_past_the_end(st: &mut State, sizes: &HashMap<Ino, u64>, stale: &m
     });
 }
 
+/// The chunks of one file (`size` bytes, `dense` if its data file has no holes) that must be
+/// sealed again: those marked unsealed, all of a file marked dirty, and those holding data
+/// here with no record. Marks past the end are deleted in `stale`.
+fn chunks_to_seal(
+    ino: Ino,
+    size: u64,
+    dense: bool,
+    f: &FileState,
+    marks: &[u64],
+    stale: &mut MetaBatch,
+    hot: &HotTier,
+) -> Result<HashSet<u64>, ColdError> {
+    let n = size.div_ceil(CHUNK_SIZE);
+    let mut dirty: HashSet<u64> = HashSet::new();
+    for &idx in marks {
+        if idx < n {
+            dirty.insert(idx);
+        } else {
+            stale.delete_unsealed(ino, idx);
+        }
+    }
+    if f.marked_dirty {
+        // Written after it was sealed (crash before re-sealing).
+        dirty.extend(f.chunks.range(..n).filter(|(_, c)| !c.evicted()).map(|(i, _)| *i));
+    }
+    // Chunks with no record that hold data here were never sealed (a data dir used
+    // without a store before). Found from the data file's extents, never by reading:
+    // a chunk with neither data nor a record is a hole and stays one.
+    if (f.chunks.range(..n).count() as u64) < n {
+        if dense {
+            dirty.extend((0..n).filter(|i| !f.chunks.contains_key(i)));
+        } else if let Some(file) = hot.open_existing(ino)? {
+            for run in hot.data(&file, ino).data_extents(0..size)? {
+                dirty.extend(chunks_of(&run).filter(|i| !f.chunks.contains_key(i)));
+            }
+        }
+    }
+    Ok(dirty)
+}
+
+/// The chunk state as the metadata store left it: every chunk not yet stored is marked
+/// dirty (and its unsealed mark written), stale marks and chunks past a file's end dropped.
+fn load_state(meta: &MetaStore, hot: &HotTier) -> Result<State, ColdError> {
+    let mut st = State::default();
+    for (ino, index, rec) in meta.chunks()? {
+        let local_len = if rec.resident { u64::from(rec.data) } else { 0 };
+        st.files.entry(ino).or_default().chunks.insert(index, Chunk { rec: Some(rec), local_len, ..Chunk::default() });
+    }
+    // Inodes marked dirty by a version that marked inodes only (their resident chunks
+    // are re-sealed), and the chunks marked unsealed: written, maybe not sealed since.
+    let marked: HashSet<Ino> = meta.dirty_inodes()?.into_iter().collect();
+    let mut unsealed = meta.unsealed_chunks()?;
+    let mut stale = MetaBatch::new();
+    let mut sizes: HashMap<Ino, u64> = HashMap::new();
+    for (ino, size, dense) in meta.file_sizes()? {
+        sizes.insert(ino, size);
+        let f = st.files.entry(ino).or_default();
+        f.marked_dirty = marked.contains(&ino);
+        let marks = unsealed.remove(&ino).unwrap_or_default();
+        let dirty = chunks_to_seal(ino, size, dense, f, &marks, &mut stale, hot)?;
+        for index in dirty {
+            let len = chunk_len(size, index);
+            let c = f.chunks.entry(index).or_insert_with(|| Chunk { local_len: len, ..Chunk::default() });
+            if !c.dirty {
+                c.dirty = true;
+                c.dirty_len = len;
+                f.dirty_chunks += 1;
+                st.dirty_bytes += len;
+            }
+            if !marks.contains(&index) {
+                stale.put_unsealed(ino, index);
+            }
+        }
+        if f.dirty_chunks > 0 {
+            f.dirty_since = Some(Instant::now());
+            st.dirty_inos.insert(ino);
+        }
+    }
+    // Marks of files that are gone or empty.
+    for (ino, marks) in unsealed {
+        for idx in marks {
+            stale.delete_unsealed(ino, idx);
+        }
+    }
+    drop_chunks_past_the_end(&mut st, &sizes, &mut stale);
+    st.resident_bytes =
+        st.files.values().flat_map(|f| f.chunks.values()).map(|c| if c.evicted() { 0 } else { c.local_len }).sum();
+    meta.commit(stale)?;
+    Ok(st)
+}
+
 impl ColdTier {
     /// Loads the chunk state from the metadata store, marks everything not yet stored as
     /// dirty, and starts the uploader, evictor and prefetcher threads.
@@ -560,79 +651,7 @@ impl ColdTier {
         hot: Arc<HotTier>,
         config: ColdConfig,
     ) -> Result<Arc<ColdTier>, ColdError> {
-        let mut st = State::default();
-        for (ino, index, rec) in meta.chunks()? {
-            let local_len = if rec.resident { u64::from(rec.data) } else { 0 };
-            st.files
-                .entry(ino)
-                .or_default()
-                .chunks
-                .insert(index, Chunk { rec: Some(rec), local_len, ..Chunk::default() });
-        }
-        // Inodes marked dirty by a version that marked inodes only (their resident chunks
-        // are re-sealed), and the chunks marked unsealed: written, maybe not sealed since.
-        let marked: HashSet<Ino> = meta.dirty_inodes()?.into_iter().collect();
-        let mut unsealed = meta.unsealed_chunks()?;
-        let mut stale = MetaBatch::new();
-        let mut sizes: HashMap<Ino, u64> = HashMap::new();
-        for (ino, size, dense) in meta.file_sizes()? {
-            sizes.insert(ino, size);
-            let n = size.div_ceil(CHUNK_SIZE);
-            let f = st.files.entry(ino).or_default();
-            f.marked_dirty = marked.contains(&ino);
-            let marks = unsealed.remove(&ino).unwrap_or_default();
-            let mut dirty: HashSet<u64> = HashSet::new();
-            for &idx in &marks {
-                if idx < n {
-                    dirty.insert(idx);
-                } else {
-                    stale.delete_unsealed(ino, idx);
-                }
-            }
-            if f.marked_dirty {
-                // Written after it was sealed (crash before re-sealing).
-                dirty.extend(f.chunks.range(..n).filter(|(_, c)| !c.evicted()).map(|(i, _)| *i));
-            }
-            // Chunks with no record that hold data here were never sealed (a data dir used
-            // without a store before). Found from the data file's extents, never by reading:
-            // a chunk with neither data nor a record is a hole and stays one.
-            if (f.chunks.range(..n).count() as u64) < n {
-                if dense {
-                    dirty.extend((0..n).filter(|i| !f.chunks.contains_key(i)));
-                } else if let Some(file) = hot.open_existing(ino)? {
-                    for run in hot.data(&file, ino).data_extents(0..size)? {
-                        dirty.extend(chunks_of(&run).filter(|i| !f.chunks.contains_key(i)));
-                    }
-                }
-            }
-            for index in dirty {
-                let len = chunk_len(size, index);
-                let c = f.chunks.entry(index).or_insert_with(|| Chunk { local_len: len, ..Chunk::default() });
-                if !c.dirty {
-                    c.dirty = true;
-                    c.dirty_len = len;
-                    f.dirty_chunks += 1;
-                    st.dirty_bytes += len;
-                }
-                if !marks.contains(&index) {
-                    stale.put_unsealed(ino, index);
-                }
-            }
-            if f.dirty_chunks > 0 {
-                f.dirty_since = Some(Instant::now());
-                st.dirty_inos.insert(ino);
-            }
-        }
-        // Marks of files that are gone or empty.
-        for (ino, marks) in unsealed {
-            for idx in marks {
-                stale.delete_unsealed(ino, idx);
-            }
-        }
-        drop_chunks_past_the_end(&mut st, &sizes, &mut stale);
-        st.resident_bytes =
-            st.files.values().flat_map(|f| f.chunks.values()).map(|c| if c.evicted() { 0 } else { c.local_len }).sum();
-        meta.commit(stale)?;
+        let st = load_state(&meta, &hot)?;
         let tier = Arc::new(ColdTier {
             store,
             meta,
@@ -650,21 +669,27 @@ impl ColdTier {
             last_error: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
         });
+        tier.spawn_workers();
+        Ok(tier)
+    }
+
+    /// Starts the uploader, prefetcher, evictor and verifier threads and keeps their handles
+    /// for [`ColdTier::shutdown`].
+    fn spawn_workers(self: &Arc<Self>) {
         let mut threads = Vec::new();
-        for i in 0..tier.config.uploaders.max(1) {
-            let t = tier.clone();
+        for i in 0..self.config.uploaders.max(1) {
+            let t = self.clone();
             threads.push(spawn(format!("tierfs-upload-{i}"), move || t.upload_loop()));
         }
-        for i in 0..tier.config.prefetchers.max(1) {
-            let t = tier.clone();
+        for i in 0..self.config.prefetchers.max(1) {
+            let t = self.clone();
             threads.push(spawn(format!("tierfs-fetch-{i}"), move || t.prefetch_loop()));
         }
-        let t = tier.clone();
+        let t = self.clone();
         threads.push(spawn("tierfs-evict".into(), move || t.evict_loop()));
-        let t = tier.clone();
+        let t = self.clone();
         threads.push(spawn("tierfs-verify".into(), move || t.verify_loop()));
-        *tier.threads.lock() = threads;
-        Ok(tier)
+        *self.threads.lock() = threads;
     }
 
     /// Stops the worker threads (after [`ColdTier::flush`] if nothing may stay behind).

@@ -195,42 +195,13 @@ impl ColdTier {
         stop: &AtomicBool,
     ) -> RefillStats {
         let started = Instant::now();
-        let plan: Vec<Planned> = {
-            let st = self.state.lock();
-            let mut seen = std::collections::HashSet::new();
-            set.chunks
-                .iter()
-                .filter(|c| seen.insert(**c))
-                .filter_map(|&(ino, idx)| {
-                    let c = st.files.get(&ino)?.chunks.get(&idx)?;
-                    let r = c.rec.filter(|r| c.evicted() && r.block != ZERO_BLOCK)?;
-                    Some(Planned { ino, idx, data: u64::from(r.data) })
-                })
-                .collect()
-        };
+        let plan = self.refill_plan(set);
         *self.refill.lock() = Some(RefillStats {
             planned_chunks: plan.len() as u64,
             planned_bytes: plan.iter().map(|p| p.data).sum(),
             ..RefillStats::default()
         });
-        let mut batches: Vec<&[Planned]> = Vec::new();
-        let mut rest = &plan[..];
-        while !rest.is_empty() {
-            let mut bytes = 0;
-            let n = rest
-                .iter()
-                .take(BATCH_CHUNKS)
-                .take_while(|p| {
-                    let fits = bytes < BATCH_BYTES;
-                    bytes += p.data;
-                    fits
-                })
-                .count()
-                .max(1);
-            let (batch, tail) = rest.split_at(n);
-            batches.push(batch);
-            rest = tail;
-        }
+        let batches = batches(&plan);
         let next = AtomicUsize::new(0);
         let halt: parking_lot::Mutex<Option<String>> = parking_lot::Mutex::new(None);
         // Bytes of batches being fetched: not resident yet, but already spoken for.
@@ -245,26 +216,7 @@ impl ColdTier {
                             return;
                         }
                         let Some(batch) = batches.get(next.fetch_add(1, Ordering::AcqRel)) else { return };
-                        // The part of the batch that fits; the refill ends where it stops.
-                        let (fit, bytes) = {
-                            let mut r = reserved.lock();
-                            let (room, why) = self.refill_room();
-                            let mut left = room.saturating_sub(*r);
-                            let fit = batch
-                                .iter()
-                                .take_while(|p| {
-                                    let fits = p.data <= left;
-                                    left = left.saturating_sub(p.data);
-                                    fits
-                                })
-                                .count();
-                            if fit < batch.len() {
-                                halt.lock().get_or_insert(why);
-                            }
-                            let bytes: u64 = batch[..fit].iter().map(|p| p.data).sum();
-                            *r += bytes;
-                            (&batch[..fit], bytes)
-                        };
+                        let (fit, bytes) = self.reserve_fitting(batch, &reserved, &halt);
                         if !fit.is_empty() {
                             self.refill_batch(fit, open, started);
                         }
@@ -279,6 +231,50 @@ impl ColdTier {
         stats.stopped = halt.into_inner();
         stats.state = if stats.stopped.is_some() { RefillState::Stopped } else { RefillState::Done };
         stats.clone()
+    }
+
+    /// The chunks of `set` to fetch, each once, in the set's order: those evicted here whose
+    /// record says they hold data.
+    fn refill_plan(&self, set: &HotSet) -> Vec<Planned> {
+        let st = self.state.lock();
+        let mut seen = std::collections::HashSet::new();
+        set.chunks
+            .iter()
+            .filter(|c| seen.insert(**c))
+            .filter_map(|&(ino, idx)| {
+                let c = st.files.get(&ino)?.chunks.get(&idx)?;
+                let r = c.rec.filter(|r| c.evicted() && r.block != ZERO_BLOCK)?;
+                Some(Planned { ino, idx, data: u64::from(r.data) })
+            })
+            .collect()
+    }
+
+    /// The part of `batch` that fits in the cache's room beside the bytes already `reserved`
+    /// by other workers, reserved in turn; returns it with its bytes. A batch cut short
+    /// records why in `halt`: the refill ends where it stops.
+    fn reserve_fitting<'a>(
+        &self,
+        batch: &'a [Planned],
+        reserved: &parking_lot::Mutex<u64>,
+        halt: &parking_lot::Mutex<Option<String>>,
+    ) -> (&'a [Planned], u64) {
+        let mut r = reserved.lock();
+        let (room, why) = self.refill_room();
+        let mut left = room.saturating_sub(*r);
+        let fit = batch
+            .iter()
+            .take_while(|p| {
+                let fits = p.data <= left;
+                left = left.saturating_sub(p.data);
+                fits
+            })
+            .count();
+        if fit < batch.len() {
+            halt.lock().get_or_insert(why);
+        }
+        let bytes: u64 = batch[..fit].iter().map(|p| p.data).sum();
+        *r += bytes;
+        (&batch[..fit], bytes)
     }
 
     /// Waits until the foreground leaves the store alone; `Some(reason)` if the refill must stop.
@@ -450,6 +446,30 @@ impl Fetched {
             }
         }
     }
+}
+
+/// Cuts the plan into batches of at most `BATCH_CHUNKS` chunks and about `BATCH_BYTES`
+/// (a batch always holds at least one chunk).
+fn batches(plan: &[Planned]) -> Vec<&[Planned]> {
+    let mut batches: Vec<&[Planned]> = Vec::new();
+    let mut rest = plan;
+    while !rest.is_empty() {
+        let mut bytes = 0;
+        let n = rest
+            .iter()
+            .take(BATCH_CHUNKS)
+            .take_while(|p| {
+                let fits = bytes < BATCH_BYTES;
+                bytes += p.data;
+                fits
+            })
+            .count()
+            .max(1);
+        let (batch, tail) = rest.split_at(n);
+        batches.push(batch);
+        rest = tail;
+    }
+    batches
 }
 
 #[cfg(test)]

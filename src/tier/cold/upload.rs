@@ -29,6 +29,10 @@ struct Claim {
     epoch: u64,
 }
 
+/// A chunk read for sealing: its claim's index, its block id, its length and the bytes of
+/// data in it.
+type Sealed = (usize, BlockId, u32, u32);
+
 impl ColdTier {
     /// Seals and uploads everything dirty now; returns once nothing is dirty or `timeout`
     /// passed (then `Err` with the bytes still dirty).
@@ -216,12 +220,20 @@ impl ColdTier {
     /// chunks that did not change meanwhile as sealed. Each chunk is read straight into the
     /// pack, hashed there and encrypted in place (no copy of its plaintext).
     fn seal(&self, claims: &[Claim]) -> Result<(), ColdError> {
-        let mut files = OpenFiles::default();
-        // (claim, block id, chunk length, bytes of data in it)
-        let mut sealed: Vec<(usize, BlockId, u32, u32)> = Vec::new();
-        let mut gone = Vec::new();
         // A claim stops at the first chunk that reaches the pack size: room for one chunk more.
         let mut pack = PackBuilder::new(self.store.pack_size() + CHUNK_SIZE as usize);
+        let (sealed, gone) = self.stage_claims(claims, &mut pack)?;
+        let batch = self.upload(pack)?;
+        self.settle_claims(claims, &sealed, gone, batch)
+    }
+
+    /// Reads each claimed chunk into `pack`, hashes it there and seals the blocks the store
+    /// does not have yet. Returns the chunks read (a zero block or a block id each) and the
+    /// index of each claim with nothing to seal (its file gone, or the chunk past the end).
+    fn stage_claims(&self, claims: &[Claim], pack: &mut PackBuilder) -> Result<(Vec<Sealed>, Vec<usize>), ColdError> {
+        let mut files = OpenFiles::default();
+        let mut sealed: Vec<Sealed> = Vec::new();
+        let mut gone = Vec::new();
         let mut seen = HashSet::new();
         for (i, cl) in claims.iter().enumerate() {
             let Some(rec) = self.meta.inode(cl.ino)? else {
@@ -265,11 +277,23 @@ impl ColdTier {
                 pack.seal_staged_runs(self.store.keys(), &id, &data_runs);
             }
         }
-        let mut batch = self.upload(pack)?;
+        Ok((sealed, gone))
+    }
+
+    /// Records in the chunk state and the metadata store, in one batch with the upload's
+    /// block index, the chunks of `sealed` that did not change meanwhile as sealed, and drops
+    /// the `gone` ones unless written meanwhile.
+    fn settle_claims(
+        &self,
+        claims: &[Claim],
+        sealed: &[Sealed],
+        gone: Vec<usize>,
+        mut batch: MetaBatch,
+    ) -> Result<(), ColdError> {
         let mut st = self.state.lock();
         let State { files: fstate, dirty_bytes, resident_bytes, .. } = &mut *st;
         let mut touched = HashSet::new();
-        for (i, id, len, data) in &sealed {
+        for (i, id, len, data) in sealed {
             let cl = &claims[*i];
             touched.insert(cl.ino);
             let Some(f) = fstate.get_mut(&cl.ino) else { continue };
