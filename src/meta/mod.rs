@@ -19,6 +19,7 @@ pub mod seal;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rocksdb::{BlockBasedOptions, DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions};
@@ -295,6 +296,8 @@ pub struct MetaStore {
     cached_writes: Mutex<()>,
     /// Names and values sealed at rest under `--encrypt-cache` (see [`seal`]).
     sealing: Sealing,
+    /// Batches committed since open ([`MetaStore::commits`]).
+    commits: AtomicU64,
 }
 
 impl MetaStore {
@@ -338,6 +341,7 @@ impl MetaStore {
             dentries: DentryCache::default(),
             cached_writes: Mutex::new(()),
             sealing: Sealing::new(cipher.clone()),
+            commits: AtomicU64::new(0),
         };
         let found = match store.db.get(codec::SCHEMA_KEY)? {
             None => None,
@@ -718,10 +722,17 @@ impl MetaStore {
         self.inodes.invalidate(&touched);
         self.dentries.invalidate(&touched_names);
         if result.is_ok() {
+            self.commits.fetch_add(1, Ordering::Relaxed);
             self.inodes.store(written.into_iter().map(|rec| (rec.attr.ino, rec)));
             self.dentries.store(written_names);
         }
         result
+    }
+
+    /// How many batches [`MetaStore::commit`] wrote since the store was opened: each is one
+    /// RocksDB write (and one record of its log), the cost an operation pays per commit.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
     }
 
     /// The journal of shared changes (idle until [`MetaStore::enable_journal`]).
@@ -920,6 +931,11 @@ pub struct MetaBatch {
 impl MetaBatch {
     pub fn new() -> MetaBatch {
         MetaBatch::default()
+    }
+    /// Adds `other`'s changes after this batch's own (both then commit as one).
+    pub fn append(&mut self, mut other: MetaBatch) {
+        self.writes.append(&mut other.writes);
+        self.ops.append(&mut other.ops);
     }
     fn put(&mut self, key: Vec<u8>, value: &[u8]) {
         self.local_put(key.clone(), value);

@@ -38,7 +38,7 @@ pub mod cold;
 mod encrypted;
 pub use cold::{
     BlockStore, ColdConfig, ColdError, ColdStats, ColdTier, DEFAULT_INFLIGHT_BUDGET, HotSet, HotSetError,
-    MAX_HOT_CHUNKS, Near, RefillState, RefillStats,
+    MAX_HOT_CHUNKS, Near, RefillState, RefillStats, WriteGuard,
 };
 pub use encrypted::CacheEncryption;
 

@@ -239,13 +239,38 @@ impl Vfs {
         self.claim_space(data.len() as u64)?;
         let file = self.open_file(ino)?;
         // Held until the new size is committed, so the chunk is not sealed in between.
-        let _cold_write = match &self.cold {
+        let mut cold_write = match &self.cold {
             Some(cold) => Some(cold.begin_write(ino, &file, offset..end, u64::MAX, true)?),
             None => None,
         };
-        self.hot.data(&file, ino).write_at(offset, data)?;
+        let out = self.hot.data(&file, ino);
+        if cold_write.as_ref().is_some_and(WriteGuard::has_marks) {
+            // A chunk turned dirty: its mark, the size and the times commit first, in one
+            // batch, then the bytes land (docs/ARCHITECTURE.md, "One commit per change").
+            let _g = self.lock_inodes(&[ino]);
+            let old = self.record(ino)?;
+            let rec = self.written(old.clone(), offset, end).0;
+            return self.commit_then_land(cold_write.as_mut(), MetaBatch::new(), &old, &rec, || {
+                out.write_at(offset, data)?;
+                Ok(data.len() as u32)
+            });
+        }
+        out.write_at(offset, data)?;
         let _g = self.lock_inodes(&[ino]);
-        let mut rec = self.record(ino)?;
+        let (rec, changed) = self.written(self.record(ino)?, offset, end);
+        // Clearing setuid/setgid on write is the kernel's job (file_remove_privs sends a
+        // setattr): it knows whether the writer has CAP_FSETID, which this layer does not.
+        if changed {
+            let mut b = MetaBatch::new();
+            b.put_inode(&rec);
+            self.commit_change(cold_write.as_mut(), b)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// `rec` after a write of `offset..end`: the size it reaches and the times it sets, and
+    /// whether anything changed.
+    fn written(&self, mut rec: InodeRecord, offset: u64, end: u64) -> (InodeRecord, bool) {
         let mut changed = false;
         if offset > rec.attr.size {
             rec.dense = false; // the bytes between the old end and `offset` are a hole
@@ -261,14 +286,55 @@ impl Vfs {
             rec.attr.ctime = now;
             changed = true;
         }
-        // Clearing setuid/setgid on write is the kernel's job (file_remove_privs sends a
-        // setattr): it knows whether the writer has CAP_FSETID, which this layer does not.
-        if changed {
-            let mut b = MetaBatch::new();
-            b.put_inode(&rec);
-            self.meta.commit(b)?;
+        (rec, changed)
+    }
+
+    /// Commits `b` with the marks of the change `guard` holds (if any), as one batch.
+    pub(super) fn commit_change(&self, guard: Option<&mut WriteGuard<'_>>, b: MetaBatch) -> VfsResult<()> {
+        match guard {
+            Some(guard) => Ok(guard.commit(b)?),
+            None => Ok(self.meta.commit(b)?),
         }
-        Ok(data.len() as u32)
+    }
+
+    /// The order of a change that marks chunks dirty (docs/ARCHITECTURE.md, "One commit per
+    /// change"): `b`, the new record `rec` and the change's marks commit as one batch, then
+    /// `land` changes the bytes. If that fails, a size `rec` grew past `old`'s is taken back
+    /// (a second commit, on the error path only), so it never claims bytes that did not land.
+    /// The caller holds the inode's stripe throughout, so no other change of the record comes
+    /// between.
+    pub(super) fn commit_then_land<T>(
+        &self,
+        guard: Option<&mut WriteGuard<'_>>,
+        mut b: MetaBatch,
+        old: &InodeRecord,
+        rec: &InodeRecord,
+        land: impl FnOnce() -> VfsResult<T>,
+    ) -> VfsResult<T> {
+        b.put_inode(rec);
+        self.commit_change(guard, b)?;
+        land().or_else(|e| {
+            self.cut_back(old, rec, old.attr.size)?;
+            Err(e)
+        })
+    }
+
+    /// Takes back a size `rec` committed past `landed` (but never below `old`'s): the bytes
+    /// up to `rec`'s size did not all land.
+    fn cut_back(&self, old: &InodeRecord, rec: &InodeRecord, landed: u64) -> VfsResult<()> {
+        let size = landed.max(old.attr.size);
+        if rec.attr.size <= size {
+            return Ok(());
+        }
+        let mut back = rec.clone();
+        back.attr.size = size;
+        back.attr.blocks = size.div_ceil(512);
+        if size == old.attr.size {
+            back.dense = old.dense;
+        }
+        let mut b = MetaBatch::new();
+        b.put_inode(&back);
+        Ok(self.meta.commit(b)?)
     }
 
     pub fn flush(&self, _ino: Ino, _fh: u64) -> VfsResult<()> {
@@ -344,53 +410,57 @@ impl Vfs {
         let file = self.open_file(ino)?;
         let data = self.hot.data(&file, ino);
         let _g = self.lock_inodes(&[ino]);
-        let mut rec = self.record(ino)?;
+        let old = self.record(ino)?;
+        let mut rec = old.clone();
         // Every mode may leave a hole or allocate past the end: st_blocks comes from the data file.
         rec.dense = false;
-        let old = rec.attr.size;
-        let shifts = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
-        let new_size = if mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0 {
-            old.saturating_sub(length)
-        } else if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
-            old.checked_add(length).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?
-        } else if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
-            old
-        } else {
-            old.max(end)
-        };
-        let zeroes = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
-        let _cold_write = match &self.cold {
-            // Collapse and insert move every byte after `offset`: all of it must be local.
-            Some(cold) if shifts => {
-                let insert = mode & libc::FALLOC_FL_INSERT_RANGE != 0;
-                Some(cold.begin_shift(ino, &file, offset, length, insert, old)?)
-            }
-            Some(cold) if zeroes => Some(cold.begin_zero(ino, &file, offset..end, old)?),
-            // Allocating keeps every byte as it was (zeros where there were holes).
-            _ => None,
-        };
-        if new_size < old {
-            // Collapse: commit the smaller size first (a crash then trims, never resurrects).
-            rec.attr.size = new_size;
-            let mut b = MetaBatch::new();
-            if let Some(cold) = &self.cold {
-                cold.truncate(ino, new_size, &mut b);
-            }
-            b.put_inode(&rec);
-            self.meta.commit(b)?;
-        }
-        data.fallocate(mode, offset, length)?;
+        let new_size = fallocated_size(mode, old.attr.size, length, end)?;
+        let mut cold_write = self.begin_fallocate(ino, &file, mode, offset..end, old.attr.size)?;
         let now = Timestamp::now();
         rec.attr.size = new_size;
         rec.attr.blocks = new_size.div_ceil(512);
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 || new_size != old {
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 || new_size != old.attr.size {
             rec.attr.mtime = now;
         }
         rec.attr.ctime = now;
         let mut b = MetaBatch::new();
+        let shrinks = new_size < old.attr.size;
+        if let Some(cold) = self.cold.as_ref().filter(|_| shrinks) {
+            cold.truncate(ino, new_size, &mut b);
+        }
+        if shrinks || cold_write.as_ref().is_some_and(WriteGuard::has_marks) {
+            // Marks, and a smaller size (a crash then trims, never resurrects), before the
+            // bytes change: one batch with the rest (docs/ARCHITECTURE.md, "One commit per change").
+            return self
+                .commit_then_land(cold_write.as_mut(), b, &old, &rec, || Ok(data.fallocate(mode, offset, length)?));
+        }
+        data.fallocate(mode, offset, length)?;
         b.put_inode(&rec);
-        self.meta.commit(b)?;
-        Ok(())
+        self.commit_change(cold_write.as_mut(), b)
+    }
+
+    /// Marks what a fallocate of `range` with `mode` changes in a file of `size` bytes: collapse
+    /// and insert move every byte after the range's start (all of it must be local), punch
+    /// hole and zero range zero the range; allocating keeps every byte as it was (zeros where
+    /// there were holes) and marks nothing.
+    fn begin_fallocate<'a>(
+        &'a self,
+        ino: Ino,
+        file: &File,
+        mode: i32,
+        range: std::ops::Range<u64>,
+        size: u64,
+    ) -> VfsResult<Option<WriteGuard<'a>>> {
+        let Some(cold) = &self.cold else { return Ok(None) };
+        let len = range.end - range.start;
+        if mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0 {
+            let insert = mode & libc::FALLOC_FL_INSERT_RANGE != 0;
+            return Ok(Some(cold.begin_shift(ino, file, range.start, len, insert, size)?));
+        }
+        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+            return Ok(Some(cold.begin_zero(ino, file, range, size)?));
+        }
+        Ok(None)
     }
 
     /// Reads of `ino` are cached from now on, whatever its size ([`IOCTL_KEEP_CACHED`]).
@@ -448,25 +518,52 @@ impl Vfs {
         }
         let end = off_out.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
         self.claim_space(len)?;
-        let _cold_write = match &self.cold {
+        let (_pinned, mut cold_write) = match &self.cold {
             Some(cold) => {
                 let pinned = cold.begin_read(ino_in, &src, off_in..off_in + len)?;
-                Some((pinned, cold.begin_write(ino_out, &dst, off_out..end, u64::MAX, true)?))
+                (Some(pinned), Some(cold.begin_write(ino_out, &dst, off_out..end, u64::MAX, true)?))
             }
-            None => None,
+            None => (None, None),
         };
-        let copied = self.hot.data(&src, ino_in).copy_to(off_in, &self.hot.data(&dst, ino_out), off_out, len)?;
+        let copy = || Ok(self.hot.data(&src, ino_in).copy_to(off_in, &self.hot.data(&dst, ino_out), off_out, len)?);
+        let copied_rec = |mut rec: InodeRecord, copied: u64| {
+            let now = Timestamp::now();
+            rec.dense = false; // the copy keeps the source's holes, and may start past the end
+            rec.attr.size = rec.attr.size.max(end.min(off_out + copied));
+            rec.attr.blocks = rec.attr.size.div_ceil(512);
+            rec.attr.mtime = now;
+            rec.attr.ctime = now;
+            rec
+        };
+        if cold_write.as_ref().is_some_and(WriteGuard::has_marks) {
+            // Marks, size and times first, in one batch (docs/ARCHITECTURE.md, "One commit per
+            // change"); a copy cut short takes back the size it did not reach.
+            let _g = self.lock_inodes(&[ino_out]);
+            let old = self.record(ino_out)?;
+            let rec = copied_rec(old.clone(), len);
+            let copied = self.commit_then_land(cold_write.as_mut(), MetaBatch::new(), &old, &rec, copy)?;
+            self.cut_back(&old, &rec, off_out + copied)?;
+            return Ok(copied);
+        }
+        let copied = copy()?;
         let _g = self.lock_inodes(&[ino_out]);
-        let mut rec = self.record(ino_out)?;
-        let now = Timestamp::now();
-        rec.dense = false; // the copy keeps the source's holes, and may start past the end
-        rec.attr.size = rec.attr.size.max(end.min(off_out + copied));
-        rec.attr.blocks = rec.attr.size.div_ceil(512);
-        rec.attr.mtime = now;
-        rec.attr.ctime = now;
+        let rec = copied_rec(self.record(ino_out)?, copied);
         let mut b = MetaBatch::new();
         b.put_inode(&rec);
-        self.meta.commit(b)?;
+        self.commit_change(cold_write.as_mut(), b)?;
         Ok(copied)
     }
+}
+
+/// A file's size after a fallocate of `length` bytes ending at `end` with `mode`, from `old`.
+fn fallocated_size(mode: i32, old: u64, length: u64, end: u64) -> VfsResult<u64> {
+    Ok(if mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0 {
+        old.saturating_sub(length)
+    } else if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
+        old.checked_add(length).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?
+    } else if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
+        old
+    } else {
+        old.max(end)
+    })
 }

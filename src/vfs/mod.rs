@@ -40,7 +40,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock};
 use crate::crypto::CacheCipher;
 use crate::meta::{InodeRecord, MetaBatch, MetaStore};
 use crate::tier::{
-    BlockStore, ColdConfig, ColdStats, ColdTier, DataDirLock, HotSet, HotTier, HotTierError, RefillStats,
+    BlockStore, ColdConfig, ColdStats, ColdTier, DataDirLock, HotSet, HotTier, HotTierError, RefillStats, WriteGuard,
 };
 pub use adopt::Content;
 pub use error::{VfsError, VfsResult};
@@ -137,6 +137,8 @@ pub struct VfsStats {
     /// The cold tier's numbers, when a store is attached.
     pub cold: Option<ColdStats>,
     pub passthrough: PassthroughStats,
+    /// Metadata batches committed since the mount opened ([`MetaStore::commits`]).
+    pub meta_commits: u64,
 }
 
 /// An open regular file: its data file (opened on first use, so creating and closing an
@@ -434,7 +436,7 @@ impl Vfs {
         }
         let mut shrink_to = None;
         let mut b = MetaBatch::new();
-        let mut _cold_write = None;
+        let mut cold_write = None;
         let mut data_file = None;
         if let Some(size) = ch.size {
             match a.kind {
@@ -453,7 +455,7 @@ impl Vfs {
                 // nothing and costs the same for any length.
                 if size < a.size {
                     cold.truncate(ino, size, &mut b);
-                    _cold_write = Some(cold.begin_zero(ino, &file, size..a.size, a.size)?);
+                    cold_write = Some(cold.begin_zero(ino, &file, size..a.size, a.size)?);
                 }
             }
             if size >= a.size {
@@ -485,7 +487,8 @@ impl Vfs {
         }
         a.ctime = ch.ctime.unwrap_or(now);
         b.put_inode(&rec);
-        self.meta.commit(b)?;
+        // One batch: the record, the dropped chunks and the marks of the zeroed tail.
+        self.commit_change(cold_write.as_mut(), b)?;
         if let (Some(size), Some(file)) = (shrink_to, &data_file) {
             // Shrinking: commit first, then cut the data, so a crash in between leaves the
             // truncate done (the data file is trimmed to the recorded size when next opened).
@@ -592,6 +595,7 @@ impl Vfs {
             reserve: self.hot.reserve(),
             cold: self.cold.as_ref().map(|c| c.stats()),
             passthrough: self.passthrough_stats(),
+            meta_commits: self.meta.commits(),
         }
     }
 

@@ -249,7 +249,7 @@ impl Vfs {
     pub(super) fn take_passthrough_writes(&self, ino: Ino) -> VfsResult<()> {
         let file = self.open_file(ino)?;
         let size = self.hot.data(&file, ino).plain_len()?;
-        let _cold_write = match &self.cold {
+        let mut cold_write = match &self.cold {
             Some(cold) => Some(cold.begin_write(ino, &file, 0..size, size, true)?),
             None => None,
         };
@@ -260,9 +260,11 @@ impl Vfs {
         let now = Timestamp::now();
         (rec.attr.size, rec.attr.blocks) = (size, size.div_ceil(512));
         (rec.attr.mtime, rec.attr.ctime) = (now, now);
+        // The bytes landed already: the inode's dirty marker, committed at the writer's open,
+        // covered them until now; the chunks' marks go in the same batch as the size.
         let mut b = MetaBatch::new();
         b.put_inode(&rec);
-        Ok(self.meta.commit(b)?)
+        self.commit_change(cold_write.as_mut(), b)
     }
 
     /// `attr` with the size of `ino`'s data file while a passthrough writer may be moving it.

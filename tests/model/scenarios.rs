@@ -478,3 +478,79 @@ pub(crate) fn a_removed_inode_leaves_no_xattr_symlink_or_orphan_record() {
     }
     assert_eq!(meta.orphans().expect("orphans"), Vec::<u64>::new(), "orphan marker left");
 }
+
+/// Every change of a file's bytes commits its metadata in one batch (issue 48): a write that
+/// turns a chunk dirty (its unsealed mark, the size and the times together), a write into a
+/// dirty chunk, writes that extend the file, truncates down (dropped chunks and the zeroed
+/// tail's mark with the size) and up, fallocate and copy_file_range; with a cold tier and
+/// without. Nothing is sealed meanwhile (an hour's `seal_after`, no chunk filled, the files
+/// stay open), so only the operations commit.
+#[test]
+pub(crate) fn every_data_change_commits_one_metadata_batch() {
+    for cold in [true, false] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = VfsConfig::new(dir.path());
+        if cold {
+            let mut tier = ColdConfig::new(None);
+            tier.seal_after = std::time::Duration::from_secs(3600);
+            config.store = Some(AttachedStore { store: Arc::new(MemStore::new()), config: tier });
+        }
+        let fs = Vfs::new(config).expect("open");
+        let (f, fh) = fs.create(ME, ROOT_INO, b"f", 0o644, UMASK, libc::O_RDWR).expect("create");
+        let (g, gh) = fs.create(ME, ROOT_INO, b"g", 0o644, UMASK, libc::O_RDWR).expect("create");
+        let ino = f.ino;
+        let meta = fs.meta().clone();
+        let one = |what: &str, change: &dyn Fn()| {
+            let before = meta.commits();
+            change();
+            assert_eq!(meta.commits() - before, 1, "{what} (cold tier: {cold})");
+        };
+        let page = [7u8; 4096];
+        const MIB: u64 = 1 << 20;
+        one("a write to a new chunk", &|| {
+            fs.write(ino, fh, 0, &page).expect("write");
+        });
+        one("a write into a dirty chunk", &|| {
+            fs.write(ino, fh, 2 * MIB, &page).expect("write");
+        });
+        one("an extending write to a new chunk", &|| {
+            fs.write(ino, fh, 5 * MIB, &page).expect("write");
+        });
+        one("an extending write into a dirty chunk", &|| {
+            fs.write(ino, fh, 6 * MIB, &page).expect("write");
+        });
+        let size = |size| SetAttr { size: Some(size), ..SetAttr::default() };
+        one("a truncate inside a dirty chunk", &|| {
+            fs.setattr(ME, ino, &size(6 * MIB + 100), Some(fh)).expect("truncate");
+        });
+        one("a truncate that drops a chunk", &|| {
+            fs.setattr(ME, ino, &size(3 * MIB), Some(fh)).expect("truncate");
+        });
+        one("a growing truncate", &|| {
+            fs.setattr(ME, ino, &size(13 * MIB), Some(fh)).expect("truncate");
+        });
+        one("a write to a new chunk past a hole", &|| {
+            fs.write(ino, fh, 9 * MIB, &page).expect("write");
+        });
+        one("a punched hole", &|| {
+            fs.fallocate(ino, fh, 0, 8192, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).expect("punch")
+        });
+        one("a zeroed range", &|| fs.fallocate(ino, fh, 9 * MIB, 4096, libc::FALLOC_FL_ZERO_RANGE).expect("zero"));
+        one("an allocation past the end", &|| fs.fallocate(ino, fh, 13 * MIB, 4096, 0).expect("allocate"));
+        one("a copy into a new chunk", &|| {
+            fs.copy_file_range(ino, fh, 2 * MIB, g.ino, gh, 0, 4096).expect("copy");
+        });
+        one("a copy into a dirty chunk", &|| {
+            fs.copy_file_range(ino, fh, 2 * MIB, g.ino, gh, 8192, 4096).expect("copy");
+        });
+        if cold {
+            // The marks were in those batches: every chunk written is known to be unsealed.
+            let unsealed = meta.unsealed_chunks().expect("unsealed marks");
+            assert_eq!(unsealed.get(&ino).map(Vec::as_slice), Some(&[0, 2][..]), "marks of f");
+            assert_eq!(unsealed.get(&g.ino).map(Vec::as_slice), Some(&[0][..]), "marks of g");
+        }
+        assert!(fs.read(ino, fh, 9 * MIB, 4096).expect("read") == [0; 4096], "f's zeroed range");
+        assert_eq!(fs.getattr(ino).expect("stat").size, 13 * MIB + 4096, "f's size");
+        assert!(fs.read(g.ino, gh, 8192, 4096).expect("read") == page, "g's copied bytes");
+    }
+}

@@ -242,6 +242,9 @@ pub struct StatusReport {
     pub open_files: u64,
     pub data_bytes: u64,
     pub cache_size: Option<u64>,
+    /// Metadata batches (RocksDB writes) committed since the mount started.
+    #[serde(default)]
+    pub meta_commits: u64,
     /// Free bytes on the data dir's disk, and how many of them writes leave for the metadata
     /// (`--reserve`): writes fail with ENOSPC once `disk_free` reaches `reserve`.
     #[serde(default)]
@@ -802,6 +805,7 @@ mod tests {
                 open_files: 4,
                 data_bytes: 5,
                 cache_size: None,
+                meta_commits: 8,
                 disk_free: 6,
                 reserve: 7,
                 store: None,

@@ -699,6 +699,7 @@ impl ControlHandler for Served {
             open_files: stats.open_files,
             data_bytes: stats.data_bytes,
             cache_size: stats.cache_size,
+            meta_commits: stats.meta_commits,
             disk_free: stats.disk_free,
             reserve: stats.reserve,
             store: self.config.store.clone(),

@@ -336,6 +336,7 @@ mod tests {
             open_files: 2,
             data_bytes: 1536,
             cache_size: Some(10 << 30),
+            meta_commits: 0,
             disk_free: 3 << 30,
             reserve: 256 << 20,
             store: None,

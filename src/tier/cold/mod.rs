@@ -22,7 +22,10 @@
 //!   write never lands in a chunk that is being punched; a write to an evicted chunk first
 //!   fetches it (unless it overwrites the whole chunk);
 //! - an inode with dirty chunks carries a persistent dirty marker, so after a crash its chunks
-//!   are re-sealed (and a stale chunk record is never trusted over newer local bytes);
+//!   are re-sealed (and a stale chunk record is never trusted over newer local bytes); the
+//!   marks a write needs are committed in the caller's one batch before its bytes land
+//!   ([`WriteGuard::commit`]), and a mark another write has not committed yet is carried by
+//!   every write into that chunk until one does (`Chunk::mark_pending`);
 //! - writers are throttled, never failed, while dirty bytes exceed the bound;
 //! - a file larger than [`ColdConfig::stream_above`] is *streamed*: the blocks its reads fetch
 //!   go to a small in-memory buffer keyed by block id, not into the data file, and its chunks
@@ -325,6 +328,10 @@ struct Chunk {
     claimed: bool,
     fetching: bool,
     last_access: u64,
+    /// Its unsealed mark (and, if it has one, its resident record) is in a batch that was not
+    /// committed yet: every write into it puts them in its own batch too, until one commits
+    /// (see [`WriteGuard::commit`]).
+    mark_pending: bool,
 }
 
 impl Chunk {
@@ -356,6 +363,8 @@ struct FileState {
     dirty_since: Option<Instant>,
     open: bool,
     marked_dirty: bool,
+    /// The dirty marker is in a batch that was not committed yet (as [`Chunk::mark_pending`]).
+    dirty_mark_pending: bool,
     /// Larger than [`ColdConfig::stream_above`] when last read: read-ahead fetches into the
     /// stream buffer, not into the data file.
     streaming: bool,
@@ -474,10 +483,70 @@ fn chunk_len(size: u64, index: u64) -> u64 {
 }
 
 /// Marks an in-flight write; dropping it ends the write (see the module invariants).
+///
+/// It carries the marks the change needs committed before its bytes land (unsealed marks,
+/// the dirty marker, records made resident again): the caller adds its own changes (size,
+/// times) and commits them all in one batch with [`WriteGuard::commit`].
 pub struct WriteGuard<'a> {
     tier: &'a ColdTier,
     ino: Ino,
     chunks: Vec<u64>,
+    marks: Marks,
+}
+
+/// What a [`WriteGuard`] must have committed before its change lands.
+#[derive(Default)]
+struct Marks {
+    batch: MetaBatch,
+    /// The chunks whose marks are in `batch`.
+    chunks: Vec<u64>,
+    /// The inode's dirty marker is in `batch`.
+    inode: bool,
+}
+
+impl Marks {
+    /// Chunk `idx` of `ino` (state `c`) turned dirty, or its marks are not committed yet:
+    /// they go in this batch. Before the write lands, so that a node that restores the
+    /// workspace after this one stopped knows the chunk's data may not be in the store, and
+    /// this node re-seals it after a crash.
+    fn chunk(&mut self, ino: Ino, idx: u64, c: &Chunk) {
+        self.batch.put_unsealed(ino, idx);
+        if let Some(r) = &c.rec {
+            self.batch.set_chunk_residency(ino, idx, r);
+        }
+        self.chunks.push(idx);
+    }
+}
+
+impl WriteGuard<'_> {
+    /// Whether the change has marks to commit before its bytes land (a chunk turned dirty,
+    /// or one whose mark another write has not committed yet). Without marks, a caller may
+    /// land the bytes first and commit its own changes after.
+    pub fn has_marks(&self) -> bool {
+        !self.marks.chunks.is_empty() || self.marks.inode
+    }
+
+    /// Commits `batch` together with the change's marks, as one batch; the marks count as
+    /// committed from then on. On an error they stay pending: the next write of those chunks
+    /// commits them again.
+    pub fn commit(&mut self, mut batch: MetaBatch) -> Result<(), ColdError> {
+        let marks = std::mem::take(&mut self.marks);
+        batch.append(marks.batch);
+        self.tier.meta.commit(batch)?;
+        if marks.chunks.is_empty() && !marks.inode {
+            return Ok(());
+        }
+        let mut st = self.tier.state.lock();
+        if let Some(f) = st.files.get_mut(&self.ino) {
+            f.dirty_mark_pending &= !marks.inode;
+            for idx in &marks.chunks {
+                if let Some(c) = f.chunks.get_mut(idx) {
+                    c.mark_pending = false;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Drop for WriteGuard<'_> {

@@ -4,7 +4,8 @@
 //!
 //! Invariants: every chunk a change touches is marked dirty under the state lock before the
 //! caller writes, and its unsealed marker (and the inode's dirty marker) is committed before
-//! the write lands; an evicted or unverified chunk that the change does not overwrite whole is
+//! the write lands, in the caller's one batch ([`WriteGuard::commit`]; a mark stays pending,
+//! and every later write of the chunk carries it too, until a batch with it is committed); an evicted or unverified chunk that the change does not overwrite whole is
 //! checked or fetched first, so a write never mixes new bytes into a hole or unchecked bytes;
 //! writers wait while the dirty bound is exceeded, and are never failed for it. The
 //! [`WriteGuard`] returned ends the write (and moves the chunks' epochs) when it is dropped.
@@ -13,9 +14,8 @@ use std::fs::File;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use super::{ColdError, ColdTier, State, WriteGuard, chunks_of};
+use super::{ColdError, ColdTier, Marks, State, WriteGuard, chunks_of};
 use crate::block::CHUNK_SIZE;
-use crate::meta::MetaBatch;
 use crate::types::Ino;
 
 impl ColdTier {
@@ -97,8 +97,7 @@ impl ColdTier {
             let covers_all = range.start <= start && range.end >= start + CHUNK_SIZE.min(size.saturating_sub(start));
             !(overwrites && covers_all)
         };
-        let mut batch = MetaBatch::new();
-        let mut persist = false;
+        let mut marks = Marks::default();
         {
             // Fetch what must be fetched, then mark under the lock — re-checking, since the
             // evictor may have punched a chunk again between the fetch and the lock.
@@ -124,23 +123,20 @@ impl ColdTier {
                 let c = f.chunks.entry(idx).or_default();
                 let start = idx * CHUNK_SIZE;
                 let end_in_chunk = range.end.clamp(start, start + CHUNK_SIZE) - start;
-                if c.evicted() {
+                if let Some(r) = c.rec.as_mut().filter(|r| !r.resident) {
                     // A whole-chunk overwrite of an evicted chunk: nothing to fetch. The record
-                    // says resident again so that, after a crash, the dirty marker re-seals it.
-                    if let Some(r) = c.rec.as_mut() {
-                        r.resident = true;
-                        batch.set_chunk_residency(ino, idx, r);
-                        persist = true;
-                    }
+                    // says resident again so that, after a crash, the unsealed mark re-seals it.
+                    r.resident = true;
+                    c.mark_pending = true;
                 }
                 if !c.dirty {
                     c.dirty = true;
                     f.dirty_chunks += 1;
                     dirty_inos.insert(ino);
-                    // Before the write lands: a node that restores the workspace after this
-                    // one stopped knows the chunk's data may not be in the store.
-                    batch.put_unsealed(ino, idx);
-                    persist = true;
+                    c.mark_pending = true;
+                }
+                if c.mark_pending {
+                    marks.chunk(ino, idx, c);
                 }
                 let start_in_chunk = range.start.clamp(start, start + CHUNK_SIZE) - start;
                 let (lo, hi) = if c.dirty_len == 0 {
@@ -166,16 +162,16 @@ impl ColdTier {
                 f.dirty_since.get_or_insert_with(Instant::now);
                 if !f.marked_dirty {
                     f.marked_dirty = true;
-                    batch.put_dirty(ino);
-                    persist = true;
+                    f.dirty_mark_pending = true;
+                }
+                if f.dirty_mark_pending {
+                    marks.batch.put_dirty(ino);
+                    marks.inode = true;
                 }
             }
         }
-        let guard = WriteGuard { tier: self, ino, chunks };
-        if persist {
-            self.meta.commit(batch)?;
-        }
-        Ok(guard)
+        // The marks are committed by the caller, with its own changes, before the write lands.
+        Ok(WriteGuard { tier: self, ino, chunks, marks })
     }
 
     /// Whether reading `range` of `ino` (or writing it, with `write`) may have to wait: for a
