@@ -168,31 +168,38 @@ fn a_removal_just_before_a_sync_is_in_the_trash_on_moto() {
     removal_then_sync(Node::init(&servers, "tierfs-trash-sync", "trash-sync"));
 }
 
-/// `rm` and a rename over a file, then `tierfs sync` at once: the snapshot's checkpoint must
-/// not be the only place the removals reach (the trash replays the journal).
+/// `rm` and a rename over a file, then `tierfs sync` at once and the node dies: the snapshot's
+/// checkpoint must not be the only place the removals reached (the trash replays the
+/// journal), on this node nor on a fresh one.
 fn removal_then_sync(mut a: Node) {
     a.mount(&[]);
     let m = a.fx.mountpoint.clone();
     fs::create_dir(m.join("keep")).expect("mkdir");
     fs::write(m.join("keep/notes.txt"), b"notes of the day").expect("write");
     fs::write(m.join("model.pt"), b"the good model").expect("write");
+    fs::write(m.join("worse.pt"), b"a worse model").expect("write");
     flush(&a);
 
+    // Nothing left to upload: the sync is one checkpoint, at once after the removals.
     fs::remove_file(m.join("keep/notes.txt")).expect("rm");
-    fs::write(m.join("worse.pt"), b"a worse model").expect("write");
     fs::rename(m.join("worse.pt"), m.join("model.pt")).expect("rename over");
     a.sync("right after rm").assert_success("tierfs sync");
+    a.kill9();
+    a.wipe_local_state();
 
-    let (out, list) = trash(&a, &m, &["list"]);
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    let m = b.fx.mountpoint.clone();
+    let (out, list) = trash(&b, &m, &["list"]);
     out.assert_success("tierfs trash list");
     let entries = list.as_array().expect("a list");
     let what = |path: &str| entries.iter().find(|e| e["path"] == path).map(|e| e["what"].clone());
     assert_eq!(what("keep/notes.txt"), Some("deleted".into()), "{list}");
     assert_eq!(what("model.pt"), Some("replaced".into()), "{list}");
-    let (out, _) = trash(&a, &m, &["restore", "keep/notes.txt"]);
+    let (out, _) = trash(&b, &m, &["restore", "keep/notes.txt"]);
     out.assert_success("tierfs trash restore keep/notes.txt");
     assert_eq!(fs::read(m.join("keep/notes.txt")).expect("read"), b"notes of the day");
-    a.fx.umount();
+    b.fx.umount();
 }
 
 #[test]
