@@ -63,6 +63,9 @@ pub enum ExportError {
     /// A path to write a file at that does not stay beneath its root (`..`, absolute).
     #[error("{}: not a path beneath the target ({reason})", path.display())]
     Outside { path: PathBuf, reason: &'static str },
+    /// An entry put back one by one that is not a file, a symlink or a directory.
+    #[error("{}: a {kind} is not put back on its own (only files, symlinks and directories)", path.display())]
+    NotRestorable { path: PathBuf, kind: &'static str },
 }
 
 impl ExportError {
@@ -71,7 +74,7 @@ impl ExportError {
             ExportError::Workspace { source, .. } => source.kind(),
             ExportError::Io { source, .. } => crate::types::io_error_kind(source),
             ExportError::ShortRead { .. } | ExportError::NotATree { .. } => ErrorKind::Corrupt,
-            ExportError::Outside { .. } => ErrorKind::InvalidInput,
+            ExportError::Outside { .. } | ExportError::NotRestorable { .. } => ErrorKind::InvalidInput,
         }
     }
 
@@ -145,17 +148,7 @@ pub fn write_tree(vfs: &Vfs, target: &Path, privileged: bool, visitor: &mut dyn 
     // made beneath it is not followed.
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let root = rustix::fs::open(target, flags, Mode::empty()).map_err(io("open", target))?;
-    let mut w = Writer {
-        root: &root,
-        privileged,
-        chown: privileged && rustix::process::geteuid().is_root(),
-        me: (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()),
-        vfs,
-        visitor,
-        links: HashMap::new(),
-        entered: HashSet::from([ROOT_INO]),
-        written: Written::default(),
-    };
+    let mut w = Writer::new(&root, vfs, privileged, visitor);
     w.dir(ROOT_INO, &root, target, Path::new(""))?;
     Ok(w.written)
 }
@@ -163,14 +156,43 @@ pub fn write_tree(vfs: &Vfs, target: &Path, privileged: bool, visitor: &mut dyn 
 /// How many `<name>.<suffix>-N` a file written beside a taken name tries before giving up.
 const BESIDE_TRIES: u32 = 100;
 
-/// Writes file `ino` of `vfs` as `rel` beneath `root`, an existing directory, and returns the
-/// path it got (relative to `root`) and what was written. Nothing is overwritten: when `rel`
-/// is taken the file goes beside it, as `<name>.<suffix>`, then `<name>.<suffix>-2`, and so on.
-/// Missing directories on the way are made (mode 0755 less the umask). `rel` may not climb
-/// out (`..`, an absolute path) and no component on the way may be a symlink (`openat2`
-/// beneath `root`), whatever happens to the tree meanwhile. Mode, times and xattrs are the
-/// file's; owners and setuid/setgid bits are left out, as in an unprivileged [`write_tree`].
-pub fn write_file_beneath(vfs: &Vfs, ino: Ino, root: &Path, rel: &Path, suffix: &str) -> Result<(PathBuf, Written)> {
+/// Writes entry `ino` of `vfs` (a file, a symlink, or a directory with its whole tree) as
+/// `rel` beneath `root`, an existing directory, and returns the path it got (relative to
+/// `root`) and what was written. Nothing is overwritten: when `rel` is taken the entry goes
+/// beside it, as `<name>.<suffix>`, then `<name>.<suffix>-2`, and so on. Missing directories
+/// on the way are made (mode 0755 less the umask). `rel` may not climb out (`..`, an absolute
+/// path) and no component on the way may be a symlink (`openat2` beneath `root`), whatever
+/// happens to the tree meanwhile. Modes, times and xattrs are the workspace's; owners, setuid
+/// and setgid bits and device nodes are left out, as in an unprivileged [`write_tree`].
+pub fn write_beneath(vfs: &Vfs, ino: Ino, root: &Path, rel: &Path, suffix: &str) -> Result<(PathBuf, Written)> {
+    let (root_fd, dir, at, name) = parent_beneath(root, rel)?;
+    let attr = vfs.getattr(ino).map_err(ExportError::workspace(rel))?;
+    let mut quiet = NoVisitor;
+    let mut w = Writer::new(&root_fd, vfs, false, &mut quiet);
+    for n in 0..BESIDE_TRIES {
+        let mut got = name.clone();
+        match n {
+            0 => {}
+            1 => got.push(format!(".{suffix}")),
+            n => got.push(format!(".{suffix}-{n}")),
+        }
+        let rel_got = rel.parent().map_or_else(|| PathBuf::from(&got), |d| d.join(&got));
+        match w.entry_beneath(ino, &attr, &dir, &got, (&at.join(&got), &rel_got)) {
+            Ok(()) => return Ok((rel_got, w.written)),
+            Err(ExportError::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ExportError::Io {
+        op: "create",
+        path: at.join(name),
+        source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "the name and every name beside it are taken"),
+    })
+}
+
+/// The directory `rel` goes in, beneath `root`, made where missing and opened with no symlink
+/// followed: `root` open, that directory open, its path, and the last name of `rel`.
+fn parent_beneath(root: &Path, rel: &Path) -> Result<(OwnedFd, OwnedFd, PathBuf, std::ffi::OsString)> {
     let outside = |reason| ExportError::Outside { path: rel.to_path_buf(), reason };
     let mut parts = Vec::new();
     for c in rel.components() {
@@ -201,44 +223,7 @@ pub fn write_file_beneath(vfs: &Vfs, ino: Ino, root: &Path, rel: &Path, suffix: 
             }
         })?;
     }
-    let attr = vfs.getattr(ino).map_err(ExportError::workspace(rel))?;
-    let mut quiet = NoVisitor;
-    let mut w = Writer {
-        root: &root_fd,
-        privileged: false,
-        chown: false,
-        me: (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()),
-        vfs,
-        visitor: &mut quiet,
-        links: HashMap::new(),
-        entered: HashSet::new(),
-        written: Written::default(),
-    };
-    for n in 0..BESIDE_TRIES {
-        let mut got = name.to_os_string();
-        match n {
-            0 => {}
-            1 => got.push(format!(".{suffix}")),
-            n => got.push(format!(".{suffix}-{n}")),
-        }
-        let p = at.join(&got);
-        match w.file(ino, &attr, &dir, &got, &p) {
-            Ok(fd) => {
-                w.xattrs(ino, &fd, &p)?;
-                w.attrs(Target::Fd(&fd), &attr, &p)?;
-                w.written.files += 1;
-                let rel_got = rel.parent().map_or_else(|| PathBuf::from(&got), |d| d.join(&got));
-                return Ok((rel_got, w.written));
-            }
-            Err(ExportError::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Err(ExportError::Io {
-        op: "create",
-        path: at.join(name),
-        source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "the name and every name beside it are taken"),
-    })
+    Ok((root_fd, dir, at, name.to_os_string()))
 }
 
 /// A [`Visitor`] that is told nothing.
@@ -280,7 +265,59 @@ struct Writer<'a> {
     written: Written,
 }
 
-impl Writer<'_> {
+impl<'a> Writer<'a> {
+    fn new(root: &'a OwnedFd, vfs: &'a Vfs, privileged: bool, visitor: &'a mut dyn Visitor) -> Writer<'a> {
+        Writer {
+            root,
+            privileged,
+            chown: privileged && rustix::process::geteuid().is_root(),
+            me: (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()),
+            vfs,
+            visitor,
+            links: HashMap::new(),
+            entered: HashSet::from([ROOT_INO]),
+            written: Written::default(),
+        }
+    }
+
+    /// Makes entry `ino` as the new name `name` of `dirfd` (`at`: its path, and the same
+    /// relative to the root), a directory with everything beneath it. A name that is taken
+    /// fails with `AlreadyExists` before anything is written.
+    fn entry_beneath(
+        &mut self,
+        ino: Ino,
+        attr: &Attr,
+        dirfd: &OwnedFd,
+        name: &OsStr,
+        at: (&Path, &Path),
+    ) -> Result<()> {
+        let (p, rel) = at;
+        match attr.kind {
+            FileKind::Dir => {
+                rustix::fs::mkdirat(dirfd, name, Mode::from_raw_mode(0o700)).map_err(io("mkdir", p))?;
+                let child = open_made(dirfd, name, FileKind::Dir, p)?;
+                self.entered.insert(ino);
+                self.dir(ino, &child, p, rel)?;
+                self.written.dirs += 1;
+                self.xattrs(ino, &child, p)?;
+                self.attrs(Target::Fd(&child), attr, p)
+            }
+            FileKind::Symlink => {
+                let target = self.vfs.readlink(ino).map_err(ExportError::workspace(p))?;
+                rustix::fs::symlinkat(OsStr::from_bytes(&target), dirfd, name).map_err(io("symlink", p))?;
+                self.written.symlinks += 1;
+                self.attrs(Target::Symlink(dirfd, name), attr, p)
+            }
+            FileKind::File => {
+                let fd = self.file(ino, attr, dirfd, name, p)?;
+                self.written.files += 1;
+                self.xattrs(ino, &fd, p)?;
+                self.attrs(Target::Fd(&fd), attr, p)
+            }
+            _ => Err(ExportError::NotRestorable { path: rel.to_path_buf(), kind: "device, fifo or socket" }),
+        }
+    }
+
     /// Writes the entries of workspace directory `dir` into the directory open as `dirfd`
     /// (at `path`, for messages). Every entry is made relative to `dirfd` and opened again
     /// without following a symlink, so a name swapped for a symlink meanwhile leads nowhere.

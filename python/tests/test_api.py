@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -135,6 +136,24 @@ def test_trash_and_undo(isolated: Path, capsys: pytest.CaptureFixture[str]) -> N
         with pytest.raises(tierfs.NotFoundError):
             m.restore("never-there.txt")
         assert not (isolated / "outside.txt").exists()
+
+        # A directory comes back with its tree, through Mount.restore and through the magic.
+        (mnt / "runs" / "r1").mkdir(parents=True)
+        (mnt / "runs" / "r1" / "log.txt").write_text("epoch 1")
+        (mnt / "runs" / "latest").symlink_to("r1")
+        m.sync("runs")
+        shutil.rmtree(mnt / "runs")
+        kinds = {e.path: e.kind for e in m.trash()}
+        assert kinds["runs"] == "dir" and kinds["runs/latest"] == "symlink", kinds
+        back = m.restore("runs")
+        assert back.kind == "dir" and back.entries == 4 and not back.beside, back
+        assert (mnt / "runs" / "r1" / "log.txt").read_text() == "epoch 1"
+        assert os.readlink(mnt / "runs" / "latest") == "r1"
+        tierfs.magics.tierfs_magic(f"undo {mnt / 'runs'}")
+        said = capsys.readouterr().out
+        assert "(4 entries) beside it as" in said, said
+        beside = [p for p in mnt.iterdir() if p.name.startswith("runs.restored-")]
+        assert len(beside) == 1 and (beside[0] / "r1" / "log.txt").read_text() == "epoch 1"
 
 
 def test_every_rust_message_reworded_gives_the_same_exceptions(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -248,8 +248,12 @@ struct Queue {
     pending_bytes: usize,
     /// When the oldest pending batch was committed.
     oldest: Option<Instant>,
-    /// Everything up to here is durable remotely.
+    /// Everything up to here is durable remotely (in a journal segment or a checkpoint).
     durable_seq: u64,
+    /// Everything up to here is in a stored journal segment (or was before journaling
+    /// started): what a replay of the journal (`tierfs trash`, `restore --at`) sees. A
+    /// checkpoint makes batches durable without putting them in a segment.
+    journaled_seq: u64,
     /// Set when the committer gave up for good (another writer took over, …).
     failed: Option<JournalError>,
     /// The next segment number handed out by [`Journal::take`].
@@ -293,6 +297,7 @@ impl Journal {
         q.enabled = true;
         q.last_seq = last_seq;
         q.durable_seq = last_seq;
+        q.journaled_seq = last_seq;
         q.next_segment = next_segment;
     }
 
@@ -411,7 +416,16 @@ impl Journal {
         Some(Taken { segment, batches })
     }
 
-    /// The committer stored everything up to `seq`.
+    /// The committer stored a journal segment whose last batch is `seq`: everything up to
+    /// it is in the journal, and durable.
+    pub fn mark_journaled(&self, seq: u64) {
+        let mut q = self.queue.lock();
+        q.journaled_seq = q.journaled_seq.max(seq);
+        drop(q);
+        self.mark_durable(seq);
+    }
+
+    /// The committer stored everything up to `seq` (a segment, or a checkpoint covering it).
     pub fn mark_durable(&self, seq: u64) {
         let mut q = self.queue.lock();
         if seq > q.durable_seq {
@@ -445,31 +459,44 @@ impl Journal {
     /// Waits until every batch up to `seq` is durable remotely. `Err` when the committer
     /// failed or `timeout` passed first.
     pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), JournalError> {
+        self.wait_for(seq, timeout, |q| q.durable_seq)
+    }
+
+    /// Waits until every batch up to `seq` is in a stored journal segment, not only in a
+    /// checkpoint: a replay of the journal (the trash, `restore --at`) then sees it. `Err`
+    /// when the committer failed or `timeout` passed first.
+    pub fn wait_journaled(&self, seq: u64, timeout: Duration) -> Result<(), JournalError> {
+        self.wait_for(seq, timeout, |q| q.journaled_seq)
+    }
+
+    /// Waits until `reached` says the queue got to `seq`.
+    fn wait_for(&self, seq: u64, timeout: Duration, reached: fn(&Queue) -> u64) -> Result<(), JournalError> {
         let deadline = Instant::now() + timeout;
         let mut q = self.queue.lock();
         q.waiters += 1;
         self.changed.notify_all(); // a committer holding a segment back takes it now
-        let result = self.wait_durable_locked(&mut q, seq, deadline, timeout);
+        let result = self.wait_locked(&mut q, seq, deadline, timeout, reached);
         q.waiters -= 1;
         result
     }
 
-    fn wait_durable_locked(
+    fn wait_locked(
         &self,
         q: &mut parking_lot::MutexGuard<'_, Queue>,
         seq: u64,
         deadline: Instant,
         timeout: Duration,
+        reached: fn(&Queue) -> u64,
     ) -> Result<(), JournalError> {
         loop {
-            if q.durable_seq >= seq {
+            if reached(q) >= seq {
                 return Ok(());
             }
             if let Some(f) = &q.failed {
                 return Err(f.clone());
             }
             if Instant::now() >= deadline {
-                return Err(JournalError::Timeout { timeout, durable: q.durable_seq, need: seq });
+                return Err(JournalError::Timeout { timeout, durable: reached(q), need: seq });
             }
             self.changed.wait_until(q, deadline.min(Instant::now() + Duration::from_millis(200)));
         }
@@ -552,6 +579,23 @@ mod tests {
         assert_eq!(failed.kind(), ErrorKind::Fenced, "the committer's kind reaches the waiter");
         assert_eq!(failed.to_string(), "taken over");
         assert!(failed.cause::<TakenOver>().is_some(), "the committer's error is kept: {failed:?}");
+    }
+
+    #[test]
+    fn a_checkpoint_makes_batches_durable_but_only_a_segment_puts_them_in_the_journal() {
+        let j = Journal::default();
+        j.enable(0, 1);
+        j.append(vec![JournalOp::Delete { key: b"a".to_vec() }], |_| Ok(())).expect("append");
+        // A checkpoint covered batch 1: durable, but in no segment yet.
+        j.mark_durable(1);
+        j.wait_durable(1, Duration::ZERO).expect("durable");
+        let err = j.wait_journaled(1, Duration::from_millis(10)).expect_err("in no segment yet");
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        // The committer still takes it and stores it as a segment.
+        let t = j.take(Duration::ZERO, 1 << 20, Duration::ZERO).expect("still pending");
+        assert_eq!(t.batches.iter().map(|b| b.seq).collect::<Vec<_>>(), [1]);
+        j.mark_journaled(1);
+        j.wait_journaled(1, Duration::ZERO).expect("in the journal");
     }
 
     #[test]

@@ -26,6 +26,9 @@ const SEGMENTS_PER_CHECKPOINT: u64 = 256;
 /// ...but not more often than this (nor than ten times the last one took).
 const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long an automatic checkpoint waits for the pending batches to go into a segment first.
+const JOURNAL_FIRST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How long a journal segment may gather batches before it is written, when nobody waits
 /// for durability: 200 ms keeps the store's copy of the metadata less than half a second
 /// behind, and an untar of 7.6k files writes 30-35 segments instead of 4400-6900 (one PUT
@@ -291,7 +294,7 @@ impl Committer {
                                 LeaseStep::Stop => return,
                             }
                         }
-                        self.meta.journal().mark_durable(last);
+                        self.meta.journal().mark_journaled(last);
                         if let Err(e) = self.meta.set_durable_seq(last) {
                             self.note_error(format!("recording the durable batch: {e}"));
                         }
@@ -356,9 +359,15 @@ impl Committer {
             last.at.elapsed() >= (last.took * 10).max(MIN_CHECKPOINT_INTERVAL)
         };
         if due {
-            // Beside the journal, which keeps going meanwhile (the cut is consistent).
+            // Beside the journal, which keeps going meanwhile (the cut is consistent). What was
+            // pending goes into a segment first, so the journal, not only the checkpoint,
+            // holds every batch (the trash replays the journal).
             let c = self.clone();
             tokio::spawn(async move {
+                if let Err(e) = c.journal_pending(JOURNAL_FIRST_TIMEOUT).await {
+                    c.note_error(format!("before an automatic checkpoint: {e}"));
+                    return;
+                }
                 if let Err(e) = c.checkpoint(None).await {
                     c.note_error(format!("automatic checkpoint: {e}"));
                 }
@@ -396,6 +405,20 @@ impl Committer {
         self.meta.journal().fail(stopped.clone());
         *self.last_error.lock() = Some(msg);
         stopped
+    }
+
+    /// Waits (up to `timeout`) until every batch committed so far is in a stored journal
+    /// segment. A checkpoint written after it folds only the batches committed meanwhile, and
+    /// those go into segments too; so every removal reaches the journal, which is what the
+    /// trash and `restore --at` replay, even when the node dies right after the checkpoint.
+    pub async fn journal_pending(&self, timeout: Duration) -> Result<()> {
+        let meta = self.meta.clone();
+        let last = meta.journal().last_seq();
+        match tokio::task::spawn_blocking(move || meta.journal().wait_journaled(last, timeout)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(RemoteError::Stopped(e)),
+            Err(e) => Err(RemoteError::Stopped(JournalError::stopped(crate::types::ErrorKind::Internal, e))),
+        }
     }
 
     /// Writes a checkpoint (a snapshot with `snapshot = Some(message)`) of everything committed

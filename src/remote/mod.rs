@@ -53,7 +53,7 @@ pub use committer::{Committer, RemoteStats};
 pub use diff::{Change, diff};
 pub use gc::{ForgetReport, GcReport, KeepPolicy, gc};
 pub use lease::{Lease, LeaseRecord};
-pub use trash::{Removal, TrashEntry};
+pub use trash::{EntryKind, Removal, TrashEntry};
 
 /// Format version of segments, checkpoints and snapshots. Version 2: the inode records they
 /// carry may be of layout version 2; version 3: the chunk records, too; version 4: segments

@@ -502,6 +502,9 @@ impl Session {
         let data_bytes = uploaded().saturating_sub(before);
         let subject = message.clone();
         let (manifest, report) = self.handle.block_on(async {
+            // The journal first: a removal just before the sync reaches a segment, not only
+            // the snapshot, so the trash (a replay of the journal) shows it.
+            c.journal_pending(timeout.saturating_sub(start.elapsed())).await?;
             c.confirm_lease().await?;
             c.checkpoint(Some(message)).await
         })?;
@@ -639,12 +642,13 @@ impl Session {
         })
     }
 
-    /// Waits until every metadata change journaled so far is in the store.
+    /// Waits until every metadata change journaled so far is in the store, in a journal
+    /// segment (not only in a checkpoint: the trash reads the journal).
     async fn wait_metadata(&self, deadline: tokio::time::Instant) -> Result<(), FlushError> {
         let meta = self.vfs.meta().clone();
         let last = meta.journal().last_seq();
         let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let waited = tokio::task::spawn_blocking(move || meta.journal().wait_durable(last, timeout)).await;
+        let waited = tokio::task::spawn_blocking(move || meta.journal().wait_journaled(last, timeout)).await;
         match waited {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(FlushError::MetadataNotStored(e)),

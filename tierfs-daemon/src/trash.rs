@@ -1,6 +1,6 @@
-//! `tierfs trash list|restore`: the files a live mount or watched directory lost (unlinked,
-//! or replaced by a rename over them) within the retention window, read from the journal in
-//! the store, and putting one back.
+//! `tierfs trash list|restore`: the files, symlinks and directory trees a live mount or
+//! watched directory lost (unlinked, `rm -rf`, or replaced by a rename over them) within the
+//! retention window, read from the journal in the store, and putting one back.
 //!
 //! This process does the work with its caller's rights: it asks the serving process only to
 //! flush (so the latest removals are in the store) and for nothing else, reads the store
@@ -11,10 +11,11 @@
 //!
 //! Invariants:
 //! - PATH is hostile: it must lie in a running mount or watch of this user, and the file is
-//!   made beneath the mount's root through descriptors (`export::write_file_beneath`): no
+//!   made beneath the mount's root through descriptors (`export::write_beneath`): no
 //!   `..` above the root, no symlink on the way; a refusal writes nothing;
-//! - nothing is overwritten: a taken path gets the file beside it, `NAME.restored-TIME`, and
-//!   the answer names the path it got;
+//! - nothing is overwritten: a taken path gets the entry beside it, `NAME.restored-TIME`,
+//!   and the answer names the path it got; a directory comes back with its whole tree, each
+//!   entry made new;
 //! - a file whose data at that time had not all reached the store is restored with what the
 //!   store had, and the answer says so (`incomplete`).
 
@@ -24,7 +25,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use tierfs::ErrorKind;
-use tierfs::remote::{DEFAULT_RETENTION, Removal, TrashEntry, rfc3339_ms};
+use tierfs::remote::{DEFAULT_RETENTION, EntryKind, Removal, TrashEntry, rfc3339_ms};
 use tierfs::session::Access;
 use tierfs::vfs::{FileKind, Ino, ROOT_INO};
 
@@ -51,7 +52,11 @@ pub struct Restored {
     pub version_unix_ms: u64,
     /// What had happened to it, when it came from the trash.
     pub what: Option<Removal>,
+    pub kind: EntryKind,
+    /// A file's bytes (a symlink's target's length; 0 for a directory).
     pub size: u64,
+    /// Entries made: 1 for a file or a symlink, a directory's whole tree with itself.
+    pub entries: u64,
     /// Its data at that time had not all reached the store: restored with what the store had.
     pub incomplete: bool,
 }
@@ -80,7 +85,8 @@ fn list(cli: &Cli, dir: Option<&Path>, all: Vec<StatusReport>) -> Result<()> {
             Removal::Deleted => "deleted ",
             Removal::Replaced => "replaced",
         };
-        println!("{}  {what}  {:>12} B  {}", e.time, e.size, e.path);
+        let path = if e.kind == EntryKind::Dir { format!("{}/", e.path) } else { e.path.clone() };
+        println!("{}  {what}  {:>12} B  {path}", e.time, e.size);
     }
     Ok(())
 }
@@ -158,11 +164,16 @@ fn restore(cli: &Cli, path: &Path, at: Option<&str>, all: Vec<StatusReport>) -> 
     let vfs = session.vfs();
     let ino = match &entry {
         Some(e) => e.ino,
-        None => file_at(vfs, &rel, version_ms)?,
+        None => entry_at(vfs, &rel, version_ms)?,
     };
-    let incomplete = session.restored_at().is_some_and(|r| r.incomplete.contains(&ino));
+    let kind = match vfs.getattr(ino).map(|a| a.kind) {
+        Ok(FileKind::Dir) => EntryKind::Dir,
+        Ok(FileKind::Symlink) => EntryKind::Symlink,
+        _ => EntryKind::File,
+    };
+    let incomplete = session.restored_at().is_some_and(|r| incomplete_under(vfs, ino, &r.incomplete));
     let suffix = format!("restored-{}", stamp(version_ms));
-    let (got, written) = tierfs::export::write_file_beneath(vfs, ino, &t.status.mountpoint, Path::new(&rel), &suffix)
+    let (got, written) = tierfs::export::write_beneath(vfs, ino, &t.status.mountpoint, Path::new(&rel), &suffix)
         .map_err(|e| Reported::new(e.kind(), e.to_string()))?;
     let out = Restored {
         path: t.status.mountpoint.join(&rel),
@@ -171,7 +182,9 @@ fn restore(cli: &Cli, path: &Path, at: Option<&str>, all: Vec<StatusReport>) -> 
         version: rfc3339_ms(version_ms),
         version_unix_ms: version_ms,
         what: entry.map(|e| e.what),
-        size: vfs.getattr(ino).map(|a| a.size).unwrap_or(written.bytes),
+        kind,
+        size: if kind == EntryKind::Dir { 0 } else { vfs.getattr(ino).map(|a| a.size).unwrap_or(written.bytes) },
+        entries: written.files + written.dirs + written.symlinks + written.hard_links + written.other,
         incomplete,
     };
     if cli.json {
@@ -183,15 +196,36 @@ fn restore(cli: &Cli, path: &Path, at: Option<&str>, all: Vec<StatusReport>) -> 
     } else {
         format!("at {}", out.path.display())
     };
-    println!("restored {rel} as of {} ({} bytes) {place}", out.version, out.size);
+    match out.kind {
+        EntryKind::Dir => println!("restored {rel}/ as of {} ({} entries) {place}", out.version, out.entries),
+        _ => println!("restored {rel} as of {} ({} bytes) {place}", out.version, out.size),
+    }
     if out.incomplete {
         println!("incomplete: its data at {} had not all reached the store; restored as the store had it", out.version);
     }
     Ok(())
 }
 
-/// The inode of regular file `rel` in the state a past session shows.
-fn file_at(vfs: &tierfs::vfs::Vfs, rel: &str, at_ms: u64) -> Result<Ino> {
+/// Whether `ino`, or for a directory anything beneath it, is among `incomplete` (files
+/// whose data had not all reached the store).
+fn incomplete_under(vfs: &tierfs::vfs::Vfs, ino: Ino, incomplete: &[Ino]) -> bool {
+    if incomplete.is_empty() {
+        return false;
+    }
+    let mut todo = vec![ino];
+    while let Some(i) = todo.pop() {
+        if incomplete.contains(&i) {
+            return true;
+        }
+        if vfs.getattr(i).is_ok_and(|a| a.kind == FileKind::Dir) {
+            todo.extend(tierfs::export::entries(vfs, i).unwrap_or_default().into_iter().map(|e| e.ino));
+        }
+    }
+    false
+}
+
+/// The inode of `rel` (a file, a symlink or a directory) in the state a past session shows.
+fn entry_at(vfs: &tierfs::vfs::Vfs, rel: &str, at_ms: u64) -> Result<Ino> {
     let mut ino = ROOT_INO;
     let mut kind = FileKind::Dir;
     for name in rel.split('/').filter(|n| !n.is_empty()) {
@@ -204,10 +238,16 @@ fn file_at(vfs: &tierfs::vfs::Vfs, rel: &str, at_ms: u64) -> Result<Ino> {
         })?;
         (ino, kind) = (attr.ino, attr.kind);
     }
-    if kind != FileKind::File {
+    if rel.split('/').all(str::is_empty) {
         bail_with!(
             ErrorKind::InvalidInput,
-            "{rel} was not a regular file at {}; `tierfs restore --at` copies whole trees",
+            "that is the root of the mount; `tierfs restore --at TIME DIR` copies the whole workspace"
+        );
+    }
+    if !matches!(kind, FileKind::File | FileKind::Symlink | FileKind::Dir) {
+        bail_with!(
+            ErrorKind::InvalidInput,
+            "{rel} was not a file, a symlink or a directory at {}; `tierfs restore --at` copies whole trees",
             rfc3339_ms(at_ms)
         );
     }

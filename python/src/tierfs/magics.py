@@ -28,7 +28,7 @@ _USAGE = """\
 %tierfs sync ["MESSAGE"] [--path PATH]      upload everything and commit a snapshot
 %tierfs snapshots [PATH]                    the workspace's snapshots, oldest first
 %tierfs trash [PATH]                        files deleted or replaced in the last 7 days
-%tierfs undo PATH [--at TIME]               put a deleted or replaced file back (beside it if taken)
+%tierfs undo PATH [--at TIME]               put a deleted or replaced file or directory back (beside it if taken)
 %tierfs mounts                              every tierfs mount of this user
 %tierfs env [PATH] [--env DIR]              keep a Python env in the workspace and use it in this kernel"""
 
@@ -128,7 +128,7 @@ def tierfs_magic(line: str) -> None:
         print(format_snapshots(m.snapshots(), mark))
     elif args.command == "trash":
         listing = m.trash()
-        rows = [f"{e.time}  {e.what:<8}  {e.size:>12} B  {e.path}" for e in listing]
+        rows = [f"{e.time}  {e.what:<8}  {e.size:>12} B  {e.path}{'/' if e.kind == 'dir' else ''}" for e in listing]
         print("\n".join(rows) if rows else f"the trash of {m.path} is empty")
 
 
@@ -139,7 +139,8 @@ def _undo(file: str, at: str | None) -> None:
     m = inside[0] if inside else _target(None)
     done = m.restore(absolute if inside else file, at=at)
     where = f"beside it as {done.restored_as}" if done.beside else f"at {done.path}"
-    print(f"restored {file} as of {done.version} ({done.size} bytes) {where}")
+    what = f"{done.entries} entries" if done.kind == "dir" else f"{done.size} bytes"
+    print(f"restored {file} as of {done.version} ({what}) {where}")
     if done.incomplete:
         print("incomplete: its data at that time had not all reached the store; restored as the store had it")
 

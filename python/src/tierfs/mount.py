@@ -365,21 +365,22 @@ class Mount:
         return [str(x["dir"]) for x in listed if str(x.get("upper") or "").startswith(keep)]
 
     def trash(self) -> list[TrashEntry]:
-        """The files deleted or replaced (renamed over) in this workspace within the store's
-        retention window (7 days by default), oldest first."""
+        """The files, symlinks and directories deleted or replaced (renamed over) in this
+        workspace within the store's retention window (7 days by default), oldest first."""
         listing = _cli.run_json(["trash", "list", self.path], timeout=TRASH_TIMEOUT, passphrase=self._passphrase)
         return [TrashEntry.from_json(e) for e in listing]
 
     def restore(self, path: PathLike, at: str | datetime.datetime | None = None) -> Restored:
-        """Puts a file back through this mount: the version just before it was last deleted
-        or replaced, or with ``at`` (RFC 3339, ``"10m ago"``, or a datetime; naive is UTC) the
-        version it had then. ``path`` is relative to the mount, or a path inside it. The file
-        lands at its path, or beside it (``NAME.restored-TIME``) when that is taken; nothing
-        is overwritten.
+        """Puts a file, a symlink or a directory with its whole tree back through this mount:
+        the version just before it was last deleted or replaced (a directory: before its
+        ``rm -rf`` began), or with ``at`` (RFC 3339, ``"10m ago"``, or a datetime; naive is
+        UTC) the version it had then. ``path`` is relative to the mount, or a path inside it.
+        It lands at its path, or beside it (``NAME.restored-TIME``) when that is taken;
+        nothing is overwritten.
 
         Raises:
             NotFoundError: nothing in the trash at ``path`` (or it did not exist at ``at``).
-            InvalidInputError: ``path`` leads out of the mount, or is not a regular file.
+            InvalidInputError: ``path`` leads out of the mount, or is a device or a fifo.
         """
         target = os.path.join(self.path, os.fspath(path))
         args = ["trash", "restore", target]

@@ -1,9 +1,11 @@
-"""The trash of a live mount: files deleted or replaced (renamed over) within the store's
-retention window, and putting one back (``tierfs trash list|restore --json``).
+"""The trash of a live mount: files, symlinks and directory trees deleted or replaced
+(renamed over) within the store's retention window, and putting one back (``tierfs trash
+list|restore --json``).
 
-The CLI reads the journal in the store and writes a restored file through the mount, as the
+The CLI reads the journal in the store and writes a restored entry through the mount, as the
 caller, at its path or beside it (``NAME.restored-TIME``) when the path is taken: nothing is
-overwritten, and a path outside the mount is refused (``InvalidInputError``).
+overwritten (a directory comes back with its whole tree, every entry made new), and a path
+outside the mount is refused (``InvalidInputError``).
 """
 
 from __future__ import annotations
@@ -18,22 +20,32 @@ __all__ = ["TrashEntry", "Restored", "time_arg"]
 
 @dataclass(frozen=True)
 class TrashEntry:
-    """A file the workspace lost: ``what`` is ``"deleted"`` or ``"replaced"``."""
+    """An entry the workspace lost: ``what`` is ``"deleted"`` or ``"replaced"``, ``kind``
+    ``"file"``, ``"symlink"`` or ``"dir"`` (a directory comes back with its tree)."""
 
     path: str
     what: str
     time: str
     unix_ms: int
     size: int
+    kind: str = "file"
 
     @classmethod
     def from_json(cls, e: Mapping[str, Any]) -> TrashEntry:
-        return cls(path=e["path"], what=e["what"], time=e["time"], unix_ms=e["unix_ms"], size=e["size"])
+        return cls(
+            path=e["path"],
+            what=e["what"],
+            time=e["time"],
+            unix_ms=e["unix_ms"],
+            size=e["size"],
+            kind=e.get("kind", "file"),
+        )
 
 
 @dataclass(frozen=True)
 class Restored:
-    """A file put back: ``restored_as`` is ``path`` unless that was taken (``beside``)."""
+    """An entry put back: ``restored_as`` is ``path`` unless that was taken (``beside``);
+    ``entries`` counts what was made (a directory's whole tree with itself)."""
 
     path: str
     restored_as: str
@@ -41,6 +53,8 @@ class Restored:
     version: str
     size: int
     incomplete: bool
+    kind: str = "file"
+    entries: int = 1
 
     @classmethod
     def from_json(cls, r: Mapping[str, Any]) -> Restored:
@@ -51,6 +65,8 @@ class Restored:
             version=r["version"],
             size=r["size"],
             incomplete=bool(r["incomplete"]),
+            kind=r.get("kind", "file"),
+            entries=int(r.get("entries", 1)),
         )
 
 
