@@ -48,3 +48,16 @@ stop_daemon() {
   kill "$pid"; sleep 5; kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
   return 0
 }
+
+# stop_moto: ends the moto server start_moto started ($MOTO_PID, if any): SIGTERM, and SIGKILL
+# 5 s later.
+stop_moto() {
+  [[ -n ${MOTO_PID:-} ]] || return 0
+  kill "$MOTO_PID" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$MOTO_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$MOTO_PID" 2>/dev/null && kill -9 "$MOTO_PID" 2>/dev/null
+  return 0
+}
+
+# since T0: seconds since the $EPOCHREALTIME value T0
+since() { local now=$EPOCHREALTIME; awk -v a="$1" -v b="$now" 'BEGIN { printf "%.3f\n", b - a }'; }

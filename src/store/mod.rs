@@ -49,6 +49,10 @@ const WHOLE_PACK_SLACK: u64 = 64 << 10;
 /// [`Store::get_blocks`] reads two blocks of one pack with one request when at most this many
 /// bytes lie between them: reading them costs less than a second request's round trip.
 pub const MAX_RUN_GAP: u64 = 256 << 10;
+/// ...and while the gaps of a run add up to at most one part in this many of the blocks
+/// wanted, so a run never reads more than 1.2 times what it was asked for (a walk of files
+/// made round-robin asks for blocks with other directories' files between them).
+const GAP_SHARE: u64 = 5;
 /// [`Store::get_blocks`] reads this many runs (packs) at once.
 pub const PARALLEL_RUNS: usize = 8;
 /// Block entries of pack trailers kept in memory (56 bytes each, some 11 MiB): the packs of
@@ -459,8 +463,9 @@ impl Store {
     }
 
     /// Fetches several blocks, in order. Runs of blocks that lie in one pack in order, at most
-    /// [`MAX_RUN_GAP`] apart, are read with one range GET (then each is decrypted in its part
-    /// of the body and verified on its own; the gaps, blocks nobody asked for, are skipped); a
+    /// [`MAX_RUN_GAP`] apart and with gaps of at most a fifth of their bytes ([`GAP_SHARE`]),
+    /// are read with one range GET (then each is decrypted in its part of the body and verified
+    /// on its own; the gaps, blocks nobody asked for, are skipped); a
     /// run whose read or check fails falls back to one verified read per block. Up to
     /// [`PARALLEL_RUNS`] runs are read at once (blocks of many files lie in many packs).
     pub async fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>> {
@@ -468,9 +473,19 @@ impl Store {
         let mut i = 0;
         while i < blocks.len() {
             let mut j = i + 1;
+            // Bytes of the run's blocks and of the gaps between them.
+            let (mut wanted, mut gaps) = (u64::from(blocks[i].1.sealed_len), 0);
             while j < blocks.len() && blocks[j].1.pack == blocks[i].1.pack && {
                 let end = blocks[j - 1].1.range().end;
-                blocks[j].1.offset >= end && blocks[j].1.offset - end <= MAX_RUN_GAP
+                let gap = blocks[j].1.offset.saturating_sub(end);
+                let joins = blocks[j].1.offset >= end
+                    && gap <= MAX_RUN_GAP
+                    && (gaps + gap) * GAP_SHARE <= wanted + u64::from(blocks[j].1.sealed_len);
+                if joins {
+                    wanted += u64::from(blocks[j].1.sealed_len);
+                    gaps += gap;
+                }
+                joins
             } {
                 j += 1;
             }

@@ -125,11 +125,11 @@ impl Vfs {
         if let Some(cold) = &self.cold {
             // A walk reaching a cold file: the next files of its directory are fetched ahead.
             if flags & libc::O_TRUNC == 0 && cold.first_chunk_evicted(ino) {
-                let mut next = self.walks.lock().ahead(ino);
-                // A file that streams is left to its reader (it would push the rest out).
-                next.retain(|&i| self.record(i).is_ok_and(|r| !cold.streams(i, r.attr.size)));
-                if !next.is_empty() {
-                    cold.walk_ahead(next);
+                let ahead = self.walks.lock().ahead(ino);
+                if let Some((dir, mut next)) = ahead {
+                    // A file that streams is left to its reader (it would push the rest out).
+                    next.retain(|&i| self.record(i).is_ok_and(|r| !cold.streams(i, r.attr.size)));
+                    cold.walk_ahead(ino, dir, next);
                 }
             }
         }

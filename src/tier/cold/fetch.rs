@@ -23,8 +23,10 @@ use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
 use crate::types::Ino;
 
-/// Files of one batch of directory-order read-ahead.
-pub(super) const WALK_BATCH: usize = 32;
+/// Files of one batch of directory-order read-ahead at most (fewer when their bytes pass
+/// `refill::WALK_BATCH_BYTES`): sorted by pack, files a walk reads soon that lie near each other
+/// come in one ranged GET, whatever order they were made in.
+pub(super) const WALK_BATCH: usize = 512;
 
 /// Counts foreground fetches in flight while alive (see [`ColdTier::hydrate`]).
 pub(super) struct Foreground<'a>(&'a AtomicUsize);
@@ -262,15 +264,16 @@ impl ColdTier {
         // A zero block: the punched hole already reads as zeros.
         let Some(loc) = self.locate(ino, idx, rec)? else { return Ok(()) };
         // A streamed file's block may be in memory already (a write into a streamed chunk).
-        let buffered = {
+        // The walk that opened it, if any, judges pack neighbours (`near.rs`).
+        let (buffered, stream) = {
             let mut st = self.state.lock();
             let tick = st.tick;
-            st.streamed.get(&rec.block, tick)
+            (st.streamed.get(&rec.block, tick), st.files.get(&ino).and_then(|f| f.walk))
         };
         if let Some(data) = buffered {
             return self.store_fetched(ino, file, idx, rec, &data, false);
         }
-        let data = self.get_missed_block(rec, &loc)?;
+        let data = self.get_missed_block(stream, rec, &loc)?;
         self.store_fetched(ino, file, idx, rec, &data, true)
     }
 

@@ -370,6 +370,9 @@ struct FileState {
     streaming: bool,
     /// Never streamed, whatever its size ([`ColdTier::keep_cached`]).
     keep_cached: bool,
+    /// The directory whose listing a walk opened it from: its misses' pack neighbours are
+    /// judged with the walk's (`near.rs`).
+    walk: Option<Ino>,
     /// The chunk after the last streamed read that queued read-ahead.
     stream_ahead_from: Option<u64>,
     /// Handles the kernel serves from the data file itself (FUSE passthrough): while any is
