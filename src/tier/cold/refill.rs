@@ -15,6 +15,7 @@
 //! - a refill batch starts only while no read or write waits for the store and no read-ahead
 //!   is queued, so foreground fetches never queue behind it; refilled chunks keep the age
 //!   they had (none on a fresh node), so they are evicted before anything used here;
+//! - the batches of the set's ordered prefix are fetched by every worker, the rest by one;
 //! - each chunk of the plan is fetched by one batch: the plan's next, or the rest of a file
 //!   a foreground read found not yet refilled (that file goes first), whichever takes it first;
 //! - a hot set is only a hint: it names chunks by inode and index, and whatever record such
@@ -194,6 +195,8 @@ struct RefillRun {
     /// The plan's indices of each file's chunks.
     by_ino: HashMap<Ino, Vec<usize>>,
     next: AtomicUsize,
+    /// Batches holding the set's ordered prefix: all workers fetch those, one the rest.
+    prefix_batches: usize,
     /// Why the refill halts (the first reason stays).
     halt: parking_lot::Mutex<Option<String>>,
     /// Bytes of batches being fetched: not resident yet, but already spoken for.
@@ -201,13 +204,14 @@ struct RefillRun {
 }
 
 impl RefillRun {
-    fn new(plan: Vec<Planned>) -> RefillRun {
+    fn new(plan: Vec<Planned>, ordered: usize) -> RefillRun {
         let mut by_ino: HashMap<Ino, Vec<usize>> = HashMap::new();
         for (i, p) in plan.iter().enumerate() {
             by_ino.entry(p.ino).or_default().push(i);
         }
         RefillRun {
             taken: plan.iter().map(|_| AtomicBool::new(false)).collect(),
+            prefix_batches: batches(&plan).iter().take_while(|b| b.start < ordered).count(),
             batches: batches(&plan),
             by_ino,
             plan,
@@ -299,12 +303,13 @@ impl ColdTier {
             planned_bytes: plan.iter().map(|p| p.data).sum(),
             ..RefillStats::default()
         });
-        let run = RefillRun::new(plan);
+        let run = RefillRun::new(plan, ordered);
         self.state.lock().refill_bumps = Some(VecDeque::new());
         let workers = self.config.prefetchers.clamp(1, 4);
         std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| self.refill_worker(&run, open, stop, started));
+            for worker in 0..workers {
+                let run = &run;
+                s.spawn(move || self.refill_worker(run, worker, open, stop, started));
             }
         });
         self.state.lock().refill_bumps = None;
@@ -321,6 +326,7 @@ impl ColdTier {
     fn refill_worker(
         &self,
         run: &RefillRun,
+        worker: usize,
         open: &(dyn Fn(Ino) -> Option<Arc<File>> + Sync),
         stop: &AtomicBool,
         started: Instant,
@@ -340,6 +346,10 @@ impl ColdTier {
             let bumped = self.state.lock().refill_bumps.as_mut().and_then(VecDeque::pop_front);
             let batch = match bumped {
                 Some(ino) => self.bumped_batch(run, ino),
+                // Past the ordered prefix (what the last session's first reads, an env's
+                // imports, want), one worker goes on: the rest is not urgent, and more
+                // workers would take the CPU and disk from this session's own first reads.
+                None if worker > 0 && run.next.load(Ordering::Acquire) >= run.prefix_batches => return,
                 None => match run.batches.get(run.next.fetch_add(1, Ordering::AcqRel)) {
                     Some(range) => run.claim(range.clone()),
                     None => return,
