@@ -546,11 +546,16 @@ fn targets() -> Vec<Target> {
             seeds: || {
                 let mut chunks: Vec<(u64, u64)> = (0..40).map(|i| (5, i)).collect();
                 chunks.extend([(9, 0), (2, 100), (2, 101), (7, 3)]);
-                vec![HotSet { chunks }.encode(), HotSet::default().encode()]
+                vec![
+                    HotSet { chunks: chunks.clone(), ordered: 0 }.encode(),
+                    HotSet { chunks, ordered: 41 }.encode(),
+                    HotSet::default().encode(),
+                ]
             },
+            // The prefix's and the set's run counts, then each run's count.
             fields: |b| {
-                let mut f = vec![4];
-                f.extend((0..b.len().saturating_sub(8) / 20).map(|r| 8 + r * 20 + 16));
+                let mut f = vec![4, 8];
+                f.extend((0..b.len().saturating_sub(12) / 20).map(|r| 12 + r * 20 + 16));
                 f
             },
             prepare: unchanged,
@@ -902,6 +907,18 @@ fn lease() {
 #[test]
 fn hot_set() {
     fuzz("hot_set");
+}
+
+/// Hot sets saved before the ordered prefix (`"TFH1"`) still decode, with no prefix.
+#[test]
+fn an_old_hot_set_still_decodes() {
+    for i in 0..2 {
+        let path = corpus_dir("hot_set").join(format!("format1-seed-{i}.bin"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(bytes.starts_with(b"TFH1"), "{} is not of the old format", path.display());
+        let set = HotSet::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(set.ordered, 0);
+    }
 }
 
 #[test]

@@ -31,6 +31,11 @@ pub const MAX_PART_BYTES: usize = 4 << 20;
 /// A hot set names at most this many chunks (4 TiB of full chunks).
 pub const MAX_HOT_CHUNKS: usize = 1 << 20;
 
+/// Of those, at most this many form its ordered prefix: the chunks a session read first, in
+/// the order it first read them (an environment's imports). A small file is one chunk, so
+/// this is 65 536 files, far more than the few thousand that `import torch` opens.
+pub const MAX_HOT_ORDERED: usize = 1 << 16;
+
 const ENVELOPE: u64 = ENVELOPE_OVERHEAD as u64;
 
 /// The envelopes of one pack: a pack is closed once its blocks reach `pack_size`, so the last
@@ -125,8 +130,8 @@ impl WholeObject {
             // JSON of a few short fields (session, host:pid, boot id, times), some 300 bytes.
             WholeObject::Lease => 64 << 10,
             WholeObject::History => MAX_HISTORY,
-            // `"TFH1" | n u32 | n × 20 bytes`, at worst one run per chunk.
-            WholeObject::HotSet => ENVELOPE + 8 + 20 * MAX_HOT_CHUNKS as u64,
+            // `"TFH2" | p u32 | n u32 | n × 20 bytes`, at worst one run per chunk.
+            WholeObject::HotSet => ENVELOPE + 12 + 20 * MAX_HOT_CHUNKS as u64,
         }
     }
 

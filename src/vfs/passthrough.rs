@@ -41,6 +41,11 @@ pub struct PassthroughStats {
     /// Read-only opens served normally although passthrough is on: another handle of the file
     /// was open normally, or part of the file was not local.
     pub fallbacks: u64,
+    /// The filesystem stack depth the mount declared to the kernel with passthrough (`None`:
+    /// none declared, passthrough was never asked for). The kernel stacks at most 2: at 2 no
+    /// overlayfs can sit on the mount (`tierfs layer add` refuses up front).
+    #[serde(default)]
+    pub stack_depth: Option<u32>,
 }
 
 /// The answer to [`Vfs::open_for`].
@@ -62,6 +67,8 @@ pub(super) struct Passthrough {
     opens: AtomicU64,
     open_now: AtomicU64,
     fallbacks: AtomicU64,
+    /// The stack depth declared to the kernel (0: none, see [`Vfs::passthrough_declared`]).
+    stack_depth: std::sync::atomic::AtomicU32,
     /// Passthrough handles that may write, open now (`getattr` looks at the data file only
     /// while this is not 0).
     writers: AtomicU64,
@@ -186,6 +193,12 @@ impl Vfs {
         if stacked { 2 } else { 1 }
     }
 
+    /// The front end declared `depth` as the mount's stack depth when it asked the kernel for
+    /// passthrough (for `status`, and `tierfs layer add`, which needs room for one more level).
+    pub fn passthrough_declared(&self, depth: u32) {
+        self.passthrough.stack_depth.store(depth, Ordering::Relaxed);
+    }
+
     /// Whether passthrough may still be used (the front end asks the kernel for it only then).
     pub fn passthrough_wanted(&self) -> bool {
         self.passthrough.off.lock().is_none()
@@ -199,6 +212,7 @@ impl Vfs {
             opens: self.passthrough.opens.load(Ordering::Relaxed),
             open_now: self.passthrough.open_now.load(Ordering::Relaxed),
             fallbacks: self.passthrough.fallbacks.load(Ordering::Relaxed),
+            stack_depth: Some(self.passthrough.stack_depth.load(Ordering::Relaxed)).filter(|&d| d > 0),
         }
     }
 

@@ -42,7 +42,9 @@ error too), and \"reason\": REASON where a script needs more than the kind:
           or none was given), path_in_use (conflict: the mount point or data dir is taken
           or busy), mountpoint_taken (conflict: the mount point is not empty or is another
           filesystem's mount point), fuse_unavailable (unavailable: FUSE does not work here; `tierfs watch`
-          needs none), timeout (unavailable: a daemon did not answer in time)
+          needs none), timeout (unavailable: a daemon did not answer in time),
+          passthrough_stack_full (conflict: `layer add` on a mount whose data dir is on
+          overlayfs; remount it with --no-passthrough)
 
 Environment:
   RUST_LOG            log filter, e.g. `info`, `tierfs=debug` (default: warn; info for a mount)

@@ -35,6 +35,9 @@ use crate::mounts;
 /// from any other overlay.
 pub const SOURCE: &str = "tierfs-layer";
 
+/// The deepest the kernel stacks filesystems (`FILESYSTEM_MAX_STACK_DEPTH`).
+const MAX_STACK_DEPTH: u32 = 2;
+
 /// Where a mount keeps its layers, relative to its root.
 const LAYERS_DIR: &str = ".tierfs/layers";
 
@@ -62,6 +65,7 @@ pub fn add(dir: &Path, holder: Option<&Path>, mounts: &[StatusReport]) -> Result
     require_root()?;
     let dir = checked_dir(dir)?;
     let holder = holding_mount(holder, mounts)?;
+    room_for_a_layer(holder)?;
     let mountpoint = &holder.mountpoint;
     if dir.starts_with(mountpoint) || mountpoint.starts_with(&dir) {
         bail_with!(
@@ -203,6 +207,24 @@ fn holding_mount<'a>(holder: Option<&Path>, mounts: &'a [StatusReport]) -> Resul
     Ok(found)
 }
 
+/// The kernel stacks filesystems at most [`MAX_STACK_DEPTH`] deep, and overlayfs refuses
+/// (EINVAL) an upper layer already that deep. A mount serving files through FUSE passthrough
+/// declares its depth: 1 on a plain disk, 2 when its data dir is itself on overlayfs (see
+/// `Vfs::passthrough_stack_depth`). The second case is refused here, before anything changes.
+fn room_for_a_layer(holder: &StatusReport) -> Result<()> {
+    let depth = holder.passthrough.as_ref().and_then(|p| p.stack_depth).unwrap_or(0);
+    if depth >= MAX_STACK_DEPTH {
+        bail_with!(
+            Reason::PassthroughStackFull,
+            "the data dir of the tierfs mount {} is on overlayfs (or another stacked filesystem), so the mount's \
+             passthrough stack is full (depth {depth} of the kernel's {MAX_STACK_DEPTH}): remount it with \
+             --no-passthrough to hold a layer",
+            holder.mountpoint.display()
+        );
+    }
+    Ok(())
+}
+
 /// Creates the upper and work directories; a new upper directory takes `dir`'s owner and
 /// mode, since it becomes the merged directory's root.
 fn make_layer_dirs(dir: &Path, upper: &Path, work: &Path) -> Result<()> {
@@ -254,5 +276,22 @@ mod tests {
         assert!(refused.to_string().contains("uid 1000"), "{refused}");
         // Two candidates and no --in: the user picks.
         assert!(holding_mount(None, &[mine.clone(), mine]).is_err());
+    }
+
+    #[test]
+    fn a_mount_whose_passthrough_stack_is_full_holds_no_layer() {
+        let with_depth = |stack_depth| StatusReport {
+            mountpoint: PathBuf::from("/w"),
+            passthrough: Some(tierfs::vfs::PassthroughStats { stack_depth, ..Default::default() }),
+            ..StatusReport::default()
+        };
+        for room in [None, Some(1)] {
+            assert!(room_for_a_layer(&with_depth(room)).is_ok(), "depth {room:?}");
+        }
+        assert!(room_for_a_layer(&StatusReport::default()).is_ok(), "no passthrough");
+        let refused = room_for_a_layer(&with_depth(Some(2))).expect_err("a full stack");
+        assert_eq!(crate::logging::error_kind(&refused), Some(ErrorKind::Conflict));
+        assert_eq!(crate::logging::error_reason(&refused), Some(Reason::PassthroughStackFull));
+        assert!(refused.to_string().contains("--no-passthrough"), "{refused}");
     }
 }

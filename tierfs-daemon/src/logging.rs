@@ -89,11 +89,21 @@ pub enum Reason {
     FuseUnavailable,
     /// The command gave up waiting for a daemon within its timeout (`unavailable`).
     Timeout,
+    /// `tierfs layer add` on a mount whose passthrough declared the kernel's whole stack
+    /// depth (its data dir is on overlayfs or another stacked filesystem), so no overlay can
+    /// sit on it until it is remounted with `--no-passthrough` (`conflict`).
+    PassthroughStackFull,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 5] =
-        [Reason::WrongKey, Reason::PathInUse, Reason::MountpointTaken, Reason::FuseUnavailable, Reason::Timeout];
+    pub const ALL: [Reason; 6] = [
+        Reason::WrongKey,
+        Reason::PathInUse,
+        Reason::MountpointTaken,
+        Reason::FuseUnavailable,
+        Reason::Timeout,
+        Reason::PassthroughStackFull,
+    ];
 
     /// The stable name `--json` prints.
     pub fn name(self) -> &'static str {
@@ -103,6 +113,7 @@ impl Reason {
             Reason::MountpointTaken => "mountpoint_taken",
             Reason::FuseUnavailable => "fuse_unavailable",
             Reason::Timeout => "timeout",
+            Reason::PassthroughStackFull => "passthrough_stack_full",
         }
     }
 
@@ -115,7 +126,7 @@ impl Reason {
     pub fn kind(self) -> ErrorKind {
         match self {
             Reason::WrongKey => ErrorKind::InvalidInput,
-            Reason::PathInUse | Reason::MountpointTaken => ErrorKind::Conflict,
+            Reason::PathInUse | Reason::MountpointTaken | Reason::PassthroughStackFull => ErrorKind::Conflict,
             Reason::FuseUnavailable | Reason::Timeout => ErrorKind::Unavailable,
         }
     }

@@ -71,14 +71,19 @@ fn mount_rows(report: &StatusReport) -> Vec<Row> {
 /// The status row of FUSE passthrough: on (with how many opens it served, how many are open
 /// and how many fell back), or off and why.
 fn passthrough_row(p: &tierfs::vfs::PassthroughStats) -> String {
+    let depth = match p.stack_depth {
+        Some(d) if d >= 2 => format!("; stack depth {d}, the kernel's limit: no overlay (`tierfs layer`) fits on it"),
+        Some(d) => format!("; stack depth {d}"),
+        None => String::new(),
+    };
     if p.on {
         format!(
             "on: {} opens served by the kernel from the local data files, {} open now, {} served here \
-             (other handles open, or not all local)",
+             (other handles open, or not all local){depth}",
             p.opens, p.open_now, p.fallbacks
         )
     } else {
-        format!("off: {}", p.off_reason.as_deref().unwrap_or("unknown"))
+        format!("off: {}{depth}", p.off_reason.as_deref().unwrap_or("unknown"))
     }
 }
 

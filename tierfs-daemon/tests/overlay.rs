@@ -231,3 +231,71 @@ fn tierfs_layer_keeps_what_is_installed_into_a_directory_across_a_reset() {
     assert!(system.join("bin/shipped").is_file(), "the image's own file is gone");
     b.fx.umount();
 }
+
+/// An overlayfs the test makes in a directory of its own, unmounted (lazily) when dropped.
+struct OwnOverlay {
+    merged: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnOverlay {
+    fn new() -> OwnOverlay {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let [lower, upper, work, merged] = ["lower", "upper", "work", "merged"].map(|d| dir.path().join(d));
+        for d in [&lower, &upper, &work, &merged] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        let options = format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display());
+        let out = run(
+            Command::new("mount").args(["-t", "overlay", "overlay", "-o", &options]).arg(&merged),
+            Duration::from_secs(30),
+        );
+        out.assert_success("mounting an overlay for the data dir");
+        OwnOverlay { merged, _dir: dir }
+    }
+}
+
+impl Drop for OwnOverlay {
+    fn drop(&mut self) {
+        let _ = run(Command::new("umount").arg("-l").arg(&self.merged), Duration::from_secs(30));
+    }
+}
+
+/// Issue 47: a mount whose data dir is on overlayfs declares the kernel's whole stack depth
+/// with FUSE passthrough (2), so overlayfs would refuse it as an upper layer (EINVAL).
+/// `status` shows the depth, and `tierfs layer add` refuses up front with one line and its
+/// reason, changing nothing; remounted with `--no-passthrough`, the mount holds the layer.
+#[test]
+fn a_mount_whose_data_dir_is_on_overlayfs_refuses_a_layer_until_remounted_without_passthrough() {
+    let overlay = OwnOverlay::new();
+    let mut a = Node::init_file();
+    a.fx.data_dir = overlay.merged.join("data");
+    a.mount(&[]);
+    let status = a.fx.status();
+    assert_eq!(status["passthrough"]["on"], true, "passthrough is off: {status}");
+    assert_eq!(status["passthrough"]["stack_depth"], 2, "{status}");
+    let system = a.fx.tmp.path().join("usr-local");
+    write(&system.join("bin/shipped"), "from the image\n", 0o755);
+
+    let (dir, holder) = (system.display().to_string(), a.fx.mountpoint.display().to_string());
+    let (out, json) = a.tierfs_json(&["layer", "add", &dir, "--in", &holder]);
+    assert!(!out.success(), "layer add on a full passthrough stack succeeded");
+    assert_eq!(
+        (json["kind"].as_str(), json["reason"].as_str()),
+        (Some("conflict"), Some("passthrough_stack_full")),
+        "{json}"
+    );
+    assert!(json["error"].as_str().is_some_and(|e| e.contains("--no-passthrough")), "{json}");
+    assert_eq!(out.stderr.trim().lines().count(), 1, "more than one line for a refusal: {}", out.stderr);
+    assert!(!common::is_mounted(&system), "the refused add mounted something");
+    assert!(!a.fx.mountpoint.join(".tierfs/layers").exists(), "the refused add made the layer's directories");
+
+    a.fx.umount();
+    a.mount(&["--no-passthrough"]);
+    let status = a.fx.status();
+    assert!(status["passthrough"]["stack_depth"].is_null(), "{status}");
+    assert_eq!(layer_add(&a, &system)["unchanged"], false);
+    write(&system.join("bin/installed"), "kept\n", 0o644);
+    layer_remove(&a, &system);
+    a.fx.umount();
+}

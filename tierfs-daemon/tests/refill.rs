@@ -3,7 +3,8 @@
 //! fetched (which files come back local, in which order, within which bounds), never how fast:
 //! node A writes old data that its small cache evicts, then files it reads; after a reset, a
 //! fresh node holds the files A used without reading them, never A's evicted data, stops at
-//! its own cache size keeping the most recently used first, and `--no-refill` fetches nothing.
+//! its own cache size keeping what A read first (in the order A first read it), and
+//! `--no-refill` fetches nothing.
 
 mod common;
 use tierfs_test_support::moto;
@@ -91,14 +92,15 @@ fn a_fresh_node_refills_what_the_last_node_used_and_nothing_else() {
         fs::write(root.join(rel), data).expect("write");
     }
     a.sync("written").assert_success("tierfs sync");
-    // Used last, so most recent: the big files, then the small ones. A fresh mount first, so
-    // that every read reaches tierfs: the kernel keeps the pages of what this mount wrote, and
-    // reads it serves from them leave the recency of the writes (reclaim under load made that
-    // depend on the machine).
+    // Read first, so first in the hot set (its ordered prefix): the small files, then the big
+    // ones, which are then the most recently used. A fresh mount first, so that every read
+    // reaches tierfs: the kernel keeps the pages of what this mount wrote, and reads it serves
+    // from them leave the recency of the writes (reclaim under load made that depend on the
+    // machine).
     a.fx.umount();
     a.mount(&["--cache-size", "32M"]);
-    read_all(&root, &tree.big);
     read_all(&root, &tree.small);
+    read_all(&root, &tree.big);
     a.sync("read").assert_success("tierfs sync");
     a.fx.umount();
     a.wipe_local_state();
@@ -113,7 +115,7 @@ fn a_fresh_node_refills_what_the_last_node_used_and_nothing_else() {
     assert_eq!(status["cold"]["fetched_bytes"], 0, "--no-refill fetched: {status}");
     none.fx.umount();
 
-    // A small cache: the refill stops at 90% of it, the most recently used first.
+    // A small cache: the refill stops at 90% of it, what A read first back first.
     let mut small = Node::new(&a.store_file);
     small.mount(&["--read-only", "--cache-size", "8M"]);
     let refill = refill_end(&small);
@@ -122,7 +124,7 @@ fn a_fresh_node_refills_what_the_last_node_used_and_nothing_else() {
     let resident = cold_u64(&small, "resident_bytes");
     assert!(resident <= 8 * MIB / 10 * 9, "the refill went past 90% of the cache: {resident} bytes");
     for (rel, data) in &tree.small {
-        assert!(cached(&small, rel) >= data.len() as u64, "{rel}, used last on A, was not refilled first");
+        assert!(cached(&small, rel) >= data.len() as u64, "{rel}, read first on A, was not refilled first");
     }
     small.fx.umount();
 
@@ -155,6 +157,52 @@ fn a_fresh_node_refills_what_the_last_node_used_and_nothing_else() {
     out.assert_success("tierfs scrub");
     assert_eq!(scrub["copies_bad"], 0, "{scrub}");
     assert!(scrub["unrepaired"].as_array().is_some_and(|u| u.is_empty()), "{scrub}");
+}
+
+/// Issue 47, item 2: the refill brings back first what the last session read first, in the
+/// order it read it (an environment's imports are a notebook's first reads), not the most
+/// recently used first. Six one-chunk files are read in a known order on a second session;
+/// a fresh node whose cache holds two of them refills exactly the first two read, though
+/// the last two read were the most recently used.
+#[test]
+fn a_fresh_node_refills_in_the_order_the_last_session_first_read() {
+    common::require_fuse();
+    let mut rng = Rng::new(47);
+    let files: Vec<(String, Vec<u8>)> = (0..6).map(|i| (format!("env/f{i}"), rng.bytes(4 * MIB as usize))).collect();
+    let order = [3, 1, 4, 0, 2, 5];
+    let mut a = Node::init_file();
+    a.mount(&[]);
+    fs::create_dir_all(a.fx.p("env")).expect("mkdir");
+    for (rel, data) in &files {
+        fs::write(a.fx.p(rel), data).expect("write");
+    }
+    a.sync("written").assert_success("tierfs sync");
+    // A second session on the same node (its cache warm), so that the reads reach tierfs.
+    a.fx.umount();
+    a.mount(&[]);
+    for &i in &order {
+        read_all(&a.fx.mountpoint, &files[i..=i]);
+    }
+    // Unmounting saves the hot set.
+    a.fx.umount();
+    a.wipe_local_state();
+
+    // Room for two of the files: 90% of 12 MiB is 10.8 MiB.
+    let mut b = Node::new(&a.store_file);
+    b.mount(&["--read-only", "--cache-size", "12M"]);
+    let refill = refill_end(&b);
+    assert_eq!(refill["state"], "stopped", "{refill}\n{}", b.daemon_log());
+    assert_eq!(refill["ordered_chunks"], 6, "every file read is in the ordered prefix: {refill}");
+    for (n, &i) in order.iter().enumerate() {
+        let (rel, data) = &files[i];
+        let have = cached(&b, rel);
+        if n < 2 {
+            assert!(have >= data.len() as u64, "{rel}, read {} of 6, was not refilled: {refill}", n + 1);
+        } else {
+            assert_eq!(have, 0, "{rel}, read {} of 6, was refilled before the first two: {refill}", n + 1);
+        }
+    }
+    b.fx.umount();
 }
 
 /// Writes `files` (their directories made) through `a`, syncs, resets `a` (unmounted, local

@@ -168,8 +168,14 @@ impl TierFuse {
         }
         // 1 on a plain disk (an overlayfs may then sit on the mount: `tierfs layer`), 2 (the
         // kernel's limit) when the data dir is itself on a stacked filesystem.
-        if let Err(nearest) = config.set_max_stack_depth(self.vfs.passthrough_stack_depth()) {
-            let _ = config.set_max_stack_depth(nearest);
+        let depth = self.vfs.passthrough_stack_depth();
+        match config.set_max_stack_depth(depth) {
+            Ok(_) => self.vfs.passthrough_declared(depth),
+            Err(nearest) => {
+                if config.set_max_stack_depth(nearest).is_ok() {
+                    self.vfs.passthrough_declared(nearest);
+                }
+            }
         }
     }
 

@@ -45,7 +45,8 @@ class TierfsError(Exception):
             ``"unavailable"``, ``"no_space"``, ``"invalid_input"``, ``"corrupt"``,
             ``"internal"``), or ``None`` when it could not be told.
         reason: the refinement of the kind the CLI gave (``"wrong_key"``,
-            ``"path_in_use"``, ``"mountpoint_taken"``, ``"fuse_unavailable"``, ``"timeout"``), or ``None``.
+            ``"path_in_use"``, ``"mountpoint_taken"``, ``"fuse_unavailable"``, ``"timeout"``,
+            ``"passthrough_stack_full"``), or ``None``.
         command: the ``tierfs`` command line that failed, if one ran.
         stderr: everything the command wrote on stderr (its log lines included).
     """

@@ -13,12 +13,12 @@ use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::MutexGuard;
 
-use super::{ColdError, ColdTier, ReadGuard, State, chunks_of};
+use super::{ColdError, ColdTier, MAX_REFILL_BUMPS, ReadGuard, State, chunks_of};
 use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
 use crate::types::Ino;
@@ -67,7 +67,7 @@ impl ColdTier {
         loop {
             let missing: Vec<u64> = {
                 let mut st = self.state.lock();
-                let State { files, tick, .. } = &mut *st;
+                let State { files, tick, first_reads, refill_bumps, .. } = &mut *st;
                 *tick += 1;
                 let Some(f) = files.get_mut(&ino) else {
                     return Ok(ReadGuard { tier: self, ino, chunks: Vec::new() });
@@ -82,7 +82,12 @@ impl ColdTier {
                         c.readers += 1;
                         pinned.push(idx);
                     }
+                    first_reads.record(ino, pinned.iter().copied(), Instant::now);
                     break;
+                }
+                // A refill is running and has not reached this file yet: the rest of it next.
+                if let Some(q) = refill_bumps.as_mut().filter(|q| q.len() < MAX_REFILL_BUMPS && !q.contains(&ino)) {
+                    q.push_back(ino);
                 }
                 missing
             };

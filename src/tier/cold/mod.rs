@@ -76,6 +76,7 @@ mod evict;
 mod fetch;
 mod follow;
 mod near;
+mod order;
 mod refill;
 mod stream;
 mod upload;
@@ -404,6 +405,10 @@ impl FileState {
     }
 }
 
+/// Files a foreground read found not yet refilled, at most, waiting for the refill to fetch
+/// their remaining chunks before its plan's next batch (a few: a read bumps one file).
+const MAX_REFILL_BUMPS: usize = 64;
+
 #[derive(Default)]
 struct State {
     files: HashMap<Ino, FileState>,
@@ -426,6 +431,11 @@ struct State {
     dirty_inos: BTreeSet<Ino>,
     /// Blocks fetched for streamed files (see the module invariants).
     streamed: StreamBuffer,
+    /// The order of this session's first reads (the hot set's ordered prefix).
+    first_reads: order::FirstReads,
+    /// While a refill runs: files a read found not yet refilled, whose remaining chunks the
+    /// refill fetches next (at most [`MAX_REFILL_BUMPS`]).
+    refill_bumps: Option<VecDeque<Ino>>,
 }
 
 #[derive(Default)]
@@ -889,15 +899,17 @@ impl ColdTier {
     /// handle is synced or closed).
     pub fn passthrough_open(&self, ino: Ino, check: bool, writes: bool) -> Result<bool, ColdError> {
         let mut st = self.state.lock();
-        let State { files, tick, .. } = &mut *st;
+        let State { files, tick, first_reads, .. } = &mut *st;
         let f = files.entry(ino).or_default();
         if check && f.chunks.values().any(Chunk::not_ready) {
             return Ok(false);
         }
         // The kernel's reads never reach the engine: the open counts as a use of every chunk
-        // (eviction's recency and the hot set's order), and so does the release.
+        // (eviction's recency and the hot set's order, its first reads too), and so does the
+        // release.
         *tick += 1;
         f.chunks.values_mut().for_each(|c| c.last_access = *tick);
+        first_reads.record(ino, f.chunks.keys().copied(), Instant::now);
         f.passthrough += 1;
         if writes {
             f.passthrough_writers += 1;

@@ -1,6 +1,8 @@
-//! The cache after a reset: a workspace's *hot set* (the chunks its node holds, most recently
-//! used first) is saved in the store, and a fresh node fetches it back into its cache in the
-//! background (the *refill*), so reads after a reset find their data local again. Also the
+//! The cache after a reset: a workspace's *hot set* (the chunks its session read first, in the
+//! order it first read them, then the others its node holds, most recently used first) is
+//! saved in the store, and a fresh node fetches it back into its cache in the background, in
+//! that order (the *refill*), so reads after a reset find their data local again, and an
+//! environment's imports, which are a notebook's first reads, find theirs first. Also the
 //! fetch of chunks of many files at once, which both the refill and directory read-ahead use:
 //! blocks of one pack come in one ranged GET, whatever files they belong to.
 //!
@@ -13,10 +15,13 @@
 //! - a refill batch starts only while no read or write waits for the store and no read-ahead
 //!   is queued, so foreground fetches never queue behind it; refilled chunks keep the age
 //!   they had (none on a fresh node), so they are evicted before anything used here;
+//! - the batches of the set's ordered prefix are fetched by every worker, the rest by one;
+//! - each chunk of the plan is fetched by one batch: the plan's next, or the rest of a file
+//!   a foreground read found not yet refilled (that file goes first), whichever takes it first;
 //! - a hot set is only a hint: it names chunks by inode and index, and whatever record such
 //!   a chunk has when the refill reaches it is fetched (or nothing, if it is gone).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,7 +36,7 @@ use crate::meta::ChunkRecord;
 use crate::types::Ino;
 
 /// A hot set names at most this many chunks (the store's limits derive its size bound from it).
-pub use crate::store::limits::MAX_HOT_CHUNKS;
+pub use crate::store::limits::{MAX_HOT_CHUNKS, MAX_HOT_ORDERED};
 /// A refill batch: about this many bytes of data, in one or a few ranged GETs.
 const BATCH_BYTES: u64 = 2 * CHUNK_SIZE;
 /// ...or this many chunks (small files).
@@ -44,12 +49,20 @@ const WALK_BATCH_BYTES: u64 = 4 * CHUNK_SIZE;
 /// How often a refill worker looks again while foreground reads use the store.
 const YIELD: Duration = Duration::from_millis(5);
 
-const MAGIC: &[u8; 4] = b"TFH1";
+/// The format before the ordered prefix: runs by recency only.
+const MAGIC_V1: &[u8; 4] = b"TFH1";
+const MAGIC: &[u8; 4] = b"TFH2";
+/// One run: `ino u64 | first chunk u64 | count u32`.
+const RUN: usize = 20;
 
-/// Chunks of a workspace, most recently used first.
+/// Chunks of a workspace in the order a fresh node wants them back: first the `ordered`
+/// chunks the last session read first, in the order it read them (an environment's imports),
+/// then the rest, most recently used first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HotSet {
     pub chunks: Vec<(Ino, u64)>,
+    /// How many of `chunks`, from the start, are in first-read order.
+    pub ordered: usize,
 }
 
 /// A hot set that does not decode.
@@ -58,20 +71,18 @@ pub struct HotSet {
 pub struct HotSetError(&'static str);
 
 impl HotSet {
-    /// `"TFH1" | n u32 LE | n × (ino u64 LE | first chunk u64 LE | count u32 LE)`: runs of
-    /// consecutive chunks of one file, in the set's order (docs/FORMAT.md, "Hot set").
+    /// `"TFH2" | p u32 LE | n u32 LE | n × (ino u64 LE | first chunk u64 LE | count u32 LE)`:
+    /// runs of consecutive chunks of one file, in the set's order, the first `p` runs being
+    /// its ordered prefix (docs/FORMAT.md, "Hot set").
     pub fn encode(&self) -> Vec<u8> {
-        let mut runs: Vec<(Ino, u64, u32)> = Vec::new();
-        for &(ino, idx) in &self.chunks {
-            match runs.last_mut() {
-                Some((i, first, n)) if *i == ino && *first + u64::from(*n) == idx && *n < u32::MAX => *n += 1,
-                _ => runs.push((ino, idx, 1)),
-            }
-        }
-        let mut out = Vec::with_capacity(8 + runs.len() * 20);
+        let ordered = self.ordered.min(self.chunks.len());
+        let prefix = runs(&self.chunks[..ordered]);
+        let rest = runs(&self.chunks[ordered..]);
+        let mut out = Vec::with_capacity(12 + (prefix.len() + rest.len()) * RUN);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&(runs.len() as u32).to_le_bytes());
-        for (ino, first, n) in runs {
+        out.extend_from_slice(&(prefix.len() as u32).to_le_bytes());
+        out.extend_from_slice(&((prefix.len() + rest.len()) as u32).to_le_bytes());
+        for (ino, first, n) in prefix.into_iter().chain(rest) {
             out.extend_from_slice(&ino.to_le_bytes());
             out.extend_from_slice(&first.to_le_bytes());
             out.extend_from_slice(&n.to_le_bytes());
@@ -79,28 +90,57 @@ impl HotSet {
         out
     }
 
+    /// Decodes a set in either format (`"TFH1"` has no ordered prefix), checking every count
+    /// and length against the set's bounds ([`MAX_HOT_CHUNKS`], [`MAX_HOT_ORDERED`]).
     pub fn decode(b: &[u8]) -> Result<HotSet, HotSetError> {
-        let body = b.strip_prefix(MAGIC).ok_or(HotSetError("not a hot set (bad magic)"))?;
-        let (n, runs) = body.split_first_chunk::<4>().ok_or(HotSetError("cut short"))?;
-        let n = u32::from_le_bytes(*n) as usize;
-        if runs.len() != n.checked_mul(20).ok_or(HotSetError("too many runs"))? {
+        let (prefix_runs, n, runs) = if let Some(body) = b.strip_prefix(MAGIC) {
+            let (p, body) = body.split_first_chunk::<4>().ok_or(HotSetError("cut short"))?;
+            let (n, runs) = body.split_first_chunk::<4>().ok_or(HotSetError("cut short"))?;
+            (u32::from_le_bytes(*p) as usize, u32::from_le_bytes(*n) as usize, runs)
+        } else {
+            let body = b.strip_prefix(MAGIC_V1).ok_or(HotSetError("not a hot set (bad magic)"))?;
+            let (n, runs) = body.split_first_chunk::<4>().ok_or(HotSetError("cut short"))?;
+            (0, u32::from_le_bytes(*n) as usize, runs)
+        };
+        if runs.len() != n.checked_mul(RUN).ok_or(HotSetError("too many runs"))? {
             return Err(HotSetError("its length does not match its run count"));
         }
-        let mut chunks = Vec::new();
-        for run in runs.chunks_exact(20) {
+        if prefix_runs > n {
+            return Err(HotSetError("its ordered prefix has more runs than the set"));
+        }
+        let mut set = HotSet::default();
+        for (i, run) in runs.chunks_exact(RUN).enumerate() {
             let ino = u64::from_le_bytes(run[0..8].try_into().expect("8 bytes"));
             let first = u64::from_le_bytes(run[8..16].try_into().expect("8 bytes"));
             let count = u32::from_le_bytes(run[16..20].try_into().expect("4 bytes"));
             if count == 0 || first.checked_add(u64::from(count)).is_none_or(|end| end > u64::MAX / CHUNK_SIZE) {
                 return Err(HotSetError("a run is empty or beyond any file"));
             }
-            if chunks.len() + count as usize > MAX_HOT_CHUNKS {
+            if set.chunks.len() + count as usize > MAX_HOT_CHUNKS {
                 return Err(HotSetError("it names more chunks than a hot set may"));
             }
-            chunks.extend((first..first + u64::from(count)).map(|idx| (ino, idx)));
+            set.chunks.extend((first..first + u64::from(count)).map(|idx| (ino, idx)));
+            if i < prefix_runs {
+                set.ordered = set.chunks.len();
+                if set.ordered > MAX_HOT_ORDERED {
+                    return Err(HotSetError("its ordered prefix names more chunks than it may"));
+                }
+            }
         }
-        Ok(HotSet { chunks })
+        Ok(set)
     }
+}
+
+/// `chunks` as runs of consecutive chunks of one file, in order.
+fn runs(chunks: &[(Ino, u64)]) -> Vec<(Ino, u64, u32)> {
+    let mut runs: Vec<(Ino, u64, u32)> = Vec::new();
+    for &(ino, idx) in chunks {
+        match runs.last_mut() {
+            Some((i, first, n)) if *i == ino && *first + u64::from(*n) == idx && *n < u32::MAX => *n += 1,
+            _ => runs.push((ino, idx, 1)),
+        }
+    }
+    runs
 }
 
 /// Where a refill is.
@@ -122,6 +162,10 @@ pub struct RefillStats {
     /// Chunks of the hot set that were not local when the refill started, and their data bytes.
     pub planned_chunks: u64,
     pub planned_bytes: u64,
+    /// Of those, the first ones, from the set's ordered prefix (what the last session read
+    /// first, in that order): they are fetched first.
+    #[serde(default)]
+    pub ordered_chunks: u64,
     /// Of those, fetched back so far.
     pub fetched_chunks: u64,
     pub fetched_bytes: u64,
@@ -143,37 +187,93 @@ struct Planned {
     data: u64,
 }
 
+/// A running refill's plan, shared by its workers: each chunk is taken by one batch only,
+/// either in the plan's order or with its file when a read bumped it.
+struct RefillRun {
+    plan: Vec<Planned>,
+    /// Each chunk of the plan, once taken.
+    taken: Vec<AtomicBool>,
+    /// The plan's batches, as ranges of its indices.
+    batches: Vec<std::ops::Range<usize>>,
+    /// The plan's indices of each file's chunks.
+    by_ino: HashMap<Ino, Vec<usize>>,
+    next: AtomicUsize,
+    /// Batches holding the set's ordered prefix: all workers fetch those, one the rest.
+    prefix_batches: usize,
+    /// Why the refill halts (the first reason stays).
+    halt: parking_lot::Mutex<Option<String>>,
+    /// Bytes of batches being fetched: not resident yet, but already spoken for.
+    reserved: parking_lot::Mutex<u64>,
+}
+
+impl RefillRun {
+    fn new(plan: Vec<Planned>, ordered: usize) -> RefillRun {
+        let mut by_ino: HashMap<Ino, Vec<usize>> = HashMap::new();
+        for (i, p) in plan.iter().enumerate() {
+            by_ino.entry(p.ino).or_default().push(i);
+        }
+        RefillRun {
+            taken: plan.iter().map(|_| AtomicBool::new(false)).collect(),
+            prefix_batches: batches(&plan).iter().take_while(|b| b.start < ordered).count(),
+            batches: batches(&plan),
+            by_ino,
+            plan,
+            next: AtomicUsize::new(0),
+            halt: parking_lot::Mutex::new(None),
+            reserved: parking_lot::Mutex::new(0),
+        }
+    }
+
+    /// The chunks of plan indices `idxs` no batch took yet, taken now.
+    fn claim(&self, idxs: impl IntoIterator<Item = usize>) -> Vec<Planned> {
+        idxs.into_iter().filter(|&i| !self.taken[i].swap(true, Ordering::AcqRel)).map(|i| self.plan[i]).collect()
+    }
+}
+
 impl ColdTier {
-    /// The chunks worth having back after a reset: those held here with their block in the
-    /// store, most recently used first, up to 90% of the cache size and [`MAX_HOT_CHUNKS`].
+    /// The chunks worth having back after a reset, up to 90% of the cache size and
+    /// [`MAX_HOT_CHUNKS`]: first those this session read first, in that order (its ordered
+    /// prefix), then the others held here, most recently used first. Only chunks whose block is
+    /// in the store (a record, not the zero block); the prefix also names chunks evicted since.
     pub fn hot_set(&self) -> HotSet {
-        let mut held: Vec<(u64, Ino, u64, u64)> = {
-            let st = self.state.lock();
-            st.files
-                .iter()
-                .flat_map(|(&ino, f)| {
-                    f.chunks.iter().filter_map(move |(&idx, c)| match c.rec {
-                        Some(r) if !c.evicted() && r.block != ZERO_BLOCK => {
-                            Some((c.last_access, ino, idx, u64::from(r.data)))
-                        }
-                        _ => None,
-                    })
-                })
-                .collect()
+        let st = self.state.lock();
+        let stored = |ino: Ino, idx: u64| {
+            let c = st.files.get(&ino)?.chunks.get(&idx)?;
+            c.rec.filter(|r| r.block != ZERO_BLOCK).map(|r| (c, u64::from(r.data)))
         };
+        let first: Vec<(Ino, u64, u64)> = st
+            .first_reads
+            .order()
+            .iter()
+            .filter_map(|&(ino, idx)| stored(ino, idx).map(|(_, data)| (ino, idx, data)))
+            .collect();
+        let in_first: std::collections::HashSet<(Ino, u64)> = first.iter().map(|&(i, x, _)| (i, x)).collect();
+        let mut held: Vec<(u64, Ino, u64, u64)> = st
+            .files
+            .iter()
+            .flat_map(|(&ino, f)| f.chunks.keys().map(move |&idx| (ino, idx)))
+            .filter(|c| !in_first.contains(c))
+            .filter_map(|(ino, idx)| match stored(ino, idx) {
+                Some((c, data)) if !c.evicted() => Some((c.last_access, ino, idx, data)),
+                _ => None,
+            })
+            .collect();
+        drop(st);
         held.sort_unstable_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+        let ordered = first.len();
         let limit = self.config.cache_size.map_or(u64::MAX, |c| c / 10 * 9);
         let mut bytes = 0u64;
-        let chunks = held
+        let chunks: Vec<(Ino, u64)> = first
             .into_iter()
-            .take_while(|&(_, _, _, data)| {
+            .chain(held.into_iter().map(|(_, ino, idx, data)| (ino, idx, data)))
+            .take_while(|&(_, _, data)| {
                 bytes = bytes.saturating_add(data);
                 bytes <= limit
             })
             .take(MAX_HOT_CHUNKS)
-            .map(|(_, ino, idx, _)| (ino, idx))
+            .map(|(ino, idx, _)| (ino, idx))
             .collect();
-        HotSet { chunks }
+        HotSet { ordered: ordered.min(chunks.len()), chunks }
     }
 
     /// The refill's progress, if one ran in this session.
@@ -187,10 +287,11 @@ impl ColdTier {
             Some(RefillStats { state: RefillState::Stopped, stopped: Some(why), ..RefillStats::default() });
     }
 
-    /// Fetches the chunks of `set` that are not local back into the cache, most recent first,
-    /// with up to as many workers as read-ahead has (see the module invariants). `open` gives
-    /// the data file of an inode (`None`: it is gone); `stop` ends the refill between
-    /// batches. Blocking; returns the final progress.
+    /// Fetches the chunks of `set` that are not local back into the cache, in the set's order,
+    /// with up to as many workers as read-ahead has (see the module invariants). A file a
+    /// foreground read finds not yet refilled goes first: its remaining chunks are the next
+    /// batch. `open` gives the data file of an inode (`None`: it is gone); `stop` ends the
+    /// refill between batches. Blocking; returns the final progress.
     pub fn refill(
         &self,
         set: &HotSet,
@@ -198,58 +299,111 @@ impl ColdTier {
         stop: &AtomicBool,
     ) -> RefillStats {
         let started = Instant::now();
-        let plan = self.refill_plan(set);
+        let (plan, ordered) = self.refill_plan(set);
         *self.refill.lock() = Some(RefillStats {
             planned_chunks: plan.len() as u64,
+            ordered_chunks: ordered as u64,
             planned_bytes: plan.iter().map(|p| p.data).sum(),
             ..RefillStats::default()
         });
-        let batches = batches(&plan);
-        let next = AtomicUsize::new(0);
-        let halt: parking_lot::Mutex<Option<String>> = parking_lot::Mutex::new(None);
-        // Bytes of batches being fetched: not resident yet, but already spoken for.
-        let reserved = parking_lot::Mutex::new(0u64);
+        let run = RefillRun::new(plan, ordered);
+        self.state.lock().refill_bumps = Some(VecDeque::new());
         let workers = self.config.prefetchers.clamp(1, 4);
         std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| {
-                    loop {
-                        if let Some(why) = self.refill_may_go(stop, &halt) {
-                            halt.lock().get_or_insert(why);
-                            return;
-                        }
-                        let Some(batch) = batches.get(next.fetch_add(1, Ordering::AcqRel)) else { return };
-                        let (fit, bytes) = self.reserve_fitting(batch, &reserved, &halt);
-                        if !fit.is_empty() {
-                            self.refill_batch(fit, open, started);
-                        }
-                        *reserved.lock() -= bytes;
-                    }
-                });
+            for worker in 0..workers {
+                let run = &run;
+                s.spawn(move || self.refill_worker(run, worker, open, stop, started));
             }
         });
+        self.state.lock().refill_bumps = None;
         let mut guard = self.refill.lock();
         let stats = guard.get_or_insert_with(RefillStats::default);
         stats.elapsed_ms = started.elapsed().as_millis() as u64;
-        stats.stopped = halt.into_inner();
+        stats.stopped = run.halt.into_inner();
         stats.state = if stats.stopped.is_some() { RefillState::Stopped } else { RefillState::Done };
         stats.clone()
     }
 
+    /// One refill worker: takes batches (a file a read bumped first, else the plan's next) until
+    /// the plan is done or the refill halts.
+    fn refill_worker(
+        &self,
+        run: &RefillRun,
+        worker: usize,
+        open: &(dyn Fn(Ino) -> Option<Arc<File>> + Sync),
+        stop: &AtomicBool,
+        started: Instant,
+    ) {
+        loop {
+            if let Some(why) = self.refill_may_go(stop, &run.halt) {
+                run.halt.lock().get_or_insert(why);
+                return;
+            }
+            // A batch is taken and its room reserved under one lock, so batches reserve in
+            // the plan's order: when the cache is about to fill, the chunks it ends up
+            // holding are the plan's first, whichever worker runs.
+            let mut r = run.reserved.lock();
+            if run.halt.lock().is_some() {
+                return;
+            }
+            let bumped = self.state.lock().refill_bumps.as_mut().and_then(VecDeque::pop_front);
+            let batch = match bumped {
+                Some(ino) => self.bumped_batch(run, ino),
+                // Past the ordered prefix (what the last session's first reads, an env's
+                // imports, want), one worker goes on: the rest is not urgent, and more
+                // workers would take the CPU and disk from this session's own first reads.
+                None if worker > 0 && run.next.load(Ordering::Acquire) >= run.prefix_batches => return,
+                None => match run.batches.get(run.next.fetch_add(1, Ordering::AcqRel)) {
+                    Some(range) => run.claim(range.clone()),
+                    None => return,
+                },
+            };
+            let (fit, bytes) = self.reserve_fitting(&batch, &mut r, &run.halt);
+            drop(r);
+            if !fit.is_empty() {
+                self.refill_batch(fit, open, started);
+            }
+            *run.reserved.lock() -= bytes;
+        }
+    }
+
+    /// The next batch of file `ino`'s planned chunks no batch took yet (a batch's size at
+    /// most); the file stays first in line while more are left.
+    fn bumped_batch(&self, run: &RefillRun, ino: Ino) -> Vec<Planned> {
+        let mut bytes = 0;
+        let planned = || run.by_ino.get(&ino).into_iter().flatten().copied();
+        let left = planned().filter(|&i| !run.taken[i].load(Ordering::Acquire));
+        let batch = run.claim(left.take(BATCH_CHUNKS).take_while(|&i| {
+            let fits = bytes < BATCH_BYTES;
+            bytes += run.plan[i].data;
+            fits
+        }));
+        let more = planned().any(|i| !run.taken[i].load(Ordering::Acquire));
+        if more && let Some(q) = self.state.lock().refill_bumps.as_mut() {
+            q.push_front(ino);
+        }
+        batch
+    }
+
     /// The chunks of `set` to fetch, each once, in the set's order: those evicted here whose
-    /// record says they hold data.
-    fn refill_plan(&self, set: &HotSet) -> Vec<Planned> {
+    /// record says they hold data; with how many of them come from its ordered prefix.
+    fn refill_plan(&self, set: &HotSet) -> (Vec<Planned>, usize) {
         let st = self.state.lock();
         let mut seen = std::collections::HashSet::new();
-        set.chunks
+        let mut ordered = 0;
+        let plan = set
+            .chunks
             .iter()
-            .filter(|c| seen.insert(**c))
-            .filter_map(|&(ino, idx)| {
+            .enumerate()
+            .filter(|(_, c)| seen.insert(**c))
+            .filter_map(|(i, &(ino, idx))| {
                 let c = st.files.get(&ino)?.chunks.get(&idx)?;
                 let r = c.rec.filter(|r| c.evicted() && r.block != ZERO_BLOCK)?;
+                ordered += usize::from(i < set.ordered);
                 Some(Planned { ino, idx, data: u64::from(r.data) })
             })
-            .collect()
+            .collect();
+        (plan, ordered)
     }
 
     /// The part of `batch` that fits in the cache's room beside the bytes already `reserved`
@@ -258,10 +412,9 @@ impl ColdTier {
     fn reserve_fitting<'a>(
         &self,
         batch: &'a [Planned],
-        reserved: &parking_lot::Mutex<u64>,
+        r: &mut u64,
         halt: &parking_lot::Mutex<Option<String>>,
     ) -> (&'a [Planned], u64) {
-        let mut r = reserved.lock();
         let (room, why) = self.refill_room();
         let mut left = room.saturating_sub(*r);
         let fit = batch
@@ -479,10 +632,11 @@ impl Fetched {
 }
 
 /// Cuts the plan into batches of at most `BATCH_CHUNKS` chunks and about `BATCH_BYTES`
-/// (a batch always holds at least one chunk).
-fn batches(plan: &[Planned]) -> Vec<&[Planned]> {
-    let mut batches: Vec<&[Planned]> = Vec::new();
+/// (a batch always holds at least one chunk), as ranges of its indices.
+fn batches(plan: &[Planned]) -> Vec<std::ops::Range<usize>> {
+    let mut batches = Vec::new();
     let mut rest = plan;
+    let mut at = 0;
     while !rest.is_empty() {
         let mut bytes = 0;
         let n = rest
@@ -495,9 +649,9 @@ fn batches(plan: &[Planned]) -> Vec<&[Planned]> {
             })
             .count()
             .max(1);
-        let (batch, tail) = rest.split_at(n);
-        batches.push(batch);
-        rest = tail;
+        batches.push(at..at + n);
+        at += n;
+        rest = &rest[n..];
     }
     batches
 }
@@ -506,29 +660,77 @@ fn batches(plan: &[Planned]) -> Vec<&[Planned]> {
 mod tests {
     use super::*;
 
+    /// A set in the old format, `"TFH1" | n u32 | n × run`.
+    fn v1(runs: &[(u64, u64, u32)]) -> Vec<u8> {
+        let mut b = b"TFH1".to_vec();
+        b.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+        for &(ino, first, n) in runs {
+            b.extend_from_slice(&ino.to_le_bytes());
+            b.extend_from_slice(&first.to_le_bytes());
+            b.extend_from_slice(&n.to_le_bytes());
+        }
+        b
+    }
+
     #[test]
     fn a_hot_set_round_trips_in_runs() {
-        let set = HotSet { chunks: vec![(5, 0), (5, 1), (5, 2), (9, 7), (5, 3), (2, 0)] };
+        let set = HotSet { chunks: vec![(5, 0), (5, 1), (5, 2), (9, 7), (5, 3), (2, 0)], ordered: 0 };
         let bytes = set.encode();
         // Four runs: 5:0..3, 9:7, 5:3, 2:0.
-        assert_eq!(bytes.len(), 8 + 4 * 20);
+        assert_eq!(bytes.len(), 12 + 4 * 20);
         assert_eq!(HotSet::decode(&bytes).expect("decodes"), set);
         assert_eq!(HotSet::decode(&HotSet::default().encode()).expect("empty"), HotSet::default());
     }
 
     #[test]
+    fn the_ordered_prefix_round_trips_and_no_run_spans_its_end() {
+        // 7:0..2 read first, then 3:0; the rest continues 3:1 (a run split at the prefix's end).
+        let set = HotSet { chunks: vec![(7, 0), (7, 1), (3, 0), (3, 1), (3, 2), (1, 0)], ordered: 3 };
+        let bytes = set.encode();
+        assert_eq!(&bytes[4..8], &2u32.to_le_bytes(), "two runs in the prefix");
+        assert_eq!(&bytes[8..12], &4u32.to_le_bytes(), "4 runs in all: 7:0..2, 3:0 | 3:1..3, 1:0");
+        assert_eq!(HotSet::decode(&bytes).expect("decodes"), set);
+    }
+
+    #[test]
+    fn an_old_hot_set_decodes_with_no_ordered_prefix() {
+        let set = HotSet::decode(&v1(&[(5, 0, 2), (9, 7, 1)])).expect("TFH1 decodes");
+        assert_eq!(set, HotSet { chunks: vec![(5, 0), (5, 1), (9, 7)], ordered: 0 });
+        assert!(HotSet::decode(&v1(&[(5, 0, 0)])).is_err(), "an empty run in the old format");
+        let mut short = v1(&[(5, 0, 2)]);
+        short.pop();
+        assert!(HotSet::decode(&short).is_err());
+    }
+
+    #[test]
     fn damaged_hot_sets_are_refused() {
-        let good = HotSet { chunks: vec![(1, 0), (1, 1)] }.encode();
+        let good = HotSet { chunks: vec![(1, 0), (1, 1)], ordered: 0 }.encode();
         assert!(HotSet::decode(&good[..good.len() - 1]).is_err());
-        assert!(HotSet::decode(b"TFH2\0\0\0\0").is_err());
+        assert!(HotSet::decode(b"TFH2\0\0\0\0").is_err(), "cut short before the run count");
+        assert!(HotSet::decode(b"TFH3\0\0\0\0\0\0\0\0").is_err(), "an unknown format");
         let mut zero = good.clone();
-        zero[24..28].copy_from_slice(&0u32.to_le_bytes());
+        zero[28..32].copy_from_slice(&0u32.to_le_bytes());
         assert!(HotSet::decode(&zero).is_err());
         let mut far = good.clone();
-        far[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        far[20..28].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(HotSet::decode(&far).is_err());
-        let mut huge = good;
-        huge[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut huge = good.clone();
+        huge[28..32].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(HotSet::decode(&huge).is_err(), "more chunks than a hot set may name");
+        let mut prefix = good.clone();
+        prefix[4..8].copy_from_slice(&2u32.to_le_bytes());
+        assert!(HotSet::decode(&prefix).is_err(), "a prefix of more runs than the set has");
+        let mut count = good;
+        count[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(HotSet::decode(&count).is_err(), "a run count the length does not match");
+    }
+
+    #[test]
+    fn an_ordered_prefix_past_its_bound_is_refused() {
+        let n = MAX_HOT_ORDERED as u32 + 1;
+        let over = HotSet { chunks: (0..u64::from(n)).map(|i| (1, i)).collect(), ordered: n as usize };
+        assert!(HotSet::decode(&over.encode()).is_err(), "more ordered chunks than a prefix may hold");
+        let at = HotSet { chunks: (0..u64::from(n)).map(|i| (1, i)).collect(), ordered: n as usize - 1 };
+        assert_eq!(HotSet::decode(&at.encode()).expect("at the bound").ordered, n as usize - 1);
     }
 }
