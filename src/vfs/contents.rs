@@ -299,8 +299,9 @@ impl Vfs {
 
     /// The order of a change that marks chunks dirty (docs/ARCHITECTURE.md, "One commit per
     /// change"): `b`, the new record `rec` and the change's marks commit as one batch, then
-    /// `land` changes the bytes. If that fails, a size `rec` grew past `old`'s is taken back
-    /// (a second commit, on the error path only), so it never claims bytes that did not land.
+    /// `land` changes the bytes. If that fails, `old` is put back whole (a second commit, on
+    /// the error path only): a failed change leaves no size that claims bytes that did not
+    /// land, and no times of a change that did not happen.
     /// The caller holds the inode's stripe throughout, so no other change of the record comes
     /// between.
     pub(super) fn commit_then_land<T>(
@@ -314,7 +315,11 @@ impl Vfs {
         b.put_inode(rec);
         self.commit_change(guard, b)?;
         land().or_else(|e| {
-            self.cut_back(old, rec, old.attr.size)?;
+            if old != rec {
+                let mut b = MetaBatch::new();
+                b.put_inode(old);
+                self.meta.commit(b)?;
+            }
             Err(e)
         })
     }

@@ -554,3 +554,27 @@ pub(crate) fn every_data_change_commits_one_metadata_batch() {
         assert!(fs.read(g.ino, gh, 8192, 4096).expect("read") == page, "g's copied bytes");
     }
 }
+
+/// A change that marks chunks commits its record before the bytes land; when the bytes then
+/// fail to land (a punch hole without KEEP_SIZE, a copy onto its own overlapping range), the
+/// old record comes back whole: no size and no times of a change that did not happen. Found
+/// by the model on a cold tier (mtime and ctime moved on a failed punch hole).
+#[test]
+pub(crate) fn regression_a_failed_change_on_a_cold_tier_leaves_the_record_as_it_was() {
+    use Falloc::*;
+    use Op::*;
+    let ops = [
+        Create { at: "a", mode: 0o644, excl: false, trunc: false, keep_open: true },
+        Truncate { at: "a", size: 4090 },
+        CopyH { h_in: 0, off_in: 0, h_out: 0, off_out: 0, len: 1 },
+        Create { at: "b", mode: 0o644, excl: false, trunc: false, keep_open: false },
+        Truncate { at: "b", size: 4090 },
+        Fallocate { at: "b", mode: PunchHoleNoKeepSize, offset: 0, len: 2 },
+        Read { h: 0, offset: 0, len: 5000 },
+    ];
+    for tier in [Tier::Hot, Tier::Cached, Tier::Streamed] {
+        if let Err(msg) = run_on(&ops, tier) {
+            panic!("{tier:?}: {msg}");
+        }
+    }
+}
