@@ -55,7 +55,6 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # The writer: phases timed separately, printed as one JSON line.
 WRITER='

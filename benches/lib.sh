@@ -2,6 +2,13 @@
 # benches/lib.sh: shell functions shared by the benchmark scripts (sourced, not run).
 # Expects the caller to define log and die, and REPO, LOG and CARGO_TARGET_DIR.
 
+# t ARGS...: the tierfs under test ($TBIN/tierfs) with the benches' passphrase and a runtime
+# dir in $WORK; drop_caches: empties the page cache. A script that defined its own before
+# sourcing this file keeps it.
+declare -F t >/dev/null ||
+  t() { TIERFS_PASSPHRASE=bench TIERFS_TEST_FAST_KDF=test "$TBIN/tierfs" --runtime-dir "$WORK/run" "$@"; }
+declare -F drop_caches >/dev/null || drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
 # tierfs_binaries: sets BIN_DIR and TIERFS to the `tierfs` and `tierfs-daemon` to measure:
 # $TIERFS_BIN_DIR if set, else a release build in $CARGO_TARGET_DIR (skipped with SKIP_BUILD=1).
 tierfs_binaries() {

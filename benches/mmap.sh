@@ -45,16 +45,12 @@ source "$HERE/lib.sh"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tierfs-mmap.XXXXXX")
 MOTO_PID='' TMNT='' TBIN=''
-t() {
-  TIERFS_PASSPHRASE=bench TIERFS_TEST_FAST_KDF=test "$TBIN/tierfs" --runtime-dir "$WORK/run" "$@"
-}
 cleanup() {
   [[ -n $TMNT ]] && mountpoint -q "$TMNT" && { t umount "$TMNT" >>"$LOG" 2>&1 || fusermount3 -u "$TMNT"; }
   [[ -n $MOTO_PID ]] && kill "$MOTO_PID" 2>/dev/null
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 start_moto
 dd if=/dev/urandom of="$WORK/src" bs=1M count="$SIZE_MIB" status=none || die "writing the source failed"

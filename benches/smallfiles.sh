@@ -120,9 +120,6 @@ source "$HERE/lib.sh"
 mkdir -p "$BENCH_ROOT" || die "cannot create $BENCH_ROOT"
 WORK=$(mktemp -d "$BENCH_ROOT/smallfiles.XXXXXX") || die "mktemp in $BENCH_ROOT failed"
 MOTO_PID='' EXTRA_OPTS=() TBIN='' TMNT='' TPID='' TDATA='' PMNT='' PPID_='' UMOUNT_S=0
-t() {
-  TIERFS_PASSPHRASE=bench TIERFS_TEST_FAST_KDF=test "$TBIN/tierfs" --runtime-dir "$WORK/run" "$@"
-}
 peer_umount() {
   [[ -n $PMNT ]] || return 0
   if mountpoint -q "$PMNT"; then
@@ -166,7 +163,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 # since T0: seconds since the $EPOCHREALTIME value T0
 since() { local now=$EPOCHREALTIME; awk -v a="$1" -v b="$now" 'BEGIN { printf "%.3f\n", b - a }'; }
 # measure NAME CMD...: CMD's JSON line (its last line on stdout) into OUTDIR/NAME.json

@@ -63,9 +63,6 @@ source "$HERE/lib.sh"
 mkdir -p "$BENCH_ROOT" || die "cannot create $BENCH_ROOT"
 WORK=$(mktemp -d "$BENCH_ROOT/walk.XXXXXX") || die "mktemp in $BENCH_ROOT failed"
 MOTO_PID='' TBIN='' TMNT='' TPID='' TDATA=''
-t() {
-  TIERFS_PASSPHRASE=bench TIERFS_TEST_FAST_KDF=test "$TBIN/tierfs" --runtime-dir "$WORK/run" "$@"
-}
 tierfs_umount() {
   [[ -n $TMNT ]] || return 0
   if mountpoint -q "$TMNT"; then
@@ -86,7 +83,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # make_tree ORDER ROOT: writes the tree under ROOT/t in ORDER (seq or rr), the same bytes
 # whatever the order (file i of directory d is seeded by d and i)
