@@ -299,9 +299,10 @@ impl Vfs {
 
     /// The order of a change that marks chunks dirty (docs/ARCHITECTURE.md, "One commit per
     /// change"): `b`, the new record `rec` and the change's marks commit as one batch, then
-    /// `land` changes the bytes. If that fails, `old` is put back whole (a second commit, on
-    /// the error path only): a failed change leaves no size that claims bytes that did not
-    /// land, and no times of a change that did not happen.
+    /// `land` changes the bytes. If that fails, `old` is put back (a second commit, on the
+    /// error path only): a failed change leaves no size that claims bytes that did not land,
+    /// and no times of a change that did not happen. A shrink keeps its smaller size: `b`
+    /// dropped the records past it.
     /// The caller holds the inode's stripe throughout, so no other change of the record comes
     /// between.
     pub(super) fn commit_then_land<T>(
@@ -315,9 +316,15 @@ impl Vfs {
         b.put_inode(rec);
         self.commit_change(guard, b)?;
         land().or_else(|e| {
-            if old != rec {
+            // A shrink dropped the records past its new end in `b`: its smaller size stays (a
+            // crash trims, never resurrects), and the rest of `old` comes back.
+            let mut back = old.clone();
+            if rec.attr.size < old.attr.size {
+                (back.attr.size, back.attr.blocks, back.dense) = (rec.attr.size, rec.attr.blocks, rec.dense);
+            }
+            if back != *rec {
                 let mut b = MetaBatch::new();
-                b.put_inode(old);
+                b.put_inode(&back);
                 self.meta.commit(b)?;
             }
             Err(e)
