@@ -6,8 +6,11 @@
 # dateutil, pytz, tzdata) from a virtualenv kept in the workspace, with the refill and with
 # `--no-refill`, against what a runtime without it does: a fresh `pip install --no-index` of
 # the same wheels from the local wheelhouse into a venv on the local disk, then the same
-# import. Also the same import on a warm node (the writer's own data dir mounted again), the
-# floor the reset is measured against. For each build given (a directory with `tierfs` and
+# import; and a fresh `pip install` of the same pinned versions from the package index with no
+# pip cache, when the index answers (what a user after a reset really does). Also the same
+# import on a warm node (the writer's own data dir mounted again), and the floor: the same
+# import from a venv on the local disk with no tierfs at all, which bounds how much faster than
+# a reinstall any kept environment can be. For each build given (a directory with `tierfs` and
 # `tierfs-daemon`), on the embedded store (`file://`) and on one local moto server.
 #
 # Per build and store: a writer mounts a fresh workspace, makes the venv in it
@@ -24,8 +27,9 @@
 # Env (knobs):
 #   ROUNDS [3]           rounds of each measurement
 #   WHEELS [/var/lib/tierfs-test-tools/python-env-wheels]   the wheelhouse
-#   STORES ["file moto"] which stores
+#   STORES ["file moto"] which stores ("": the reinstalls and the floor only)
 #   CACHE_MIB [2048]     tierfs --cache-size
+#   INDEX [1]            0: no reinstall from the package index
 # Needs root (drop_caches), python3 with venv, bc, curl, fuse3, and moto as
 # scripts/setup-debian.sh installs it (MOTO_SERVER to override). Everything started here is
 # stopped on exit.
@@ -38,7 +42,7 @@ while (($# > 0)) && [[ $1 != -- ]]; do BUILDS+=("$(cd "$1" && pwd)"); shift; don
 OUTDIR=${1:-${TMPDIR:-/tmp}/tierfs-bench/env/$(date +%Y%m%d-%H%M%S)}
 ROUNDS=${ROUNDS:-3}
 WHEELS=${WHEELS:-/var/lib/tierfs-test-tools/python-env-wheels}
-STORES=${STORES:-file moto}
+STORES=${STORES-file moto}
 CACHE_MIB=${CACHE_MIB:-2048}
 PACKAGES=(pandas tabulate more-itertools markupsafe)
 MOTO_SERVER=${MOTO_SERVER:-/var/lib/tierfs-test-tools/moto-venv/bin/moto_server}
@@ -139,19 +143,55 @@ for B in "${!BUILDS[@]}"; do
     done
   done
 done
-# What a runtime without the env does after a reset: a fresh venv on the local disk, the
-# same wheels installed from the local wheelhouse, the same import.
+# What a runtime without the env does after a reset, and the floor. Per round, page cache
+# dropped before each: a fresh venv on the local disk with the same wheels installed from the
+# local wheelhouse, then the same import (reinstall); the same import again from that venv,
+# no tierfs and nothing installed (the floor: what any env costs to import from this disk);
+# and the same pinned versions (`pip freeze` of that venv) installed from the index with no
+# pip cache (what a user after a reset really does), skipped with a line when the index does
+# not answer or INDEX=0.
+reachable_index() {
+  [[ ${INDEX:-1} != 0 ]] || return 1
+  env -u PIP_FIND_LINKS "$WORK/reinstall/bin/python" -m pip download --no-cache-dir --no-deps --quiet -d "$WORK/probe" \
+    "$(head -1 "$WORK/pins.txt")" >>"$LOG" 2>&1
+}
+fresh_venv() {
+  rm -rf "$1"
+  python3 -m venv --system-site-packages "$1" >>"$LOG" 2>&1 || die "venv failed"
+}
 for r in $(seq "$ROUNDS"); do
-  rm -rf "$WORK/reinstall"
   drop_caches
   t0=$(now)
-  python3 -m venv --system-site-packages "$WORK/reinstall" >>"$LOG" 2>&1 || die "venv failed"
+  fresh_venv "$WORK/reinstall"
   "$WORK/reinstall/bin/python" -m pip install --quiet --no-index --disable-pip-version-check \
     --find-links "$WHEELS" "${PACKAGES[@]}" >>"$LOG" 2>&1 || die "pip install failed"
   "$WORK/reinstall/bin/python" -c 'import pandas' >>"$LOG" 2>&1 || die "import pandas failed"
   RESULT[reinstall,$r]=$(secs "$t0" "$(now)")
-  log "reinstall round $r: ${RESULT[reinstall,$r]} s"
+  drop_caches
+  t0=$(now)
+  "$WORK/reinstall/bin/python" -c 'import pandas' >>"$LOG" 2>&1 || die "import pandas failed"
+  RESULT[floor,$r]=$(secs "$t0" "$(now)")
+  log "round $r: reinstall from the wheelhouse ${RESULT[reinstall,$r]} s, floor (import from a local venv) ${RESULT[floor,$r]} s"
 done
+"$WORK/reinstall/bin/python" -m pip freeze --local >"$WORK/pins.txt" 2>>"$LOG" || die "pip freeze failed"
+INDEXED=0
+if reachable_index; then
+  INDEXED=1
+  for r in $(seq "$ROUNDS"); do
+    drop_caches
+    t0=$(now)
+    fresh_venv "$WORK/reinstall-index"
+    # PIP_FIND_LINKS (a machine's local wheels) would let pip skip the download.
+    env -u PIP_FIND_LINKS -u PIP_NO_INDEX "$WORK/reinstall-index/bin/python" -m pip install --quiet \
+      --no-cache-dir --disable-pip-version-check -r "$WORK/pins.txt" >>"$LOG" 2>&1 ||
+      die "pip install from the index failed (see $LOG)"
+    "$WORK/reinstall-index/bin/python" -c 'import pandas' >>"$LOG" 2>&1 || die "import pandas failed"
+    RESULT[index,$r]=$(secs "$t0" "$(now)")
+    log "round $r: reinstall from the index ${RESULT[index,$r]} s"
+  done
+else
+  log "the package index did not answer (or INDEX=0): no reinstall from the index measured"
+fi
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 med() {
@@ -164,21 +204,32 @@ medi() {
   for r in $(seq "$ROUNDS"); do v+=("${RESULT[$1,$r-import]}"); done
   median "${v[@]}"
 }
-reinstall=$(med reinstall)
+reinstall=$(med reinstall) floor=$(med floor) index=''
+((INDEXED)) && index=$(med index)
+ratio() { [[ -n $1 ]] && printf '%.1fx' "$(echo "$1 / $2" | bc -l)" || echo -; }
 {
-  echo "| build, store | warm: mount to imported (import alone) | reset + refill | reset, --no-refill | reinstall / reset+refill | reset import / warm import (refill; no refill) |"
-  echo "|---|---:|---:|---:|---:|---:|"
+  echo "| build, store | warm: mount to imported (import alone) | reset + refill | reset, --no-refill | wheelhouse reinstall / reset+refill | index reinstall / reset+refill | reset+refill / floor | reset import / warm import (refill; no refill) |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
   for B in "${!BUILDS[@]}"; do
     for S in $STORES; do
       w=$(med "$B,$S,warm") wi=$(medi "$B,$S,warm")
       f=$(med "$B,$S,refill") fr=$(medi "$B,$S,refill")
       n=$(med "$B,$S,norefill") ni=$(medi "$B,$S,norefill")
-      printf '| %s (%s), %s | %.2f s (%.2f) | %.2f s (%.2f) | %.2f s (%.2f) | %.1fx | %.2f; %.2f |\n' \
+      printf '| %s (%s), %s | %.2f s (%.2f) | %.2f s (%.2f) | %.2f s (%.2f) | %s | %s | %s | %.2f; %.2f |\n' \
         "${BUILDS[$B]}" "$(cat "${BUILDS[$B]}/COMMIT" 2>/dev/null || echo '?')" "$S" "$w" "$wi" "$f" "$fr" "$n" "$ni" \
-        "$(echo "$reinstall / $f" | bc -l)" "$(echo "$fr / $wi" | bc -l)" "$(echo "$ni / $wi" | bc -l)"
+        "$(ratio "$reinstall" "$f")" "$(ratio "$index" "$f")" "$(ratio "$f" "$floor")" \
+        "$(echo "$fr / $wi" | bc -l)" "$(echo "$ni / $wi" | bc -l)"
     done
   done
   echo
-  echo "reinstall (fresh venv on the local disk + pip install --no-index of ${PACKAGES[*]} + import pandas): $(printf '%.2f' "$reinstall") s (median of $ROUNDS)"
+  echo "reinstall from the wheelhouse (fresh venv on the local disk + pip install --no-index of ${PACKAGES[*]} + import pandas): $(printf '%.2f' "$reinstall") s"
+  if ((INDEXED)); then
+    echo "reinstall from the index (the same pinned versions, --no-cache-dir): $(printf '%.2f' "$index") s"
+  else
+    echo "reinstall from the index: not measured (the index did not answer, or INDEX=0)"
+  fi
+  echo "floor (import pandas from that venv on the local disk, page cache dropped, no tierfs): $(printf '%.2f' "$floor") s;" \
+    "the most any env can be faster than the wheelhouse reinstall: $(ratio "$reinstall" "$floor")" \
+    "$( ((INDEXED)) && echo "(than the index reinstall: $(ratio "$index" "$floor"))")"
   echo "medians of $ROUNDS rounds; page cache dropped before each; cache ${CACHE_MIB} MiB; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUTDIR/table.md"
