@@ -578,3 +578,69 @@ pub(crate) fn regression_a_failed_change_on_a_cold_tier_leaves_the_record_as_it_
         }
     }
 }
+
+/// A file read while the refill runs, before the refill reached it, is refilled next: the
+/// read "bumps" it ahead of the rest of the plan (issue 47, item 2). No timing: the store
+/// holds the refill's first fetch until the read is done, the refill has one worker, and
+/// read-ahead is off, so only the bump can bring the file's other chunks before the plan's
+/// next files. Every chunk starts with its file's letter and its index, and the store's log
+/// of fetched blocks gives the order.
+#[test]
+pub(crate) fn a_file_read_during_the_refill_is_refilled_next() {
+    const CHUNK: u64 = 4 << 20;
+    const CHUNKS: u64 = 3;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
+    let data = |tag: u8| -> Vec<u8> {
+        let mut v: Vec<u8> =
+            (0..CHUNKS * CHUNK).map(|i| ((i.wrapping_mul(2654435761) >> 11) ^ (i >> 20)) as u8 ^ tag).collect();
+        for idx in 0..CHUNKS {
+            v[(idx * CHUNK) as usize..][..2].copy_from_slice(&[tag, idx as u8]);
+        }
+        v
+    };
+    let names = [b'a', b'b', b'c', b'f'];
+    let inos: Vec<Ino> = {
+        let writer = cold_vfs(dir.path(), &store, Some(1), 0.0);
+        let inos = names.iter().map(|&n| write_and_evict(&writer, &[n], &data(n))).collect();
+        // write_and_evict waits for its own bytes' worth of evictions: wait for all of them.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while writer.stats().cold.expect("cold").evicted_bytes < 4 * CHUNKS * CHUNK {
+            assert!(std::time::Instant::now() < deadline, "not evicted: {:?}", writer.stats().cold);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        inos
+    };
+    let mut cold = ColdConfig::new(None);
+    (cold.prefetchers, cold.prefetch_chunks, cold.near_window, cold.min_free_ratio) = (1, 0, 0, 0.0);
+    let mut config = VfsConfig::new(dir.path());
+    config.store = Some(AttachedStore { store: store.clone(), config: cold });
+    let fs = Vfs::new(config).expect("open");
+    // The plan: a, b, c, then f; none of it in first-read order.
+    let set = tierfs::tier::HotSet {
+        chunks: inos.iter().flat_map(|&ino| (0..CHUNKS).map(move |i| (ino, i))).collect(),
+        ordered: 0,
+    };
+    let f = inos[3];
+    let held = store.hold_next_get();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stats = std::thread::scope(|s| {
+        let refill = s.spawn(|| fs.refill(&set, &stop));
+        held.arrived(); // the refill's first fetch (a's first chunk) waits at the store
+        let fh = fs.open(ME, f, libc::O_RDONLY).expect("open f");
+        assert_eq!(fs.read(f, fh, 0, 2).expect("read f"), [b'f', 0]);
+        fs.release(f, fh).expect("release");
+        held.release();
+        refill.join().expect("the refill panicked").expect("a cold tier")
+    });
+    assert_eq!((stats.failed_chunks, stats.stopped.as_deref()), (0, None), "{stats:?}");
+    let order: Vec<(u8, u8)> = store.fetched_heads().iter().map(|h| (h[0], h[1])).collect();
+    let at = |c: (u8, u8)| order.iter().position(|&o| o == c).unwrap_or_else(|| panic!("{c:?} not fetched: {order:?}"));
+    // The log is in the order fetches returned: within the refill's first batch (a's first
+    // chunks, one of them held) and the read's, any order.
+    assert!(at((b'f', 0)) < at((b'b', 0)), "the read's own fetch: {order:?}");
+    for idx in 1..CHUNKS as u8 {
+        assert!(at((b'f', idx)) < at((b'b', 0)), "chunk {idx} of f, read during the refill, came after b: {order:?}");
+    }
+    assert_eq!(order.len() as u64, 4 * CHUNKS, "each chunk fetched once: {order:?}");
+}
