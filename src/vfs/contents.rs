@@ -125,10 +125,14 @@ impl Vfs {
         if let Some(cold) = &self.cold {
             // A walk reaching a cold file: the next files of its directory are fetched ahead.
             if flags & libc::O_TRUNC == 0 && cold.first_chunk_evicted(ino) {
-                let ahead = self.walks.lock().ahead(ino);
-                if let Some((dir, mut next)) = ahead {
-                    // A file that streams is left to its reader (it would push the rest out).
-                    next.retain(|&i| self.record(i).is_ok_and(|r| !cold.streams(i, r.attr.size)));
+                let window = walk::Window::for_cache(cold.cache_size());
+                // A file that streams is left to its reader (it would push the rest out).
+                let bytes = |i| {
+                    let rec = self.record(i).ok().filter(|r| !cold.streams(i, r.attr.size));
+                    rec.map(|r| walk::Window::first_chunk(r.attr.size))
+                };
+                let ahead = self.walks.lock().ahead(ino, window, bytes);
+                if let Some((dir, next)) = ahead {
                     cold.walk_ahead(ino, dir, next);
                 }
             }

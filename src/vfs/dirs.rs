@@ -74,14 +74,17 @@ impl Vfs {
         h.truncate(offset.saturating_sub(2) as usize);
         let want = limit - out.len().min(limit);
         let listed = self.meta.list_dir_after(h.ino, after.as_deref(), want)?;
-        // The order files are listed in is the order a walk opens them (walk.rs).
+        // The order files are listed in is the order a walk opens them, and the order of
+        // directories the order it goes through their listings (walk.rs).
         let mut walks = self.cold.as_ref().map(|_| self.walks.lock());
         if let Some(w) = walks.as_mut().filter(|_| after.is_none()) {
             w.restart(h.ino);
         }
         for (cookie, (name, child, kind)) in (offset.max(2) + 1..).zip(listed) {
-            if let Some(w) = walks.as_mut().filter(|_| kind == FileKind::File) {
-                w.listed(h.ino, child);
+            match (walks.as_mut(), kind) {
+                (Some(w), FileKind::File) => w.listed(h.ino, child),
+                (Some(w), FileKind::Dir) => w.listed_dir(child),
+                _ => {}
             }
             h.names.extend_from_slice(&name);
             let end = h.names.len();

@@ -20,8 +20,11 @@ use moto::MotoServer;
 use store_node::Node;
 
 const MIB: u64 = 1 << 20;
-/// Files a walk fetches ahead of the one opened (`tierfs::vfs::walk::AHEAD`).
-const WINDOW: usize = 512;
+/// The bytes a walk fetches ahead of the file opened: a quarter of the cache
+/// (`tierfs::vfs::walk::Window`), with the cache these tests give the node that walks.
+fn window(cache_mib: u64, file_len: u64) -> usize {
+    (cache_mib * MIB / 4 / file_len) as usize
+}
 const BUCKET: &str = "tierfs-refill";
 
 /// The files of the workspace with their bytes: `old/` (written first, 40 MiB: node A's
@@ -207,7 +210,7 @@ fn a_fresh_node_refills_in_the_order_the_last_session_first_read() {
 
 /// Writes `files` (their directories made) through `a`, syncs, resets `a` (unmounted, local
 /// state wiped) and returns a fresh node mounted with `--no-refill`.
-fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)]) -> Node {
+fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)], cache: &str) -> Node {
     a.mount(&[]);
     for (rel, data) in files {
         if let Some((dir, _)) = rel.rsplit_once('/') {
@@ -219,7 +222,7 @@ fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)]) -> Node {
     a.fx.umount();
     a.wipe_local_state();
     let mut b = Node::new(&a.store_file);
-    b.mount(&["--no-refill"]);
+    b.mount(&["--no-refill", "--cache-size", cache]);
     b
 }
 
@@ -246,7 +249,10 @@ fn a_walk_of_a_cold_directory_fetches_the_next_files_ahead_and_no_further() {
     let files: Vec<(String, Vec<u8>)> = (0..600).map(|i| (format!("d/f{i:03}"), rng.bytes(8192))).collect();
     let mut a = Node::init(&servers, BUCKET, "walk");
     // Without the refill, so that only the walk fetches anything.
-    let mut b = written_then_reset(&mut a, &files);
+    // A 16 MiB cache: a window of 4 MiB, 512 of these files.
+    let mut b = written_then_reset(&mut a, &files, "16M");
+    let window = window(16, 8192);
+    assert_eq!(window, 512);
     let listed: Vec<String> = fs::read_dir(b.fx.p("d"))
         .expect("ls")
         .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
@@ -257,7 +263,7 @@ fn a_walk_of_a_cold_directory_fetches_the_next_files_ahead_and_no_further() {
     fetches_settle(&b);
     for (i, (rel, data)) in files.iter().enumerate().skip(1) {
         let have = cached(&b, rel);
-        if i <= WINDOW {
+        if i <= window {
             assert!(have >= data.len() as u64, "{rel}, within the window after f000, was not fetched ahead");
         } else {
             assert_eq!(have, 0, "{rel}, past the window, was fetched");
@@ -290,6 +296,19 @@ fn received_bytes(node: &Node) -> u64 {
     backends.iter().map(|b| b["traffic"]["received_bytes"].as_u64().expect("received_bytes")).sum()
 }
 
+/// `per_dir` files of `len` random bytes (seeded) in each of `dirs` directories `t/dNN`, in the
+/// order they are made: round-robin, f000 of every directory, then f001 of every one, and so on.
+fn round_robin(seed: u64, dirs: usize, per_dir: usize, len: usize) -> Vec<(String, Vec<u8>)> {
+    let mut rng = Rng::new(seed);
+    let mut made = Vec::new();
+    for i in 0..per_dir {
+        for d in 0..dirs {
+            made.push((format!("t/d{d:02}/f{i:03}"), rng.bytes(len)));
+        }
+    }
+    made
+}
+
 /// Issue 48, item 4: a tree made round-robin across directories (parallel downloaders, sharded
 /// writers) lies in its packs in an order no walk takes. A walk of it (every directory listed
 /// first, as `cat t/*/*` does, then the files opened in listing order) still gets the next
@@ -302,22 +321,17 @@ fn a_walk_of_a_tree_made_round_robin_fetches_ahead_and_little_more_than_it_reads
     const PER_DIR: usize = 80;
     common::require_fuse();
     let servers = MotoServer::start_many(1, BUCKET);
-    let mut rng = Rng::new(48);
-    // Made round-robin: f000 of every directory, then f001 of every one, and so on. 48 KiB
-    // files: a file's neighbours in its directory lie 7 files apart in the pack, too far for
-    // one ranged GET to span them.
-    let mut made: Vec<(String, Vec<u8>)> = Vec::new();
-    for i in 0..PER_DIR {
-        for d in 0..DIRS {
-            made.push((format!("t/d{d}/f{i:03}"), rng.bytes(48 << 10)));
-        }
-    }
+    // 48 KiB files: a file's neighbours in its directory lie 7 files apart in the pack, too
+    // far for one ranged GET to span them.
+    let made = round_robin(48, DIRS, PER_DIR, 48 << 10);
     let mut a = Node::init(&servers, BUCKET, "roundrobin");
-    let mut b = written_then_reset(&mut a, &made);
+    // A 64 MiB cache: a window of 16 MiB, 341 of these files (4 directories and a bit).
+    let mut b = written_then_reset(&mut a, &made, "64M");
+    let window = window(64, 48 << 10);
     let mut walk = made.clone();
     walk.sort_by(|x, y| x.0.cmp(&y.0));
     for d in 0..DIRS {
-        assert_eq!(fs::read_dir(b.fx.p(&format!("t/d{d}"))).expect("ls").count(), PER_DIR);
+        assert_eq!(fs::read_dir(b.fx.p(&format!("t/d{d:02}"))).expect("ls").count(), PER_DIR);
     }
     assert_eq!(fetches_settle(&b), 0, "listings alone fetched file data");
     let (gets, received) = (range_gets(&b), received_bytes(&b));
@@ -326,7 +340,7 @@ fn a_walk_of_a_tree_made_round_robin_fetches_ahead_and_little_more_than_it_reads
     // whatever their packs; nothing past them. A batch's blocks land together once all its
     // GETs are back, so this waits for the window (or two minutes) before it looks.
     let start = Instant::now();
-    while !walk[1..=WINDOW].iter().all(|(rel, data)| cached(&b, rel) >= data.len() as u64)
+    while !walk[1..=window].iter().all(|(rel, data)| cached(&b, rel) >= data.len() as u64)
         && start.elapsed() < Duration::from_secs(120)
     {
         std::thread::sleep(Duration::from_millis(100));
@@ -334,7 +348,7 @@ fn a_walk_of_a_tree_made_round_robin_fetches_ahead_and_little_more_than_it_reads
     fetches_settle(&b);
     for (i, (rel, data)) in walk.iter().enumerate().skip(1) {
         let have = cached(&b, rel);
-        if i <= WINDOW {
+        if i <= window {
             assert!(have >= data.len() as u64, "{rel}, within the window after d0/f000, was not fetched ahead");
         } else {
             assert_eq!(have, 0, "{rel}, past the window, was fetched");
@@ -354,6 +368,43 @@ fn a_walk_of_a_tree_made_round_robin_fetches_ahead_and_little_more_than_it_reads
     b.fx.umount();
 }
 
+/// Issue 48, item 4, as a shell walks: `cat t/*/*` over a tree made round-robin across 20
+/// directories. bash's glob lists every directory (the last first) before `cat` opens the
+/// first file, then the files are opened in name order, each directory's files lying 20
+/// blocks apart in the packs.
+/// The walk's read-ahead takes what it queued pack by pack, so each pack comes in a few ranged
+/// GETs, not one GET per file, and the store sends little more than `cat` reads.
+#[test]
+fn a_cat_of_a_glob_over_a_tree_made_round_robin_reads_its_packs_whole() {
+    const DIRS: usize = 20;
+    const PER_DIR: usize = 50;
+    common::require_fuse();
+    let servers = MotoServer::start_many(1, BUCKET);
+    let made = round_robin(4804, DIRS, PER_DIR, 32 << 10);
+    let mut a = Node::init(&servers, BUCKET, "glob");
+    // The default cache (256 MiB): a window of 64 MiB spans the whole tree.
+    let mut b = written_then_reset(&mut a, &made, "256M");
+    let (gets, received) = (range_gets(&b), received_bytes(&b));
+    // bash, as a user types it: it lists the directories last to first, then sorts.
+    let out = std::process::Command::new("bash")
+        .args(["-c", "cat t/*/*"])
+        .current_dir(&b.fx.mountpoint)
+        .output()
+        .expect("running cat");
+    assert!(out.status.success(), "cat failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mut walk = made.clone();
+    walk.sort_by(|x, y| x.0.cmp(&y.0));
+    let want: Vec<u8> = walk.iter().flat_map(|(_, d)| d.iter().copied()).collect();
+    assert!(out.stdout == want, "cat t/*/* read the wrong bytes");
+    let read = want.len() as u64;
+    let (gets, received) = (range_gets(&b) - gets, received_bytes(&b) - received);
+    let cold = b.fx.status()["cold"].clone();
+    // One GET per file is what a walk costs when every file is fetched on its own.
+    assert!(gets * 20 <= made.len() as u64, "{gets} ranged GETs for {} files: {cold}", made.len());
+    assert!(received * 10 <= read * 12, "the store sent {received} bytes for {read} read: {cold}");
+    b.fx.umount();
+}
+
 /// Issue 24, item 2: files written together share a pack, so a miss on one brings the ones
 /// after it in the same request. A tree of one small file per directory (directory-order
 /// read-ahead has nothing to go on there) then costs a few ranged GETs, not one per file.
@@ -365,7 +416,7 @@ fn a_miss_brings_its_pack_neighbours_so_one_file_directories_cost_few_requests()
     let files: Vec<(String, Vec<u8>)> = (0..100).map(|i| (format!("d{i:03}/f"), rng.bytes(6000))).collect();
     let mut a = Node::init(&servers, BUCKET, "near");
     // Without the refill, so that only the reads fetch anything.
-    let mut b = written_then_reset(&mut a, &files);
+    let mut b = written_then_reset(&mut a, &files, "256M");
     let before = range_gets(&b);
     read_all(&b.fx.mountpoint, &files);
     let gets = range_gets(&b) - before;

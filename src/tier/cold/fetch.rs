@@ -23,11 +23,6 @@ use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
 use crate::types::Ino;
 
-/// Files of one batch of directory-order read-ahead at most (fewer when their bytes pass
-/// `refill::WALK_BATCH_BYTES`): sorted by pack, files a walk reads soon that lie near each other
-/// come in one ranged GET, whatever order they were made in.
-pub(super) const WALK_BATCH: usize = 512;
-
 /// Counts foreground fetches in flight while alive (see [`ColdTier::hydrate`]).
 pub(super) struct Foreground<'a>(&'a AtomicUsize);
 
@@ -410,10 +405,8 @@ impl ColdTier {
                     }
                     if st.prefetch.is_empty() && !st.walk.is_empty() {
                         // Directory-order read-ahead: after the read-ahead of files being read.
-                        let n = st.walk.len().min(WALK_BATCH);
-                        let inos: Vec<Ino> = st.walk.drain(..n).collect();
                         drop(st);
-                        self.fetch_walk(&inos);
+                        self.fetch_walk();
                         st = self.state.lock();
                         continue;
                     }

@@ -81,6 +81,7 @@ mod refill;
 mod stream;
 mod upload;
 mod verify;
+mod walk;
 mod write;
 
 /// The store as the tier sees it. Calls block; they are made from worker threads and from
@@ -470,6 +471,8 @@ pub struct ColdTier {
     work: Condvar,
     /// Read-ahead threads wait here, woken when chunks are queued ahead of a reader.
     ahead: Condvar,
+    /// Held by the read-ahead thread planning a walk batch (`walk.rs`): one plans at a time.
+    walk_planner: Mutex<()>,
     /// The evictor's 200 ms tick (woken early only to stop).
     tick: Condvar,
     counters: Counters,
@@ -743,6 +746,7 @@ impl ColdTier {
             changed: Condvar::new(),
             work: Condvar::new(),
             ahead: Condvar::new(),
+            walk_planner: Mutex::new(()),
             tick: Condvar::new(),
             counters: Counters::default(),
             near: Mutex::new(near::NearBuffer::default()),

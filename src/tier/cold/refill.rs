@@ -41,11 +41,6 @@ pub use crate::store::limits::{MAX_HOT_CHUNKS, MAX_HOT_ORDERED};
 const BATCH_BYTES: u64 = 2 * CHUNK_SIZE;
 /// ...or this many chunks (small files).
 const BATCH_CHUNKS: usize = 256;
-/// Files waiting for directory-order read-ahead at most.
-pub const MAX_WALK_QUEUE: usize = 4096;
-/// Bytes of one batch of directory-order read-ahead at most (what one fetcher holds in memory,
-/// as a read-ahead group does).
-const WALK_BATCH_BYTES: u64 = 4 * CHUNK_SIZE;
 /// How often a refill worker looks again while foreground reads use the store.
 const YIELD: Duration = Duration::from_millis(5);
 
@@ -455,7 +450,7 @@ impl ColdTier {
 
     /// How many more bytes may be cached without evicting (below 90% of the cache size and
     /// above the disk's free-space floor), and what ends the room.
-    fn refill_room(&self) -> (u64, String) {
+    pub(super) fn refill_room(&self) -> (u64, String) {
         let resident = self.state.lock().resident_bytes;
         let mut room = (u64::MAX, String::new());
         if let Some(limit) = self.config.cache_size {
@@ -494,70 +489,6 @@ impl ColdTier {
     /// Whether the first chunk of `ino` is only in the store (a walk that opens it is cold).
     pub fn first_chunk_evicted(&self, ino: Ino) -> bool {
         self.state.lock().files.get(&ino).and_then(|f| f.chunks.get(&0)).is_some_and(|c| c.evicted())
-    }
-
-    /// A walk of the listing of `dir` opened `opened`: its misses judge pack neighbours as the
-    /// walk's (`near.rs`), and the first chunks of `inos` are queued for directory-order
-    /// read-ahead (the read-ahead threads fetch them in batches, sorted by pack, several
-    /// ranged GETs at once). At most [`MAX_WALK_QUEUE`] wait.
-    pub fn walk_ahead(&self, opened: Ino, dir: Ino, inos: Vec<Ino>) {
-        let mut st = self.state.lock();
-        if let Some(f) = st.files.get_mut(&opened) {
-            f.walk = Some(dir);
-        }
-        if inos.is_empty() {
-            return;
-        }
-        let room = MAX_WALK_QUEUE.saturating_sub(st.walk.len());
-        st.walk.extend(inos.into_iter().take(room));
-        drop(st);
-        self.ahead.notify_all();
-    }
-
-    /// Fetches the first chunks of `inos` that are still evicted and not being fetched (one
-    /// batch of directory-order read-ahead): those that fit in [`WALK_BATCH_BYTES`] and in the
-    /// cache's room without evicting; the rest wait at the front of the queue (or, without
-    /// room, are left to their reader). Streamed files are left to their reader.
-    pub(super) fn fetch_walk(&self, inos: &[Ino]) {
-        let (room, _) = self.refill_room();
-        let mut left = room.min(WALK_BATCH_BYTES);
-        let mut taken = 0;
-        let cold: Vec<Ino> = {
-            let mut st = self.state.lock();
-            let mut cold = Vec::new();
-            for &ino in inos {
-                let data = st.files.get(&ino).and_then(|f| match f.chunks.get(&0) {
-                    Some(c) if !f.streaming && c.evicted() && !c.fetching => c.rec.map(|r| u64::from(r.data)),
-                    _ => None,
-                });
-                if let Some(data) = data {
-                    // A first chunk is at most a quarter of a batch: a batch with room takes one.
-                    if data > left {
-                        break;
-                    }
-                    left = left.saturating_sub(data);
-                    cold.push(ino);
-                }
-                taken += 1;
-            }
-            if room >= WALK_BATCH_BYTES {
-                for &ino in inos[taken..].iter().rev() {
-                    st.walk.push_front(ino);
-                }
-            }
-            cold
-        };
-        let items: Vec<(Ino, u64, Arc<File>)> = cold
-            .into_iter()
-            .filter_map(|ino| match self.hot.open_or_create(ino) {
-                Ok(f) => Some((ino, 0, Arc::new(f))),
-                Err(e) => {
-                    tracing::debug!("read-ahead of inode {ino}: {e}");
-                    None
-                }
-            })
-            .collect();
-        self.fetch_many(&items, true);
     }
 
     /// Fetches chunks of any files (each with its data file) that are evicted and not being
