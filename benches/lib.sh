@@ -26,6 +26,21 @@ tierfs_binaries() {
   [[ -x $TIERFS && -x $BIN_DIR/tierfs-daemon ]] || die "no tierfs and tierfs-daemon in $BIN_DIR"
 }
 
+# tierfs_umount: unmounts the tierfs at $TMNT (`tierfs umount`, else fusermount3 -u), waits
+# for its daemon $TPID (stop_daemon), removes its data dir $TDATA and clears the three; a no-op
+# when nothing is mounted. Logs to $LOG.
+declare -F tierfs_umount >/dev/null ||
+  tierfs_umount() {
+    [[ -n ${TMNT:-} ]] || return 0
+    if mountpoint -q "$TMNT"; then
+      t --json umount --timeout 600 "$TMNT" >>"$LOG" 2>&1 ||
+        { log "tierfs umount FAILED; fusermount3 -u"; fusermount3 -u "$TMNT" 2>>"$LOG" || umount -l "$TMNT" 2>>"$LOG"; }
+    fi
+    [[ -n ${TPID:-} ]] && stop_daemon "$TPID"
+    [[ -n ${TDATA:-} ]] && rm -rf "$TDATA"
+    TMNT='' TPID='' TDATA=''
+  }
+
 # start_moto: starts moto ($MOTO_SERVER) on $MOTO_PORT or a free port, logging to
 # $OUTDIR/moto.log; exports S3_ENDPOINT, S3_BUCKET (= $BUCKET) and moto's credentials; sets
 # MOTO_PID (the caller stops it) and RAW (benches/s3_raw.py with $BENCH_PY); creates $BUCKET.

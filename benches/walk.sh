@@ -63,16 +63,6 @@ source "$HERE/lib.sh"
 mkdir -p "$BENCH_ROOT" || die "cannot create $BENCH_ROOT"
 WORK=$(mktemp -d "$BENCH_ROOT/walk.XXXXXX") || die "mktemp in $BENCH_ROOT failed"
 MOTO_PID='' TBIN='' TMNT='' TPID='' TDATA=''
-tierfs_umount() {
-  [[ -n $TMNT ]] || return 0
-  if mountpoint -q "$TMNT"; then
-    t --json umount --timeout 600 "$TMNT" >>"$LOG" 2>&1 ||
-      { log "tierfs umount FAILED; fusermount3 -u"; fusermount3 -u "$TMNT" 2>>"$LOG" || umount -l "$TMNT" 2>>"$LOG"; }
-  fi
-  [[ -n $TPID ]] && stop_daemon "$TPID"
-  rm -rf "$TDATA"
-  TMNT='' TPID='' TDATA=''
-}
 cleanup() {
   trap - EXIT INT TERM
   set +e

@@ -43,8 +43,10 @@ fi
 #   unit (Debian installs it by default; a container image may not have it).
 # xfsprogs: mkfs.xfs, for the watch-mode test that reads changed files through reflink
 #   clones on a loop-mounted XFS image.
+# rclone, s3fs: the S3 FUSE peers benches/anchors.sh (and cold.sh, smallfiles.sh) put tierfs
+#   beside, on the same moto server.
 PACKAGES=(fuse3 libclang-dev clang libacl1-dev pkg-config bindfs fio attr acl python3 python3-venv e2fsprogs openssl
-    binutils systemd xfsprogs)
+    binutils systemd xfsprogs rclone s3fs)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

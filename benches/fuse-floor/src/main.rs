@@ -44,9 +44,17 @@ struct Node {
     data: Vec<u8>,
 }
 
+/// One directory entry as `readdir` returns it: inode, kind, name.
+type DirEntry = (u64, FileType, OsString);
+
 struct State {
     nodes: HashMap<u64, Node>,
     next_ino: u64,
+    /// Open directory handles: the listing `opendir` took, which `readdir` pages through by
+    /// index, so listing a directory of n entries costs O(n) in all (as a filesystem with a
+    /// directory index does), not O(n) per `readdir` call.
+    dirs: HashMap<u64, Vec<DirEntry>>,
+    next_fh: u64,
 }
 
 struct Floor {
@@ -507,7 +515,7 @@ impl Filesystem for Floor {
         reply.ok();
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let result = self.with(|s| {
             let dir = s.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
             let mut entries = vec![
@@ -518,20 +526,41 @@ impl Filesystem for Floor {
                 let kind = s.nodes.get(&child).map_or(FileType::RegularFile, |n| n.attr.kind);
                 entries.push((child, kind, name.clone()));
             }
-            Ok(entries)
+            s.next_fh += 1;
+            s.dirs.insert(s.next_fh, entries);
+            Ok(s.next_fh)
         });
         match result {
-            Ok(entries) => {
-                let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-                for (i, (child, kind, name)) in entries.iter().enumerate().skip(skip) {
-                    if reply.add(INodeNo(*child), (i + 1) as u64, *kind, name) {
-                        break;
-                    }
-                }
-                reply.ok();
-            }
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(err) => reply.error(err),
         }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let result = self.with(|s| {
+            let entries = s.dirs.get(&fh.0).ok_or(Errno::EBADF)?;
+            let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+            for (i, (child, kind, name)) in entries.iter().enumerate().skip(skip) {
+                if reply.add(INodeNo(*child), (i + 1) as u64, *kind, name) {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        empty(
+            reply,
+            self.with(|s| {
+                s.dirs.remove(&fh.0);
+                Ok(())
+            }),
+        );
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -580,7 +609,12 @@ fn main() {
     let root =
         Node { attr: new_attr(ROOT, FileType::Directory, 0o755, uid, 0), children: BTreeMap::new(), data: Vec::new() };
     let floor = Floor {
-        state: Mutex::new(State { nodes: HashMap::from([(ROOT, root)]), next_ino: ROOT + 1 }),
+        state: Mutex::new(State {
+            nodes: HashMap::from([(ROOT, root)]),
+            next_ino: ROOT + 1,
+            dirs: HashMap::new(),
+            next_fh: 0,
+        }),
         writeback: env_flag("FLOOR_WRITEBACK"),
         log: match std::env::var_os("FLOOR_LOG") {
             None => None,
