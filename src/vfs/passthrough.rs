@@ -27,6 +27,14 @@ use std::collections::HashSet;
 
 use super::*;
 
+/// How often the session takes in what passthrough writers that stay open wrote
+/// ([`Vfs::take_in_passthrough_writers`]). Each take-in marks every chunk of a written file
+/// dirty and the uploader re-hashes them all (the kernel does not say which bytes changed), so
+/// the dirty age of normal writes (half a second) would re-hash a large file being written
+/// over and over. 30 s, the dirty age of a store on the same disk, bounds how long an open
+/// writer's bytes wait for the store at one re-hash of the file per round.
+pub const PASSTHROUGH_TAKE_IN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What `status` shows of passthrough.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PassthroughStats {
@@ -38,6 +46,13 @@ pub struct PassthroughStats {
     pub opens: u64,
     /// Passthrough handles open now.
     pub open_now: u64,
+    /// Of `opens`, those that may write (the kernel writes the data file; the file is sealed
+    /// again at their fsync and release).
+    #[serde(default)]
+    pub write_opens: u64,
+    /// Passthrough handles that may write, open now.
+    #[serde(default)]
+    pub writers_now: u64,
     /// Read-only opens served normally although passthrough is on: another handle of the file
     /// was open normally, or part of the file was not local.
     pub fallbacks: u64,
@@ -66,6 +81,7 @@ pub(super) struct Passthrough {
     off: Mutex<Option<String>>,
     opens: AtomicU64,
     open_now: AtomicU64,
+    write_opens: AtomicU64,
     fallbacks: AtomicU64,
     /// The stack depth declared to the kernel (0: none, see [`Vfs::passthrough_declared`]).
     stack_depth: std::sync::atomic::AtomicU32,
@@ -100,6 +116,27 @@ pub(super) struct Modes {
     cached: HashSet<u64>,
     /// Passthrough handles, each with whether it may write.
     passthrough: HashMap<u64, bool>,
+    /// While passthrough writers are open: the data file as last taken in (`None`: unknown,
+    /// taken as changed).
+    seen: Option<Seen>,
+}
+
+/// What of a data file tells that the kernel wrote it: a write moves its mtime (and its
+/// size, when it extends it). The kernel stamps a file whose times were looked at since its
+/// last change with a fresh fine-grained time (multigrain timestamps, Linux 6.13+), so a
+/// write after a look differs; on older kernels two writes in one clock tick may look the
+/// same, which only leaves the reported mtime a tick old: the bytes are taken in anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    mtime: Timestamp,
+    size: u64,
+}
+
+impl Seen {
+    fn of(file: &File) -> Option<Seen> {
+        let m = file.metadata().ok()?;
+        Some(Seen { mtime: Timestamp::from(m.modified().ok()?), size: m.len() })
+    }
 }
 
 impl Vfs {
@@ -122,13 +159,13 @@ impl Vfs {
                 cold.passthrough_open(ino, false, writes)?;
             }
             Some(file)
-        } else if modes.cached.is_empty() && !writes && self.passthrough_wanted() {
-            self.first_passthrough(&oi, ino)
+        } else if modes.cached.is_empty() && self.passthrough_wanted() {
+            self.first_passthrough(&oi, ino, writes)
         } else {
             None
         };
         let Some(file) = backing else {
-            if !writes && self.passthrough_wanted() {
+            if self.passthrough_wanted() {
                 self.passthrough.fallbacks.fetch_add(1, Ordering::Relaxed);
             }
             modes.cached.insert(fh);
@@ -141,16 +178,24 @@ impl Vfs {
         self.passthrough.open_now.fetch_add(1, Ordering::Relaxed);
         if writes {
             self.passthrough.writers.fetch_add(1, Ordering::Relaxed);
+            self.passthrough.write_opens.fetch_add(1, Ordering::Relaxed);
+            if modes.seen.is_none() {
+                // What the data file looked like before this writer could move it: `getattr`
+                // and the take-in tell the kernel's writes by a change from this.
+                modes.seen = Seen::of(&file);
+            }
         }
         Ok(Opened { fh, backing: Some(file), page_cache: PageCache::Keep })
     }
 
     /// The data file of `ino` for its first passthrough handle, pinned, if the file is wholly
     /// local; `None` (a normal open, which reports its own errors when it reads) otherwise.
-    fn first_passthrough(&self, oi: &OpenInode, ino: Ino) -> Option<Arc<File>> {
+    /// With `writes`, the inode's dirty marker is committed first ([`ColdTier::passthrough_open`]):
+    /// a marker that cannot be committed makes the open a normal one.
+    fn first_passthrough(&self, oi: &OpenInode, ino: Ino, writes: bool) -> Option<Arc<File>> {
         let file = self.file_of(oi, ino).ok()?;
         match &self.cold {
-            Some(cold) => cold.passthrough_open(ino, true, false).ok()?.then_some(file),
+            Some(cold) => cold.passthrough_open(ino, true, writes).ok()?.then_some(file),
             None => Some(file),
         }
     }
@@ -211,6 +256,8 @@ impl Vfs {
             off_reason,
             opens: self.passthrough.opens.load(Ordering::Relaxed),
             open_now: self.passthrough.open_now.load(Ordering::Relaxed),
+            write_opens: self.passthrough.write_opens.load(Ordering::Relaxed),
+            writers_now: self.passthrough.writers.load(Ordering::Relaxed),
             fallbacks: self.passthrough.fallbacks.load(Ordering::Relaxed),
             stack_depth: Some(self.passthrough.stack_depth.load(Ordering::Relaxed)).filter(|&d| d > 0),
         }
@@ -233,6 +280,11 @@ impl Vfs {
         let taken = if writes { self.take_passthrough_writes(ino) } else { Ok(()) };
         self.passthrough_closed(ino, writes);
         if writes {
+            let mut modes = oi.modes.lock();
+            if !modes.passthrough.values().any(|&w| w) {
+                // That take-in was the last until a writer opens again, which looks afresh.
+                modes.seen = None;
+            }
             self.passthrough.stale_pages.lock().insert(ino);
         }
         taken
@@ -258,11 +310,21 @@ impl Vfs {
     }
 
     /// Takes in what passthrough writers of `ino` wrote behind this process's back (at their
-    /// fsync and release): the data file's size becomes the file's, its mtime moves, and every
-    /// chunk is marked dirty, so the uploader seals what changed.
+    /// fsync and release, and before any other change of the file): the data file's size
+    /// becomes the file's, its mtime and ctime become the data file's mtime if the kernel
+    /// wrote since the last take-in, and every chunk is marked dirty, so the uploader seals
+    /// what changed. Every chunk, not only those that look written: a write through a shared
+    /// mapping to a page already dirty moves no time, so nothing here can tell it apart.
     pub(super) fn take_passthrough_writes(&self, ino: Ino) -> VfsResult<()> {
-        let file = self.open_file(ino)?;
+        let oi = self.open_inode(ino)?;
+        let file = self.file_of(&oi, ino)?;
         let size = self.hot.data(&file, ino).plain_len()?;
+        let now = Seen::of(&file);
+        let written = {
+            let mut modes = oi.modes.lock();
+            let before = std::mem::replace(&mut modes.seen, now);
+            now.is_none() || before != now
+        };
         let mut cold_write = match &self.cold {
             Some(cold) => Some(cold.begin_write(ino, &file, 0..size, size, true)?),
             None => None,
@@ -271,9 +333,11 @@ impl Vfs {
         let mut rec = self.record(ino)?;
         // The kernel's writes may have left holes past the old end.
         rec.dense &= size <= rec.attr.size;
-        let now = Timestamp::now();
         (rec.attr.size, rec.attr.blocks) = (size, size.div_ceil(512));
-        (rec.attr.mtime, rec.attr.ctime) = (now, now);
+        if written {
+            let mtime = now.map_or_else(Timestamp::now, |s| s.mtime);
+            (rec.attr.mtime, rec.attr.ctime) = (mtime, mtime);
+        }
         // The bytes landed already: the inode's dirty marker, committed at the writer's open,
         // covered them until now; the chunks' marks go in the same batch as the size.
         let mut b = MetaBatch::new();
@@ -281,13 +345,57 @@ impl Vfs {
         self.commit_change(cold_write.as_mut(), b)
     }
 
-    /// `attr` with the size of `ino`'s data file while a passthrough writer may be moving it.
-    pub(super) fn passthrough_size(&self, ino: Ino, attr: &mut Attr) {
+    /// Takes in what every open passthrough writer wrote (see
+    /// [`Vfs::take_passthrough_writes`]): before `tierfs sync` and the flush at unmount
+    /// (`changed_only` false), and in the session's periodic round (every
+    /// [`PASSTHROUGH_TAKE_IN`], `changed_only`: only files whose data file moved since their
+    /// last take-in), so a writer that stays open does not keep its bytes from the store until
+    /// it closes. An error is logged: the writer's own fsync or close reports it.
+    pub fn take_in_passthrough_writers(&self, changed_only: bool) {
+        if self.passthrough.writers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let open: Vec<(Ino, Arc<OpenInode>)> = self.open.read().iter().map(|(i, o)| (*i, o.clone())).collect();
+        for (ino, oi) in open {
+            let seen = {
+                let modes = oi.modes.lock();
+                if !modes.passthrough.values().any(|&w| w) {
+                    continue;
+                }
+                modes.seen
+            };
+            let moved = || oi.file.lock().as_deref().and_then(Seen::of) != seen;
+            if changed_only && !moved() {
+                continue;
+            }
+            if let Err(e) = self.take_passthrough_writes(ino) {
+                tracing::warn!(ino, "taking in what a passthrough writer wrote: {e}");
+            }
+        }
+    }
+
+    /// Before a change of `ino` through this process (truncate, fallocate, a copy into it):
+    /// what passthrough writers wrote is taken in first, so the change starts from the size
+    /// the kernel's writes left.
+    pub(super) fn catch_up_passthrough(&self, ino: Ino) -> VfsResult<()> {
+        if self.passthrough_writing(ino) {
+            self.take_passthrough_writes(ino)?;
+        }
+        Ok(())
+    }
+
+    /// `attr` as the kernel's writes left it while a passthrough writer may be moving the data
+    /// file: its size and, once it was written since the last take-in, its mtime and ctime.
+    pub(super) fn passthrough_attr(&self, ino: Ino, attr: &mut Attr) {
         if !self.passthrough_writing(ino) {
             return;
         }
-        if let Some(size) = self.open_file(ino).ok().and_then(|f| self.hot.data(&f, ino).plain_len().ok()) {
-            attr.size = size;
+        let Some(oi) = self.open.read().get(&ino).cloned() else { return };
+        let Ok(file) = self.file_of(&oi, ino) else { return };
+        let Some(now) = Seen::of(&file) else { return };
+        (attr.size, attr.blocks) = (now.size, now.size.div_ceil(512));
+        if oi.modes.lock().seen != Some(now) {
+            (attr.mtime, attr.ctime) = (now.mtime, now.mtime);
         }
     }
 }
