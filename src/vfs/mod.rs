@@ -303,6 +303,8 @@ impl Vfs {
             vfs.reclaim(ino)?;
         }
         vfs.inode_count.store(vfs.meta.count_inodes()?, Ordering::Relaxed);
+        // Before the cold tier starts: it re-seals what the recovered writers wrote.
+        vfs.recover_passthrough_writes()?;
         // Before the cold tier starts: it would take the writer's unsealed marks for dirty
         // data of its own.
         vfs.start_following()?;

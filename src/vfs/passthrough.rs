@@ -3,9 +3,10 @@
 //!
 //! The front end asks [`Vfs::open_for`]; the answer names the data file to hand the kernel as
 //! the backing file, or none (a normal open). The decisions all live here:
-//! - A read-only open (no `O_TRUNC`) of a regular file whose chunks are all local and checked
-//!   (none evicted, none from an earlier run still unverified), with no other handle open, is
-//!   served through passthrough. Not with an encrypted hot tier (the data file holds
+//! - An open of a regular file whose chunks are all local and checked (none evicted, none
+//!   from an earlier run still unverified), with no other handle open, is served through
+//!   passthrough: a read-only one always, one that may write (`create` too) while the hot
+//!   tier has [`PASSTHROUGH_WRITE_ROOM`] (on the disk past the reserve, under the cache size). Not with an encrypted hot tier (the data file holds
 //!   ciphertext), not on a follower (a handle reads the version it opened, maybe the store's
 //!   only), and not once the front end reported the kernel or the privilege missing.
 //! - The kernel refuses to mix the two kinds of open on one inode (a cached open while a
@@ -15,10 +16,11 @@
 //!   normal, and while a passthrough handle is open every new one, a writer too, is
 //!   passthrough.
 //! - A passthrough handle pins the file against eviction ([`ColdTier::passthrough_open`]).
-//! - A writer that joins a passthrough inode writes behind this process's back. Its inode's
+//! - A writer through passthrough (the first handle, or one that joins) writes behind this
+//!   process's back. Its inode's
 //!   dirty marker is committed before the open is answered and kept while it is open, so a
 //!   crash re-seals the file; its fsync and its release take the data file's size and mark
-//!   every chunk dirty (the uploader re-hashes them; unchanged ones are deduplicated), and
+//!   every chunk that holds data dirty (the uploader re-hashes them; unchanged ones are deduplicated), and
 //!   until then `getattr` reports the data file's size, which the kernel's writes moved.
 //!   After such a writer closed, the next normal open drops the kernel's cached pages of the
 //!   file: they were filled before the passthrough writes.
@@ -28,12 +30,23 @@ use std::collections::HashSet;
 use super::*;
 
 /// How often the session takes in what passthrough writers that stay open wrote
-/// ([`Vfs::take_in_passthrough_writers`]). Each take-in marks every chunk of a written file
+/// ([`Vfs::take_in_passthrough_writers`]). Each take-in marks every chunk with data of a written file
 /// dirty and the uploader re-hashes them all (the kernel does not say which bytes changed), so
 /// the dirty age of normal writes (half a second) would re-hash a large file being written
 /// over and over. 30 s, the dirty age of a store on the same disk, bounds how long an open
 /// writer's bytes wait for the store at one re-hash of the file per round.
 pub const PASSTHROUGH_TAKE_IN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Room the hot tier must have for a writer to open through passthrough (a first open; one
+/// that joins a passthrough inode has no choice): free on the data disk past the reserve, and
+/// under `--cache-size` when it is set. The kernel's writes skip the hot tier's space checks:
+/// nothing keeps them out of the reserve RocksDB needs or under the cache size, and the file
+/// is pinned while open, so eviction cannot make room for it either.
+/// 4 GiB: a checkpoint or a dataset shard fits, and a small or nearly full disk, where a
+/// writer filling it is likely, keeps the daemon's path, which waits for eviction and stops at
+/// the reserve with ENOSPC. Nothing stops one writer from writing past the room once open
+/// (docs/SEMANTICS.md, Deviations).
+pub const PASSTHROUGH_WRITE_ROOM: u64 = 4 << 30;
 
 /// What `status` shows of passthrough.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -159,7 +172,7 @@ impl Vfs {
                 cold.passthrough_open(ino, false, writes)?;
             }
             Some(file)
-        } else if modes.cached.is_empty() && self.passthrough_wanted() {
+        } else if modes.cached.is_empty() && self.passthrough_wanted() && (!writes || self.room_for_a_writer()) {
             self.first_passthrough(&oi, ino, writes)
         } else {
             None
@@ -188,6 +201,53 @@ impl Vfs {
         Ok(Opened { fh, backing: Some(file), page_cache: PageCache::Keep })
     }
 
+    /// After a crash with writers through passthrough open (their inodes' dirty markers say
+    /// so): each such file keeps what its data file holds past the recorded size, since every
+    /// byte there is a write the kernel acknowledged (a normal write commits its size first,
+    /// so this is never an interrupted one), with the data file's mtime. The marker becomes a
+    /// plain one with a store (the cold tier then re-seals every chunk of the file) and goes
+    /// without. Called at open, before the cold tier starts.
+    pub(super) fn recover_passthrough_writes(&self) -> VfsResult<()> {
+        for ino in self.meta.passthrough_dirty_inodes()? {
+            let mut b = MetaBatch::new();
+            if let Some(mut rec) = self.meta.inode(ino)?.filter(|r| r.attr.kind == FileKind::File) {
+                let data = std::fs::metadata(self.hot.path(ino)).ok();
+                let len = data.as_ref().map_or(0, |m| m.len()).min(MAX_FILE_SIZE);
+                if len > rec.attr.size {
+                    tracing::info!(
+                        ino,
+                        len,
+                        recorded = rec.attr.size,
+                        "a passthrough writer's bytes kept after a crash"
+                    );
+                    let mtime = data.and_then(|m| m.modified().ok()).map_or_else(Timestamp::now, Timestamp::from);
+                    (rec.attr.size, rec.attr.blocks, rec.dense) = (len, len.div_ceil(512), false);
+                    (rec.attr.mtime, rec.attr.ctime) = (mtime, mtime);
+                    b.put_inode(&rec);
+                }
+            }
+            if self.config.store.is_some() {
+                b.put_dirty(ino);
+            } else {
+                b.delete_dirty(ino);
+            }
+            self.meta.commit(b)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the hot tier has [`PASSTHROUGH_WRITE_ROOM`] for a writer to open through
+    /// passthrough: on the data disk past the reserve, and under `--cache-size`.
+    fn room_for_a_writer(&self) -> bool {
+        let disk =
+            self.hot.free_bytes().is_ok_and(|free| free.saturating_sub(self.hot.reserve()) >= PASSTHROUGH_WRITE_ROOM);
+        let cache = match (self.config.cache_size, &self.cold) {
+            (Some(limit), Some(cold)) => limit.saturating_sub(cold.resident_bytes()) >= PASSTHROUGH_WRITE_ROOM,
+            _ => true,
+        };
+        disk && cache
+    }
+
     /// The data file of `ino` for its first passthrough handle, pinned, if the file is wholly
     /// local; `None` (a normal open, which reports its own errors when it reads) otherwise.
     /// With `writes`, the inode's dirty marker is committed first ([`ColdTier::passthrough_open`]):
@@ -196,6 +256,12 @@ impl Vfs {
         let file = self.file_of(oi, ino).ok()?;
         match &self.cold {
             Some(cold) => cold.passthrough_open(ino, true, writes).ok()?.then_some(file),
+            None if writes => {
+                // Without a store only the marker's crash rule applies (see above).
+                let mut b = MetaBatch::new();
+                b.put_dirty_passthrough(ino);
+                self.meta.commit(b).ok().map(|()| file)
+            }
             None => Some(file),
         }
     }
@@ -279,15 +345,21 @@ impl Vfs {
         };
         let taken = if writes { self.take_passthrough_writes(ino) } else { Ok(()) };
         self.passthrough_closed(ino, writes);
+        let mut last = Ok(());
         if writes {
             let mut modes = oi.modes.lock();
             if !modes.passthrough.values().any(|&w| w) {
                 // That take-in was the last until a writer opens again, which looks afresh.
                 modes.seen = None;
+                if self.cold.is_none() && taken.is_ok() {
+                    let mut b = MetaBatch::new();
+                    b.delete_dirty(ino);
+                    last = self.meta.commit(b).map_err(VfsError::from);
+                }
             }
             self.passthrough.stale_pages.lock().insert(ino);
         }
-        taken
+        taken.and(last)
     }
 
     fn passthrough_closed(&self, ino: Ino, writes: bool) {
@@ -312,8 +384,8 @@ impl Vfs {
     /// Takes in what passthrough writers of `ino` wrote behind this process's back (at their
     /// fsync and release, and before any other change of the file): the data file's size
     /// becomes the file's, its mtime and ctime become the data file's mtime if the kernel
-    /// wrote since the last take-in, and every chunk is marked dirty, so the uploader seals
-    /// what changed. Every chunk, not only those that look written: a write through a shared
+    /// wrote since the last take-in, and every chunk that holds data is marked dirty, so the
+    /// uploader seals what changed. Every such chunk, not only those that look written: a write through a shared
     /// mapping to a page already dirty moves no time, so nothing here can tell it apart.
     pub(super) fn take_passthrough_writes(&self, ino: Ino) -> VfsResult<()> {
         let oi = self.open_inode(ino)?;
@@ -326,13 +398,17 @@ impl Vfs {
             now.is_none() || before != now
         };
         let mut cold_write = match &self.cold {
-            Some(cold) => Some(cold.begin_write(ino, &file, 0..size, size, true)?),
+            Some(cold) => Some(cold.begin_rewrite(ino, &file, size)?),
             None => None,
         };
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
-        // The kernel's writes may have left holes past the old end.
-        rec.dense &= size <= rec.attr.size;
+        // The kernel's writes may have left holes past the old end (a write past it); an
+        // append leaves none.
+        if size > rec.attr.size && rec.dense {
+            let hole = self.hot.data(&file, ino).seek(rec.attr.size as i64, libc::SEEK_HOLE);
+            rec.dense = hole.is_ok_and(|h| h as u64 >= size);
+        }
         (rec.attr.size, rec.attr.blocks) = (size, size.div_ceil(512));
         if written {
             let mtime = now.map_or_else(Timestamp::now, |s| s.mtime);
