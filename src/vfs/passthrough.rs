@@ -66,8 +66,9 @@ pub struct PassthroughStats {
     /// Passthrough handles that may write, open now.
     #[serde(default)]
     pub writers_now: u64,
-    /// Read-only opens served normally although passthrough is on: another handle of the file
-    /// was open normally, or part of the file was not local.
+    /// Opens served normally although passthrough is on: another handle of the file was open
+    /// normally, part of the file was not local, or a writer found no room
+    /// ([`PASSTHROUGH_WRITE_ROOM`]).
     pub fallbacks: u64,
     /// The filesystem stack depth the mount declared to the kernel with passthrough (`None`:
     /// none declared, passthrough was never asked for). The kernel stacks at most 2: at 2 no

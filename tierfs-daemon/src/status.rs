@@ -79,7 +79,7 @@ fn passthrough_row(p: &tierfs::vfs::PassthroughStats) -> String {
     if p.on {
         format!(
             "on: {} opens served by the kernel from the local data files ({} for writing), {} open now \
-             ({} writing), {} served here (other handles open, or not all local){depth}",
+             ({} writing), {} served here (other handles open, not all local, or no room for a writer){depth}",
             p.opens, p.write_opens, p.open_now, p.writers_now, p.fallbacks
         )
     } else {
