@@ -569,6 +569,22 @@ impl MetaStore {
         self.marked_inodes(&codec::DIRTY_TABLE)
     }
 
+    /// The inodes whose dirty marker says a writer through FUSE passthrough had the file
+    /// open ([`MetaBatch::put_dirty_passthrough`]): their data files hold writes the records
+    /// may not have taken in.
+    pub fn passthrough_dirty_inodes(&self) -> Result<Vec<Ino>> {
+        let mut out = Vec::new();
+        self.scan(&codec::DIRTY_TABLE, |rest, value| {
+            if value == PASSTHROUGH_MARK {
+                let mut key = codec::DIRTY_TABLE.to_vec();
+                key.extend_from_slice(rest);
+                out.push(codec::key_ino(&key)?);
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     /// Chunks marked unsealed (written since they were last sealed), by inode, each inode's
     /// chunk indexes in order.
     pub fn unsealed_chunks(&self) -> Result<BTreeMap<Ino, Vec<u64>>> {
@@ -919,6 +935,10 @@ impl MetaStore {
 }
 
 /// The changes of one POSIX operation, committed atomically by [`MetaStore::commit`]: the
+/// The value of a dirty marker put while a writer through FUSE passthrough has the file open
+/// (a plain marker's value is empty; versions before it read any value as a plain marker).
+const PASSTHROUGH_MARK: &[u8] = b"p";
+
 /// RocksDB batch, and the journaled form of its shared changes.
 #[derive(Default)]
 pub struct MetaBatch {
@@ -998,6 +1018,12 @@ impl MetaBatch {
     }
     pub fn put_dirty(&mut self, ino: Ino) {
         self.local_put(codec::dirty_key(ino), &[]);
+    }
+    /// The dirty marker of `ino` while a writer through FUSE passthrough has it open: the
+    /// kernel writes its data file without the engine, so after a crash the data file's
+    /// length, not the record's size, is the file's (docs/FORMAT.md, "Local metadata").
+    pub fn put_dirty_passthrough(&mut self, ino: Ino) {
+        self.local_put(codec::dirty_key(ino), PASSTHROUGH_MARK);
     }
     pub fn delete_dirty(&mut self, ino: Ino) {
         self.local_delete(codec::dirty_key(ino));

@@ -45,7 +45,7 @@ use crate::remote::{
 };
 use crate::store::{Fencing, Store};
 use crate::tier::{ColdConfig, DEFAULT_INFLIGHT_BUDGET, DEFAULT_RESERVE};
-use crate::vfs::{AttachedStore, HeadChange, Prepared, Vfs, VfsConfig, VfsStats};
+use crate::vfs::{AttachedStore, HeadChange, PASSTHROUGH_TAKE_IN, Prepared, Vfs, VfsConfig, VfsStats};
 
 pub use blocks::StoreBlocks;
 pub use error::{FlushError, SessionError};
@@ -308,6 +308,8 @@ struct Background {
     /// The sweep of leftover data files, and what stops it: it holds the Vfs (and with it
     /// the data dir's lock) while it runs, so closing stops it and waits.
     sweep: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+    /// The periodic take-in of passthrough writers that stay open, and what stops it.
+    take_in: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
 /// An open workspace (see the module documentation).
@@ -439,8 +441,9 @@ impl Session {
             .zip(self.workspace.clone())
             .map(|(f, ws)| f.spawn(&self.handle, ws, Arc::downgrade(&self.vfs)));
         let sweep = if writable { spawn_sweep(self.vfs.clone()) } else { None };
+        let take_in = if writable { spawn_take_in(Arc::downgrade(&self.vfs)) } else { None };
         *self.background.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Background { stop_remote, remote_task, repairer, hot_saver, follower, sweep });
+            Some(Background { stop_remote, remote_task, repairer, hot_saver, follower, sweep, take_in });
     }
 
     /// The filesystem the front end serves.
@@ -605,6 +608,12 @@ impl Session {
                 stop.store(true, Ordering::Relaxed);
                 let _ = tokio::task::spawn_blocking(move || sweep.join()).await;
             }
+            if let Some((stop, take_in)) = bg.take_in {
+                // Woken and waited for: a round in flight holds the Vfs.
+                stop.store(true, Ordering::Release);
+                take_in.thread().unpark();
+                let _ = tokio::task::spawn_blocking(move || take_in.join()).await;
+            }
         }
         if let Some(store) = &self.store {
             let pending = match tokio::time::timeout(REPAIR_INTERVAL, store.run_repairs()).await {
@@ -683,6 +692,10 @@ impl Drop for Session {
             let _ = bg.stop_remote.send(true);
             for task in [bg.remote_task, bg.repairer, bg.hot_saver, bg.follower].into_iter().flatten() {
                 task.abort();
+            }
+            if let Some((stop, take_in)) = bg.take_in {
+                stop.store(true, Ordering::Release);
+                take_in.thread().unpark();
             }
         }
         if let Some(hot) = &self.hot {
@@ -946,6 +959,30 @@ fn clear_data_dir(dir: &Path, keep: &[OsString]) -> Result<(), SessionError> {
         removed.map_err(io_error("removing", &path))?;
     }
     Ok(())
+}
+
+/// Takes in what passthrough writers that stay open wrote, every [`PASSTHROUGH_TAKE_IN`]
+/// (`Vfs::take_in_passthrough_writers`), until stopped. It holds the Vfs only during a round.
+fn spawn_take_in(vfs: std::sync::Weak<Vfs>) -> Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let theirs = stop.clone();
+    let spawned = std::thread::Builder::new().name("tierfs-take-in".into()).spawn(move || {
+        loop {
+            std::thread::park_timeout(PASSTHROUGH_TAKE_IN);
+            if theirs.load(Ordering::Acquire) {
+                return;
+            }
+            let Some(vfs) = vfs.upgrade() else { return };
+            vfs.take_in_passthrough_writers(true);
+        }
+    });
+    match spawned {
+        Ok(thread) => Some((stop, thread)),
+        Err(e) => {
+            warn!("cannot start the periodic take-in of passthrough writers: {e}");
+            None
+        }
+    }
 }
 
 /// Removes, in the background, data files that a crash left behind after their inode was

@@ -390,9 +390,6 @@ impl Vfs {
     }
 
     pub fn fsync(&self, ino: Ino, _fh: u64, _datasync: bool) -> VfsResult<()> {
-        if self.passthrough_writing(ino) {
-            self.take_passthrough_writes(ino)?;
-        }
         let oi = self.open.read().get(&ino).cloned();
         if let Some(oi) = oi {
             let file = oi.file.lock().clone();
@@ -406,6 +403,10 @@ impl Vfs {
                 self.hot.sync_dir_of(ino)?;
             }
         }
+        // A passthrough writer's bytes are taken in after the data file is synced: the sync
+        // cleaned its pages, so a write from now on moves its mtime again (a write through a
+        // mapping faults anew), and everything before is in the take-in's marks.
+        self.catch_up_passthrough(ino)?;
         self.meta.sync()?;
         self.wait_remote(Some(ino))
     }
@@ -419,6 +420,7 @@ impl Vfs {
         if mode & !SUPPORTED != 0 {
             return Err(VfsError::NotSupported("fallocate mode"));
         }
+        self.catch_up_passthrough(ino)?;
         let end = offset.checked_add(length).filter(|&e| e <= MAX_FILE_SIZE).ok_or(VfsError::TooBig)?;
         if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) == 0 {
             self.claim_space(length)?; // allocates (or zeroes, which may allocate)
@@ -492,7 +494,8 @@ impl Vfs {
 
     pub fn lseek(&self, ino: Ino, _fh: u64, offset: i64, whence: i32) -> VfsResult<i64> {
         let file = self.open_file(ino)?;
-        let size = self.record(ino)?.attr.size as i64;
+        // `getattr`'s size: a passthrough writer's too.
+        let size = self.getattr(ino)?.size as i64;
         if offset < 0 {
             return Err(VfsError::Invalid("negative offset"));
         }
@@ -525,6 +528,8 @@ impl Vfs {
         off_out: u64,
         len: u64,
     ) -> VfsResult<u64> {
+        self.catch_up_passthrough(ino_in)?;
+        self.catch_up_passthrough(ino_out)?;
         let src = self.open_file(ino_in)?;
         let dst = self.open_file(ino_out)?;
         let in_size = self.record(ino_in)?.attr.size;

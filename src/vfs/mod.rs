@@ -45,7 +45,7 @@ use crate::tier::{
 pub use adopt::Content;
 pub use error::{VfsError, VfsResult};
 pub use follow::{HeadChange, PageCache};
-pub use passthrough::{Opened, PassthroughStats};
+pub use passthrough::{Opened, PASSTHROUGH_TAKE_IN, PassthroughStats};
 pub use types::*;
 
 /// Number of striped inode locks. A power of two well above the FUSE worker count, so two
@@ -303,6 +303,8 @@ impl Vfs {
             vfs.reclaim(ino)?;
         }
         vfs.inode_count.store(vfs.meta.count_inodes()?, Ordering::Relaxed);
+        // Before the cold tier starts: it re-seals what the recovered writers wrote.
+        vfs.recover_passthrough_writes()?;
         // Before the cold tier starts: it would take the writer's unsealed marks for dirty
         // data of its own.
         vfs.start_following()?;
@@ -380,7 +382,7 @@ impl Vfs {
 
     pub fn getattr(&self, ino: Ino) -> VfsResult<Attr> {
         let mut attr = self.attr_of(self.record(ino)?);
-        self.passthrough_size(ino, &mut attr);
+        self.passthrough_attr(ino, &mut attr);
         Ok(attr)
     }
 
@@ -413,6 +415,7 @@ impl Vfs {
     }
 
     pub fn setattr(&self, _caller: &Caller, ino: Ino, ch: &SetAttr, _fh: Option<u64>) -> VfsResult<Attr> {
+        self.catch_up_passthrough(ino)?;
         let _g = self.lock_inodes(&[ino]);
         let times_only = ch.mode.is_none() && ch.uid.is_none() && ch.gid.is_none() && ch.size.is_none();
         let mut rec = match self.record(ino) {
@@ -572,6 +575,7 @@ impl Vfs {
     /// Makes everything acknowledged so far durable on the local disk: every open data file
     /// and the metadata log. Used at unmount and on SIGTERM.
     pub fn sync_all(&self) -> VfsResult<()> {
+        self.take_in_passthrough_writers(false);
         let open: Vec<(Ino, Arc<OpenInode>)> = self.open.read().iter().map(|(i, o)| (*i, o.clone())).collect();
         for (ino, oi) in open {
             let file = oi.file.lock().clone();
@@ -630,6 +634,7 @@ impl Vfs {
     /// Seals and uploads everything written so far; `Err` with the bytes still dirty when
     /// `timeout` passed first. A no-op without a store.
     pub fn flush_to_store(&self, timeout: std::time::Duration) -> Result<(), u64> {
+        self.take_in_passthrough_writers(false);
         match &self.cold {
             Some(cold) => cold.flush(timeout),
             None => Ok(()),

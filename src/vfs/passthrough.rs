@@ -3,9 +3,10 @@
 //!
 //! The front end asks [`Vfs::open_for`]; the answer names the data file to hand the kernel as
 //! the backing file, or none (a normal open). The decisions all live here:
-//! - A read-only open (no `O_TRUNC`) of a regular file whose chunks are all local and checked
-//!   (none evicted, none from an earlier run still unverified), with no other handle open, is
-//!   served through passthrough. Not with an encrypted hot tier (the data file holds
+//! - An open of a regular file whose chunks are all local and checked (none evicted, none
+//!   from an earlier run still unverified), with no other handle open, is served through
+//!   passthrough: a read-only one always, one that may write (`create` too) while the hot
+//!   tier has [`PASSTHROUGH_WRITE_ROOM`] (on the disk past the reserve, under the cache size). Not with an encrypted hot tier (the data file holds
 //!   ciphertext), not on a follower (a handle reads the version it opened, maybe the store's
 //!   only), and not once the front end reported the kernel or the privilege missing.
 //! - The kernel refuses to mix the two kinds of open on one inode (a cached open while a
@@ -15,10 +16,11 @@
 //!   normal, and while a passthrough handle is open every new one, a writer too, is
 //!   passthrough.
 //! - A passthrough handle pins the file against eviction ([`ColdTier::passthrough_open`]).
-//! - A writer that joins a passthrough inode writes behind this process's back. Its inode's
+//! - A writer through passthrough (the first handle, or one that joins) writes behind this
+//!   process's back. Its inode's
 //!   dirty marker is committed before the open is answered and kept while it is open, so a
 //!   crash re-seals the file; its fsync and its release take the data file's size and mark
-//!   every chunk dirty (the uploader re-hashes them; unchanged ones are deduplicated), and
+//!   every chunk that holds data dirty (the uploader re-hashes them; unchanged ones are deduplicated), and
 //!   until then `getattr` reports the data file's size, which the kernel's writes moved.
 //!   After such a writer closed, the next normal open drops the kernel's cached pages of the
 //!   file: they were filled before the passthrough writes.
@@ -26,6 +28,25 @@
 use std::collections::HashSet;
 
 use super::*;
+
+/// How often the session takes in what passthrough writers that stay open wrote
+/// ([`Vfs::take_in_passthrough_writers`]). Each take-in marks every chunk with data of a written file
+/// dirty and the uploader re-hashes them all (the kernel does not say which bytes changed), so
+/// the dirty age of normal writes (half a second) would re-hash a large file being written
+/// over and over. 30 s, the dirty age of a store on the same disk, bounds how long an open
+/// writer's bytes wait for the store at one re-hash of the file per round.
+pub const PASSTHROUGH_TAKE_IN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Room the hot tier must have for a writer to open through passthrough (a first open; one
+/// that joins a passthrough inode has no choice): free on the data disk past the reserve, and
+/// under `--cache-size` when it is set. The kernel's writes skip the hot tier's space checks:
+/// nothing keeps them out of the reserve RocksDB needs or under the cache size, and the file
+/// is pinned while open, so eviction cannot make room for it either.
+/// 4 GiB: a checkpoint or a dataset shard fits, and a small or nearly full disk, where a
+/// writer filling it is likely, keeps the daemon's path, which waits for eviction and stops at
+/// the reserve with ENOSPC. Nothing stops one writer from writing past the room once open
+/// (docs/SEMANTICS.md, Deviations).
+pub const PASSTHROUGH_WRITE_ROOM: u64 = 4 << 30;
 
 /// What `status` shows of passthrough.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -38,8 +59,16 @@ pub struct PassthroughStats {
     pub opens: u64,
     /// Passthrough handles open now.
     pub open_now: u64,
-    /// Read-only opens served normally although passthrough is on: another handle of the file
-    /// was open normally, or part of the file was not local.
+    /// Of `opens`, those that may write (the kernel writes the data file; the file is sealed
+    /// again at their fsync and release).
+    #[serde(default)]
+    pub write_opens: u64,
+    /// Passthrough handles that may write, open now.
+    #[serde(default)]
+    pub writers_now: u64,
+    /// Opens served normally although passthrough is on: another handle of the file was open
+    /// normally, part of the file was not local, or a writer found no room
+    /// ([`PASSTHROUGH_WRITE_ROOM`]).
     pub fallbacks: u64,
     /// The filesystem stack depth the mount declared to the kernel with passthrough (`None`:
     /// none declared, passthrough was never asked for). The kernel stacks at most 2: at 2 no
@@ -66,6 +95,7 @@ pub(super) struct Passthrough {
     off: Mutex<Option<String>>,
     opens: AtomicU64,
     open_now: AtomicU64,
+    write_opens: AtomicU64,
     fallbacks: AtomicU64,
     /// The stack depth declared to the kernel (0: none, see [`Vfs::passthrough_declared`]).
     stack_depth: std::sync::atomic::AtomicU32,
@@ -100,6 +130,27 @@ pub(super) struct Modes {
     cached: HashSet<u64>,
     /// Passthrough handles, each with whether it may write.
     passthrough: HashMap<u64, bool>,
+    /// While passthrough writers are open: the data file as last taken in (`None`: unknown,
+    /// taken as changed).
+    seen: Option<Seen>,
+}
+
+/// What of a data file tells that the kernel wrote it: a write moves its mtime (and its
+/// size, when it extends it). The kernel stamps a file whose times were looked at since its
+/// last change with a fresh fine-grained time (multigrain timestamps, Linux 6.13+), so a
+/// write after a look differs; on older kernels two writes in one clock tick may look the
+/// same, which only leaves the reported mtime a tick old: the bytes are taken in anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    mtime: Timestamp,
+    size: u64,
+}
+
+impl Seen {
+    fn of(file: &File) -> Option<Seen> {
+        let m = file.metadata().ok()?;
+        Some(Seen { mtime: Timestamp::from(m.modified().ok()?), size: m.len() })
+    }
 }
 
 impl Vfs {
@@ -122,13 +173,13 @@ impl Vfs {
                 cold.passthrough_open(ino, false, writes)?;
             }
             Some(file)
-        } else if modes.cached.is_empty() && !writes && self.passthrough_wanted() {
-            self.first_passthrough(&oi, ino)
+        } else if modes.cached.is_empty() && self.passthrough_wanted() && (!writes || self.room_for_a_writer()) {
+            self.first_passthrough(&oi, ino, writes)
         } else {
             None
         };
         let Some(file) = backing else {
-            if !writes && self.passthrough_wanted() {
+            if self.passthrough_wanted() {
                 self.passthrough.fallbacks.fetch_add(1, Ordering::Relaxed);
             }
             modes.cached.insert(fh);
@@ -141,16 +192,77 @@ impl Vfs {
         self.passthrough.open_now.fetch_add(1, Ordering::Relaxed);
         if writes {
             self.passthrough.writers.fetch_add(1, Ordering::Relaxed);
+            self.passthrough.write_opens.fetch_add(1, Ordering::Relaxed);
+            if modes.seen.is_none() {
+                // What the data file looked like before this writer could move it: `getattr`
+                // and the take-in tell the kernel's writes by a change from this.
+                modes.seen = Seen::of(&file);
+            }
         }
         Ok(Opened { fh, backing: Some(file), page_cache: PageCache::Keep })
     }
 
+    /// After a crash with writers through passthrough open (their inodes' dirty markers say
+    /// so): each such file keeps what its data file holds past the recorded size, since every
+    /// byte there is a write the kernel acknowledged (a normal write commits its size first,
+    /// so this is never an interrupted one), with the data file's mtime. The marker becomes a
+    /// plain one with a store (the cold tier then re-seals every chunk of the file) and goes
+    /// without. Called at open, before the cold tier starts.
+    pub(super) fn recover_passthrough_writes(&self) -> VfsResult<()> {
+        for ino in self.meta.passthrough_dirty_inodes()? {
+            let mut b = MetaBatch::new();
+            if let Some(mut rec) = self.meta.inode(ino)?.filter(|r| r.attr.kind == FileKind::File) {
+                let data = std::fs::metadata(self.hot.path(ino)).ok();
+                let len = data.as_ref().map_or(0, |m| m.len()).min(MAX_FILE_SIZE);
+                if len > rec.attr.size {
+                    tracing::info!(
+                        ino,
+                        len,
+                        recorded = rec.attr.size,
+                        "a passthrough writer's bytes kept after a crash"
+                    );
+                    let mtime = data.and_then(|m| m.modified().ok()).map_or_else(Timestamp::now, Timestamp::from);
+                    (rec.attr.size, rec.attr.blocks, rec.dense) = (len, len.div_ceil(512), false);
+                    (rec.attr.mtime, rec.attr.ctime) = (mtime, mtime);
+                    b.put_inode(&rec);
+                }
+            }
+            if self.config.store.is_some() {
+                b.put_dirty(ino);
+            } else {
+                b.delete_dirty(ino);
+            }
+            self.meta.commit(b)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the hot tier has [`PASSTHROUGH_WRITE_ROOM`] for a writer to open through
+    /// passthrough: on the data disk past the reserve, and under `--cache-size`.
+    fn room_for_a_writer(&self) -> bool {
+        let disk =
+            self.hot.free_bytes().is_ok_and(|free| free.saturating_sub(self.hot.reserve()) >= PASSTHROUGH_WRITE_ROOM);
+        let cache = match (self.config.cache_size, &self.cold) {
+            (Some(limit), Some(cold)) => limit.saturating_sub(cold.resident_bytes()) >= PASSTHROUGH_WRITE_ROOM,
+            _ => true,
+        };
+        disk && cache
+    }
+
     /// The data file of `ino` for its first passthrough handle, pinned, if the file is wholly
     /// local; `None` (a normal open, which reports its own errors when it reads) otherwise.
-    fn first_passthrough(&self, oi: &OpenInode, ino: Ino) -> Option<Arc<File>> {
+    /// With `writes`, the inode's dirty marker is committed first ([`ColdTier::passthrough_open`]):
+    /// a marker that cannot be committed makes the open a normal one.
+    fn first_passthrough(&self, oi: &OpenInode, ino: Ino, writes: bool) -> Option<Arc<File>> {
         let file = self.file_of(oi, ino).ok()?;
         match &self.cold {
-            Some(cold) => cold.passthrough_open(ino, true, false).ok()?.then_some(file),
+            Some(cold) => cold.passthrough_open(ino, true, writes).ok()?.then_some(file),
+            None if writes => {
+                // Without a store only the marker's crash rule applies (see above).
+                let mut b = MetaBatch::new();
+                b.put_dirty_passthrough(ino);
+                self.meta.commit(b).ok().map(|()| file)
+            }
             None => Some(file),
         }
     }
@@ -211,6 +323,8 @@ impl Vfs {
             off_reason,
             opens: self.passthrough.opens.load(Ordering::Relaxed),
             open_now: self.passthrough.open_now.load(Ordering::Relaxed),
+            write_opens: self.passthrough.write_opens.load(Ordering::Relaxed),
+            writers_now: self.passthrough.writers.load(Ordering::Relaxed),
             fallbacks: self.passthrough.fallbacks.load(Ordering::Relaxed),
             stack_depth: Some(self.passthrough.stack_depth.load(Ordering::Relaxed)).filter(|&d| d > 0),
         }
@@ -232,10 +346,21 @@ impl Vfs {
         };
         let taken = if writes { self.take_passthrough_writes(ino) } else { Ok(()) };
         self.passthrough_closed(ino, writes);
+        let mut last = Ok(());
         if writes {
+            let mut modes = oi.modes.lock();
+            if !modes.passthrough.values().any(|&w| w) {
+                // That take-in was the last until a writer opens again, which looks afresh.
+                modes.seen = None;
+                if self.cold.is_none() && taken.is_ok() {
+                    let mut b = MetaBatch::new();
+                    b.delete_dirty(ino);
+                    last = self.meta.commit(b).map_err(VfsError::from);
+                }
+            }
             self.passthrough.stale_pages.lock().insert(ino);
         }
-        taken
+        taken.and(last)
     }
 
     fn passthrough_closed(&self, ino: Ino, writes: bool) {
@@ -258,22 +383,38 @@ impl Vfs {
     }
 
     /// Takes in what passthrough writers of `ino` wrote behind this process's back (at their
-    /// fsync and release): the data file's size becomes the file's, its mtime moves, and every
-    /// chunk is marked dirty, so the uploader seals what changed.
+    /// fsync and release, and before any other change of the file): the data file's size
+    /// becomes the file's, its mtime and ctime become the data file's mtime if the kernel
+    /// wrote since the last take-in, and every chunk that holds data is marked dirty, so the
+    /// uploader seals what changed. Every such chunk, not only those that look written: a write through a shared
+    /// mapping to a page already dirty moves no time, so nothing here can tell it apart.
     pub(super) fn take_passthrough_writes(&self, ino: Ino) -> VfsResult<()> {
-        let file = self.open_file(ino)?;
+        let oi = self.open_inode(ino)?;
+        let file = self.file_of(&oi, ino)?;
         let size = self.hot.data(&file, ino).plain_len()?;
+        let now = Seen::of(&file);
+        let written = {
+            let mut modes = oi.modes.lock();
+            let before = std::mem::replace(&mut modes.seen, now);
+            now.is_none() || before != now
+        };
         let mut cold_write = match &self.cold {
-            Some(cold) => Some(cold.begin_write(ino, &file, 0..size, size, true)?),
+            Some(cold) => Some(cold.begin_rewrite(ino, &file, size)?),
             None => None,
         };
         let _g = self.lock_inodes(&[ino]);
         let mut rec = self.record(ino)?;
-        // The kernel's writes may have left holes past the old end.
-        rec.dense &= size <= rec.attr.size;
-        let now = Timestamp::now();
+        // The kernel's writes may have left holes past the old end (a write past it); an
+        // append leaves none.
+        if size > rec.attr.size && rec.dense {
+            let hole = self.hot.data(&file, ino).seek(rec.attr.size as i64, libc::SEEK_HOLE);
+            rec.dense = hole.is_ok_and(|h| h as u64 >= size);
+        }
         (rec.attr.size, rec.attr.blocks) = (size, size.div_ceil(512));
-        (rec.attr.mtime, rec.attr.ctime) = (now, now);
+        if written {
+            let mtime = now.map_or_else(Timestamp::now, |s| s.mtime);
+            (rec.attr.mtime, rec.attr.ctime) = (mtime, mtime);
+        }
         // The bytes landed already: the inode's dirty marker, committed at the writer's open,
         // covered them until now; the chunks' marks go in the same batch as the size.
         let mut b = MetaBatch::new();
@@ -281,13 +422,57 @@ impl Vfs {
         self.commit_change(cold_write.as_mut(), b)
     }
 
-    /// `attr` with the size of `ino`'s data file while a passthrough writer may be moving it.
-    pub(super) fn passthrough_size(&self, ino: Ino, attr: &mut Attr) {
+    /// Takes in what every open passthrough writer wrote (see
+    /// [`Vfs::take_passthrough_writes`]): before `tierfs sync` and the flush at unmount
+    /// (`changed_only` false), and in the session's periodic round (every
+    /// [`PASSTHROUGH_TAKE_IN`], `changed_only`: only files whose data file moved since their
+    /// last take-in), so a writer that stays open does not keep its bytes from the store until
+    /// it closes. An error is logged: the writer's own fsync or close reports it.
+    pub fn take_in_passthrough_writers(&self, changed_only: bool) {
+        if self.passthrough.writers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let open: Vec<(Ino, Arc<OpenInode>)> = self.open.read().iter().map(|(i, o)| (*i, o.clone())).collect();
+        for (ino, oi) in open {
+            let seen = {
+                let modes = oi.modes.lock();
+                if !modes.passthrough.values().any(|&w| w) {
+                    continue;
+                }
+                modes.seen
+            };
+            let moved = || oi.file.lock().as_deref().and_then(Seen::of) != seen;
+            if changed_only && !moved() {
+                continue;
+            }
+            if let Err(e) = self.take_passthrough_writes(ino) {
+                tracing::warn!(ino, "taking in what a passthrough writer wrote: {e}");
+            }
+        }
+    }
+
+    /// Before a change of `ino` through this process (truncate, fallocate, a copy into it):
+    /// what passthrough writers wrote is taken in first, so the change starts from the size
+    /// the kernel's writes left.
+    pub(super) fn catch_up_passthrough(&self, ino: Ino) -> VfsResult<()> {
+        if self.passthrough_writing(ino) {
+            self.take_passthrough_writes(ino)?;
+        }
+        Ok(())
+    }
+
+    /// `attr` as the kernel's writes left it while a passthrough writer may be moving the data
+    /// file: its size and, once it was written since the last take-in, its mtime and ctime.
+    pub(super) fn passthrough_attr(&self, ino: Ino, attr: &mut Attr) {
         if !self.passthrough_writing(ino) {
             return;
         }
-        if let Some(size) = self.open_file(ino).ok().and_then(|f| self.hot.data(&f, ino).plain_len().ok()) {
-            attr.size = size;
+        let Some(oi) = self.open.read().get(&ino).cloned() else { return };
+        let Ok(file) = self.file_of(&oi, ino) else { return };
+        let Some(now) = Seen::of(&file) else { return };
+        (attr.size, attr.blocks) = (now.size, now.size.div_ceil(512));
+        if oi.modes.lock().seen != Some(now) {
+            (attr.mtime, attr.ctime) = (now.mtime, now.mtime);
         }
     }
 }

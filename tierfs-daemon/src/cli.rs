@@ -997,11 +997,12 @@ pub struct MountArgs {
     #[serde(default)]
     pub encrypt_cache: bool,
 
-    /// Serve every read through this process, never through FUSE passthrough. By default a
-    /// file whose data is all on the local disk, opened read-only while nothing else has it
-    /// open, is read by the kernel straight from its local data file (Linux 6.9+, a root
-    /// mount, not with --encrypt-cache or --writeback-cache): `tierfs status` says whether
-    /// passthrough is on and why not.
+    /// Serve every read and write through this process, never through FUSE passthrough. By
+    /// default a file whose data is all on the local disk, opened while nothing else has it
+    /// open, is read and written by the kernel straight in its local data file (Linux 6.9+, a
+    /// root mount, not with --encrypt-cache or --writeback-cache); such writes reach the store
+    /// at fsync, close or within 30 s, and the dirty bound does not throttle them.
+    /// `tierfs status` says whether passthrough is on and why not.
     #[arg(long)]
     #[serde(default)]
     pub no_passthrough: bool,

@@ -78,9 +78,9 @@ fn passthrough_row(p: &tierfs::vfs::PassthroughStats) -> String {
     };
     if p.on {
         format!(
-            "on: {} opens served by the kernel from the local data files, {} open now, {} served here \
-             (other handles open, or not all local){depth}",
-            p.opens, p.open_now, p.fallbacks
+            "on: {} opens served by the kernel from the local data files ({} for writing), {} open now \
+             ({} writing), {} served here (other handles open, not all local, or no room for a writer){depth}",
+            p.opens, p.write_opens, p.open_now, p.writers_now, p.fallbacks
         )
     } else {
         format!("off: {}{depth}", p.off_reason.as_deref().unwrap_or("unknown"))

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
@@ -219,26 +219,38 @@ fn file_open_flags() -> FopenFlags {
     FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
 }
 
-/// Answers an open: normally, or through passthrough with the data file `opened` names,
-/// registered with the kernel for its inode (the first handle registers it). A kernel that
-/// refuses the registration turns passthrough off (the core records why) and gets a normal
-/// open.
+/// Answers an open: normally, or through passthrough with the data file `opened` names
+/// (see [`backing_of`]).
 fn reply_opened(vfs: &Vfs, backings: &Backings, ino: INodeNo, opened: Opened, reply: ReplyOpen) {
     let fh = FileHandle(opened.fh);
-    let Some(file) = opened.backing else { return reply.opened(fh, open_flags(opened.page_cache)) };
-    match backings.acquire(ino.0, opened.fh, || reply.open_backing(&*file)) {
-        Ok(id) => reply.opened_passthrough(fh, FopenFlags::FOPEN_NOFLUSH, &id),
-        Err(err) => {
-            let reason = match err.raw_os_error() {
-                Some(libc::EPERM) => "the kernel refused the backing file: the mount lacks CAP_SYS_ADMIN".to_owned(),
-                _ => format!("the kernel refused the backing file: {err}"),
-            };
-            match vfs.passthrough_failed(ino.0, opened.fh, &reason) {
-                Ok(()) => reply.opened(fh, file_open_flags()),
-                Err(err) => reply.error(errno(&err)),
-            }
-        }
+    let Some(file) = opened.backing.clone() else { return reply.opened(fh, open_flags(opened.page_cache)) };
+    match backing_of(vfs, backings, ino, &opened, || reply.open_backing(&*file)) {
+        Ok(Some(id)) => reply.opened_passthrough(fh, FopenFlags::FOPEN_NOFLUSH, &id),
+        Ok(None) => reply.opened(fh, file_open_flags()),
+        Err(err) => reply.error(errno(&err)),
     }
+}
+
+/// The kernel's id of the data file a passthrough handle is served from, registered for its
+/// inode by `register` (the first handle registers it), or `None` when the kernel refused the
+/// registration: passthrough is then off (the core records why) and the handle a normal one.
+fn backing_of(
+    vfs: &Vfs,
+    backings: &Backings,
+    ino: INodeNo,
+    opened: &Opened,
+    register: impl FnOnce() -> io::Result<BackingId>,
+) -> Result<Option<Arc<BackingId>>, VfsError> {
+    let err = match backings.acquire(ino.0, opened.fh, register) {
+        Ok(id) => return Ok(Some(id)),
+        Err(err) => err,
+    };
+    let reason = match err.raw_os_error() {
+        Some(libc::EPERM) => "the kernel refused the backing file: the mount lacks CAP_SYS_ADMIN".to_owned(),
+        _ => format!("the kernel refused the backing file: {err}"),
+    };
+    vfs.passthrough_failed(ino.0, opened.fh, &reason)?;
+    Ok(None)
 }
 
 /// Why the kernel cannot serve this mount's files through passthrough, if it cannot:
@@ -637,12 +649,15 @@ impl Filesystem for TierFuse {
                 Err(err) => return reply.error(t.fail(&err)),
             };
         let (ttl, attr, fh) = (self.ttl(), file_attr(&attr), FileHandle(opened.fh));
-        // Only an existing file with passthrough handles open is answered through passthrough
-        // (the kernel would refuse a normal open of it), with its registered backing file.
-        let Some(file) = opened.backing else { return reply.created(&ttl, &attr, GENERATION, fh, file_open_flags()) };
-        match self.backings.acquire(attr.ino.0, opened.fh, || reply.open_backing(&*file)) {
-            Ok(id) => reply.created_passthrough(&ttl, &attr, GENERATION, fh, FopenFlags::FOPEN_NOFLUSH, &id),
-            Err(err) => reply.error(t.errno(Errno::from_i32(err.raw_os_error().unwrap_or(libc::EIO)))),
+        // A new file is written through passthrough, and so is an existing one with
+        // passthrough handles open (the kernel would refuse a normal open of it).
+        let Some(file) = opened.backing.clone() else {
+            return reply.created(&ttl, &attr, GENERATION, fh, file_open_flags());
+        };
+        match backing_of(&self.vfs, &self.backings, attr.ino, &opened, || reply.open_backing(&*file)) {
+            Ok(Some(id)) => reply.created_passthrough(&ttl, &attr, GENERATION, fh, FopenFlags::FOPEN_NOFLUSH, &id),
+            Ok(None) => reply.created(&ttl, &attr, GENERATION, fh, file_open_flags()),
+            Err(err) => reply.error(t.fail(&err)),
         }
     }
 

@@ -917,12 +917,14 @@ impl ColdTier {
         f.passthrough += 1;
         if writes {
             f.passthrough_writers += 1;
-            if !f.marked_dirty {
-                f.marked_dirty = true;
+            if f.passthrough_writers == 1 {
+                // The first writer: the marker says so (a crash then keeps the data file's
+                // length, `Vfs::recover_passthrough_writes`), replacing a plain one.
+                let was = std::mem::replace(&mut f.marked_dirty, true);
                 let mut batch = MetaBatch::new();
-                batch.put_dirty(ino);
+                batch.put_dirty_passthrough(ino);
                 if let Err(e) = self.meta.commit(batch) {
-                    f.marked_dirty = false;
+                    f.marked_dirty = was;
                     f.passthrough -= 1;
                     f.passthrough_writers -= 1;
                     return Err(e.into());
@@ -942,8 +944,27 @@ impl ColdTier {
             f.passthrough = f.passthrough.saturating_sub(1);
             if writes {
                 f.passthrough_writers = f.passthrough_writers.saturating_sub(1);
+                if f.passthrough_writers == 0 && f.marked_dirty {
+                    // The last writer left (its writes taken in): a plain marker while chunks
+                    // wait to be sealed, none once they are.
+                    let mut batch = MetaBatch::new();
+                    if f.dirty_chunks > 0 {
+                        batch.put_dirty(ino);
+                    } else {
+                        f.marked_dirty = false;
+                        batch.delete_dirty(ino);
+                    }
+                    if let Err(e) = self.meta.commit(batch) {
+                        tracing::warn!(ino, "updating the dirty marker after a passthrough writer: {e}");
+                    }
+                }
             }
         }
+    }
+
+    /// The bytes of file data this node holds (what `--cache-size` bounds).
+    pub fn resident_bytes(&self) -> u64 {
+        self.state.lock().resident_bytes
     }
 
     /// Whether every chunk of the first `size` bytes of `ino` is sealed (in the store, not

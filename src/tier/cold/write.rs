@@ -38,6 +38,19 @@ impl ColdTier {
         self.begin_change(ino, file, chunks, range, size, overwrites)
     }
 
+    /// Before taking in what a writer the engine did not see wrote into `ino` (FUSE
+    /// passthrough: the kernel writes its data file), now `size` bytes: marks every chunk that
+    /// holds data dirty, whole. Found from the data file's extents, so the holes of a sparse
+    /// file cost nothing (the kernel's writes only add data; a hole is punched through the
+    /// engine). Nothing is fetched: such a file is wholly local while the writer is open.
+    pub fn begin_rewrite(&self, ino: Ino, file: &File, size: u64) -> Result<WriteGuard<'_>, ColdError> {
+        let mut chunks = std::collections::BTreeSet::new();
+        for run in self.hot.data(file, ino).data_extents(0..size)? {
+            chunks.extend(chunks_of(&run));
+        }
+        self.begin_change(ino, file, chunks.into_iter().collect(), 0..size, size, true)
+    }
+
     /// Before zeroing `range` of `ino` (punch hole, zero range, the tail of a shrinking
     /// truncate): only chunks that hold data or have a record change; a hole stays a hole and
     /// costs nothing, so a range of any length is cheap.
