@@ -37,6 +37,17 @@ use super::*;
 /// writer's bytes wait for the store at one re-hash of the file per round.
 pub const PASSTHROUGH_TAKE_IN: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The most a file may hold for a writer to open it through passthrough first (one that joins a
+/// passthrough inode has no choice). Each take-in re-hashes every chunk with data (see
+/// [`PASSTHROUGH_TAKE_IN`]), so a small change in place to a large file (a database's page and
+/// its fsync, an append to a long log) would cost a re-hash of the whole file per fsync, where
+/// the daemon's path marks only the chunks written. 64 MiB re-hashes in a few tens of
+/// milliseconds; a file created new goes through passthrough whatever it grows to. An open
+/// with `O_TRUNC` counts what the file held before: the kernel sends the truncate after the
+/// open (this mount does not ask for atomic `O_TRUNC`), so a large file rewritten whole keeps
+/// the daemon's path.
+pub const PASSTHROUGH_REWRITE_MAX: u64 = 64 << 20;
+
 /// Room the hot tier must have for a writer to open through passthrough (a first open; one
 /// that joins a passthrough inode has no choice): free on the data disk past the reserve, and
 /// under `--cache-size` when it is set. The kernel's writes skip the hot tier's space checks:
@@ -173,7 +184,10 @@ impl Vfs {
                 cold.passthrough_open(ino, false, writes)?;
             }
             Some(file)
-        } else if modes.cached.is_empty() && self.passthrough_wanted() && (!writes || self.room_for_a_writer()) {
+        } else if modes.cached.is_empty()
+            && self.passthrough_wanted()
+            && (!writes || (self.room_for_a_writer() && self.small_enough_to_rewrite(ino)?))
+        {
             self.first_passthrough(&oi, ino, writes)
         } else {
             None
@@ -235,6 +249,12 @@ impl Vfs {
             self.meta.commit(b)?;
         }
         Ok(())
+    }
+
+    /// Whether a first writer of `ino` may go through passthrough by what the file holds
+    /// ([`PASSTHROUGH_REWRITE_MAX`]).
+    fn small_enough_to_rewrite(&self, ino: Ino) -> VfsResult<bool> {
+        Ok(self.meta.inode(ino)?.is_some_and(|rec| rec.attr.size <= PASSTHROUGH_REWRITE_MAX))
     }
 
     /// Whether the hot tier has [`PASSTHROUGH_WRITE_ROOM`] for a writer to open through
