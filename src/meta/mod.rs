@@ -934,11 +934,11 @@ impl MetaStore {
     }
 }
 
-/// The changes of one POSIX operation, committed atomically by [`MetaStore::commit`]: the
 /// The value of a dirty marker put while a writer through FUSE passthrough has the file open
 /// (a plain marker's value is empty; versions before it read any value as a plain marker).
 const PASSTHROUGH_MARK: &[u8] = b"p";
 
+/// The changes of one POSIX operation, committed atomically by [`MetaStore::commit`]: the
 /// RocksDB batch, and the journaled form of its shared changes.
 #[derive(Default)]
 pub struct MetaBatch {
