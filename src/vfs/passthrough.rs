@@ -146,6 +146,13 @@ pub(super) struct Modes {
     seen: Option<Seen>,
 }
 
+impl Modes {
+    /// Whether a passthrough handle that may write is open.
+    fn has_writer(&self) -> bool {
+        self.passthrough.values().any(|&w| w)
+    }
+}
+
 /// What of a data file tells that the kernel wrote it: a write moves its mtime (and its
 /// size, when it extends it). The kernel stamps a file whose times were looked at since its
 /// last change with a fresh fine-grained time (multigrain timestamps, Linux 6.13+), so a
@@ -369,7 +376,7 @@ impl Vfs {
         let mut last = Ok(());
         if writes {
             let mut modes = oi.modes.lock();
-            if !modes.passthrough.values().any(|&w| w) {
+            if !modes.has_writer() {
                 // That take-in was the last until a writer opens again, which looks afresh.
                 modes.seen = None;
                 if self.cold.is_none() && taken.is_ok() {
@@ -399,7 +406,7 @@ impl Vfs {
             return false;
         }
         let Some(oi) = self.open.read().get(&ino).cloned() else { return false };
-        oi.modes.lock().passthrough.values().any(|&w| w)
+        oi.modes.lock().has_writer()
     }
 
     /// Takes in what passthrough writers of `ino` wrote behind this process's back (at their
@@ -456,7 +463,7 @@ impl Vfs {
         for (ino, oi) in open {
             let seen = {
                 let modes = oi.modes.lock();
-                if !modes.passthrough.values().any(|&w| w) {
+                if !modes.has_writer() {
                     continue;
                 }
                 modes.seen
