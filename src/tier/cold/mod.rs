@@ -65,7 +65,7 @@ pub use self::refill::{HotSet, HotSetError, MAX_HOT_CHUNKS, RefillState, RefillS
 use self::stream::StreamBuffer;
 use super::{HotTier, HotTierError};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
-use crate::crypto::Keys;
+use crate::crypto::{Hash, Keys};
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
 use crate::store::StoreError;
 use crate::types::ErrorKind;
@@ -472,7 +472,10 @@ pub struct ColdTier {
     /// Read-ahead threads wait here, woken when chunks are queued ahead of a reader.
     ahead: Condvar,
     /// Held by the read-ahead thread planning a walk batch (`walk.rs`): one plans at a time.
-    walk_planner: Mutex<()>,
+    /// Its cache, where the queued files' first blocks lie (block to pack and offset, `None`
+    /// for nothing to read), so a block is looked up once while it stays queued. Only the
+    /// planning reads it: a fetch locates its blocks again.
+    walk_planner: Mutex<HashMap<Hash, Option<(Hash, u64)>>>,
     /// The evictor's 200 ms tick (woken early only to stop).
     tick: Condvar,
     counters: Counters,
@@ -746,7 +749,7 @@ impl ColdTier {
             changed: Condvar::new(),
             work: Condvar::new(),
             ahead: Condvar::new(),
-            walk_planner: Mutex::new(()),
+            walk_planner: Mutex::new(HashMap::new()),
             tick: Condvar::new(),
             counters: Counters::default(),
             near: Mutex::new(near::NearBuffer::default()),

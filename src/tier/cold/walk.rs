@@ -14,7 +14,7 @@
 //! file is taken by one batch; files no longer cold (read, fetched, streamed) leave the queue
 //! when a batch is planned; read-ahead of files being read goes first (`fetch.rs`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{ColdTier, State};
@@ -41,8 +41,18 @@ pub(super) struct Queued {
 /// The entries of `queue` (in the walk's order) one batch takes, at most `budget` bytes: the
 /// first entry's pack, each of its queued blocks from the first entry's on and then those
 /// before it, then the pack of the next entry not taken, and so on. Entries with nothing to
-/// read go with the batch that reaches them. Empty when the first entry does not fit.
+/// read go with the batch that reaches them. Empty when the first entry does not fit. The
+/// queue is grouped by pack once (not searched whole for each pack a batch reaches).
 pub(super) fn plan_batch(queue: &[Queued], budget: u64) -> Vec<usize> {
+    let mut packs: HashMap<Hash, Vec<usize>> = HashMap::new();
+    for (i, q) in queue.iter().enumerate() {
+        if let Some((pack, _)) = q.at {
+            packs.entry(pack).or_default().push(i);
+        }
+    }
+    for same in packs.values_mut() {
+        same.sort_by_key(|&i| queue[i].at.map(|(_, offset)| offset));
+    }
     let mut taken = vec![false; queue.len()];
     let mut left = budget;
     let mut out = Vec::new();
@@ -58,13 +68,12 @@ pub(super) fn plan_batch(queue: &[Queued], budget: u64) -> Vec<usize> {
         if queue[head].bytes > left {
             break;
         }
-        let mut same: Vec<usize> =
-            (0..queue.len()).filter(|&i| !taken[i] && queue[i].at.is_some_and(|(p, _)| p == pack)).collect();
-        same.sort_by_key(|&i| queue[i].at.map(|(_, offset)| offset));
+        let same: Vec<usize> =
+            packs.get(&pack).map(|all| all.iter().copied().filter(|&i| !taken[i]).collect()).unwrap_or_default();
         let h = same.iter().position(|&i| i == head).unwrap_or(0);
-        let back: Vec<usize> = same[..h].iter().rev().copied().collect();
-        for part in [&same[h..], &back[..]] {
-            for &i in part {
+        // From the head on, then back from it, each up to the first entry that does not fit.
+        let mut take = |run: &mut dyn Iterator<Item = usize>| {
+            for i in run {
                 if queue[i].bytes > left {
                     break;
                 }
@@ -72,7 +81,9 @@ pub(super) fn plan_batch(queue: &[Queued], budget: u64) -> Vec<usize> {
                 taken[i] = true;
                 out.push(i);
             }
-        }
+        };
+        take(&mut same[h..].iter().copied());
+        take(&mut same[..h].iter().rev().copied());
     }
     out
 }
@@ -104,13 +115,15 @@ impl ColdTier {
     /// Fetches one batch of the walk queue ([`plan_batch`]) within the cache's room; without
     /// room for the next file, the queue is left to the readers.
     pub(super) fn fetch_walk(&self) {
-        let planner = self.walk_planner.lock();
+        let mut planner = self.walk_planner.lock();
         let (room, _) = self.refill_room();
         let cold = self.walk_queue_cold();
         let queue: Vec<Queued> = cold
             .iter()
             .map(|(ino, rec)| {
-                let at = self.locate(*ino, 0, rec).ok().flatten().map(|loc| (loc.pack, loc.offset));
+                let at = *planner
+                    .entry(rec.block)
+                    .or_insert_with(|| self.locate(*ino, 0, rec).ok().flatten().map(|loc| (loc.pack, loc.offset)));
                 Queued { at, bytes: u64::from(rec.data) }
             })
             .collect();
@@ -124,6 +137,12 @@ impl ColdTier {
                 st.walk.retain(|ino| !chosen.contains(ino));
             }
         }
+        let waiting: HashSet<Hash> = cold
+            .iter()
+            .filter(|(ino, _)| !chosen.is_empty() && !chosen.contains(ino))
+            .map(|(_, rec)| rec.block)
+            .collect();
+        planner.retain(|block, _| waiting.contains(block));
         drop(planner);
         let items: Vec<(Ino, u64, Arc<std::fs::File>)> = picked
             .iter()
@@ -185,5 +204,64 @@ mod tests {
         assert_eq!(plan_batch(&queue, 10), vec![0, 1, 2]);
         assert_eq!(plan_batch(&queue, 20), vec![0, 1, 2, 3, 4]);
         assert!(plan_batch(&[], 10).is_empty());
+    }
+
+    /// The first planner, which searched the whole queue for each pack a batch reached.
+    fn plan_by_search(queue: &[Queued], budget: u64) -> Vec<usize> {
+        let mut taken = vec![false; queue.len()];
+        let mut left = budget;
+        let mut out = Vec::new();
+        for head in 0..queue.len() {
+            if taken[head] {
+                continue;
+            }
+            let Some((pack, _)) = queue[head].at else {
+                taken[head] = true;
+                out.push(head);
+                continue;
+            };
+            if queue[head].bytes > left {
+                break;
+            }
+            let mut same: Vec<usize> =
+                (0..queue.len()).filter(|&i| !taken[i] && queue[i].at.is_some_and(|(p, _)| p == pack)).collect();
+            same.sort_by_key(|&i| queue[i].at.map(|(_, offset)| offset));
+            let h = same.iter().position(|&i| i == head).unwrap_or(0);
+            let back: Vec<usize> = same[..h].iter().rev().copied().collect();
+            for part in [&same[h..], &back[..]] {
+                for &i in part {
+                    if queue[i].bytes > left {
+                        break;
+                    }
+                    left -= queue[i].bytes;
+                    taken[i] = true;
+                    out.push(i);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn grouping_by_pack_plans_what_searching_the_queue_planned() {
+        // Pseudo-random queues (a fixed LCG): up to 300 files in up to 12 packs, sizes that
+        // leave the budget short mid-pack, some with nothing to read.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |m: u64| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % m
+        };
+        for _ in 0..200 {
+            let n = next(300) as usize;
+            let packs = next(12) + 1;
+            let queue: Vec<Queued> = (0..n)
+                .map(|_| match next(10) {
+                    0 => Queued { at: None, bytes: 0 },
+                    _ => at(next(packs) as u8, next(1 << 20), next(64) + 1),
+                })
+                .collect();
+            let budget = next(4000);
+            assert_eq!(plan_batch(&queue, budget), plan_by_search(&queue, budget), "budget {budget}");
+        }
     }
 }
