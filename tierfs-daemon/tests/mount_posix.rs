@@ -1410,6 +1410,16 @@ fn fallocate_modes() {
     expected[(MIB + 900) as usize..].fill(0);
     assert_eq!(f.metadata().expect("fstat").len(), MIB + 990);
     assert_bytes_eq(&read(&path), &expected, "after ZERO_RANGE|KEEP_SIZE");
+
+    // COLLAPSE_RANGE and INSERT_RANGE: the kernel's FUSE refuses them before the daemon sees
+    // them (docs/SEMANTICS.md), and the file stays as it was.
+    for (mode, what) in
+        [(libc::FALLOC_FL_COLLAPSE_RANGE, "COLLAPSE_RANGE"), (libc::FALLOC_FL_INSERT_RANGE, "INSERT_RANGE")]
+    {
+        assert_io_errno(fallocate(&f, mode, 0, 4096), libc::EOPNOTSUPP, what);
+        assert_eq!(f.metadata().expect("fstat").len(), MIB + 990, "{what} left the size");
+        assert_bytes_eq(&read(&path), &expected, what);
+    }
     drop(f);
 
     let mut fx = fx;
