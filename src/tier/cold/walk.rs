@@ -208,35 +208,29 @@ mod tests {
 
     /// The first planner, which searched the whole queue for each pack a batch reached.
     fn plan_by_search(queue: &[Queued], budget: u64) -> Vec<usize> {
-        let mut taken = vec![false; queue.len()];
-        let mut left = budget;
-        let mut out = Vec::new();
-        for head in 0..queue.len() {
-            if taken[head] {
-                continue;
-            }
-            let Some((pack, _)) = queue[head].at else {
-                taken[head] = true;
-                out.push(head);
-                continue;
+        let (mut taken, mut left, mut out) = (vec![false; queue.len()], budget, Vec::new());
+        while let Some(head) = (0..queue.len()).find(|&i| !taken[i]) {
+            let pack = match queue[head].at {
+                None => {
+                    taken[head] = true;
+                    out.push(head);
+                    continue;
+                }
+                Some(_) if queue[head].bytes > left => break,
+                Some((pack, _)) => pack,
             };
-            if queue[head].bytes > left {
-                break;
-            }
             let mut same: Vec<usize> =
                 (0..queue.len()).filter(|&i| !taken[i] && queue[i].at.is_some_and(|(p, _)| p == pack)).collect();
             same.sort_by_key(|&i| queue[i].at.map(|(_, offset)| offset));
             let h = same.iter().position(|&i| i == head).unwrap_or(0);
-            let back: Vec<usize> = same[..h].iter().rev().copied().collect();
-            for part in [&same[h..], &back[..]] {
-                for &i in part {
-                    if queue[i].bytes > left {
-                        break;
-                    }
-                    left -= queue[i].bytes;
-                    taken[i] = true;
-                    out.push(i);
-                }
+            let (ahead, behind) = (same[h..].to_vec(), same[..h].iter().rev().copied().collect::<Vec<_>>());
+            for part in [ahead, behind] {
+                let fits =
+                    part.iter().scan(left, |l, &i| (queue[i].bytes <= *l).then(|| *l -= queue[i].bytes).map(|()| i));
+                let fits: Vec<usize> = fits.collect();
+                left -= fits.iter().map(|&i| queue[i].bytes).sum::<u64>();
+                fits.iter().for_each(|&i| taken[i] = true);
+                out.extend(fits);
             }
         }
         out
