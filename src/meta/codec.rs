@@ -89,7 +89,7 @@ pub fn orphan_key(ino: Ino) -> Vec<u8> {
     tagged(TAG_ORPHAN, ino, &[])
 }
 
-/// Prefix of all orphan markers (inodes unlinked while open).
+/// Prefix of all orphan markers (inodes unlinked while open, `O_TMPFILE` files not named yet).
 pub const ORPHAN_TABLE: [u8; 1] = [TAG_ORPHAN];
 
 /// The first byte of every symlink target's key.

@@ -104,6 +104,7 @@ impl Vfs {
                     handles: AtomicU64::new(1),
                     dir_synced: AtomicBool::new(false),
                     orphaned: AtomicBool::new(rec.attr.nlink == 0),
+                    linkable: AtomicBool::new(false),
                     modes: Mutex::new(passthrough::Modes::default()),
                 }),
             );
@@ -170,6 +171,19 @@ impl Vfs {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// `open(parent, O_TMPFILE)`: a new regular file in no directory, open (a handle, as
+    /// [`Vfs::create`] gives), whose last release reclaims it unless [`Vfs::link`] named it
+    /// first; an orphan from its first batch on (`create_unnamed`). With
+    /// `O_EXCL` in `flags` it can never be named (the kernel refuses that `linkat` itself).
+    pub fn tmpfile(&self, caller: &Caller, parent: Ino, mode: u32, umask: u32, flags: i32) -> VfsResult<(Attr, u64)> {
+        let rec = self.create_unnamed(caller, parent, mode & !umask)?;
+        let fh = self.acquire_handle(&rec)?;
+        if flags & libc::O_EXCL == 0 {
+            self.open_inode(rec.attr.ino)?.linkable.store(true, Ordering::Relaxed);
+        }
+        Ok((rec.attr, fh))
     }
 
     /// How the front end answers a [`Vfs::create`] that returned handle `fh` of `ino` (see

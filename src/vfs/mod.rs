@@ -14,7 +14,8 @@
 //!   kernel leaves to filesystems: name length, directory emptiness, link and rename rules,
 //!   setgid-directory inheritance, xattr namespaces (clearing setuid on write is the kernel's);
 //! - an inode unlinked while open becomes an *orphan* (marked in the same batch) and is
-//!   reclaimed on its last release, or at the next start after a crash;
+//!   reclaimed on its last release, or at the next start after a crash; an `O_TMPFILE` file
+//!   ([`Vfs::tmpfile`]) is an orphan from the batch that makes it until a `link` names it;
 //! - errors are [`VfsError`]s; `VfsError::errno` is the single errno mapping.
 
 mod adopt;
@@ -148,8 +149,12 @@ struct OpenInode {
     handles: AtomicU64,
     /// Whether the data file's directory entry is known to be on disk (fsynced once).
     dir_synced: AtomicBool,
-    /// Set when the last link went while the file was open: reclaim at the last release.
+    /// Set when the last link went while the file was open, or for an `O_TMPFILE` file
+    /// that has no name yet: reclaim at the last release.
     orphaned: AtomicBool,
+    /// An `O_TMPFILE` file not opened with `O_EXCL` that has had no name yet: [`Vfs::link`]
+    /// may give it one (the kernel's `I_LINKABLE`).
+    linkable: AtomicBool,
     /// Which handles the kernel serves through passthrough ([`passthrough`]).
     modes: Mutex<passthrough::Modes>,
 }

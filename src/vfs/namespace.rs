@@ -18,6 +18,7 @@ impl Vfs {
         let now = Timestamp::now();
         let mut b = MetaBatch::new();
         let rec = self.new_node(&mut b, caller, &dir, &node, now);
+        b.put_inode(&rec);
         b.put_dentry(parent, name, rec.attr.ino, node.kind);
         if node.kind == FileKind::Dir {
             dir.attr.nlink += 1;
@@ -29,8 +30,28 @@ impl Vfs {
         Ok(rec.attr)
     }
 
-    /// A new inode of `node`'s kind in directory `dir`, owned by the caller, put in `b`
-    /// (its entry is the caller's to put).
+    /// A new file of `perm` in no directory (`O_TMPFILE`): an inode as [`Self::create_node`]
+    /// makes one in `parent` (the caller's owner, a setgid directory's group) but with no
+    /// entry and no link, marked orphan in the same batch, so that a crash before a
+    /// [`Vfs::link`] gives it a name reclaims it at the next start, as it does a file
+    /// unlinked while open. `parent` is not changed (as on ext4). The caller opens it at once.
+    pub(super) fn create_unnamed(&self, caller: &Caller, parent: Ino, perm: u32) -> VfsResult<InodeRecord> {
+        let _ns = self.namespace.lock();
+        let _g = self.lock_inodes(&[parent]);
+        let dir = self.dir_record(parent)?;
+        let mut b = MetaBatch::new();
+        let node = NewNode { kind: FileKind::File, perm, rdev: 0, symlink: None };
+        let mut rec = self.new_node(&mut b, caller, &dir, &node, Timestamp::now());
+        rec.attr.nlink = 0;
+        b.put_inode(&rec);
+        b.put_orphan(rec.attr.ino);
+        self.meta.commit(b)?;
+        self.inode_count.fetch_add(1, Ordering::Relaxed);
+        Ok(rec)
+    }
+
+    /// A new inode of `node`'s kind in directory `dir`, owned by the caller, for the caller
+    /// to put in `b` with its entry (a symlink's target is put here).
     fn new_node(
         &self,
         b: &mut MetaBatch,
@@ -74,7 +95,6 @@ impl Vfs {
         if let Some(target) = node.symlink {
             b.put_symlink(ino, target);
         }
-        b.put_inode(&rec);
         rec
     }
 
@@ -128,12 +148,20 @@ impl Vfs {
         if rec.attr.kind == FileKind::Dir {
             return Err(VfsError::NotPermitted);
         }
-        if rec.attr.nlink == 0 {
-            return Err(VfsError::NotFound);
-        }
-        if rec.attr.nlink == u32::MAX {
-            return Err(VfsError::TooManyLinks);
-        }
+        // A file with no link may get one only if it is an open `O_TMPFILE` file that was
+        // not opened with `O_EXCL` (as the kernel's I_LINKABLE).
+        let adopted = match rec.attr.nlink {
+            0 => Some(
+                self.open
+                    .read()
+                    .get(&ino)
+                    .filter(|oi| oi.linkable.load(Ordering::Relaxed))
+                    .cloned()
+                    .ok_or(VfsError::NotFound)?,
+            ),
+            u32::MAX => return Err(VfsError::TooManyLinks),
+            _ => None,
+        };
         if self.meta.dentry(new_parent, new_name)?.is_some() {
             return Err(VfsError::Exists);
         }
@@ -142,10 +170,20 @@ impl Vfs {
         rec.attr.ctime = now;
         let mut b = MetaBatch::new();
         b.put_dentry(new_parent, new_name, ino, rec.attr.kind);
+        if adopted.is_some() {
+            // Its first name: no longer an orphan, in the batch that names it.
+            rec.parent = new_parent;
+            b.delete_orphan(ino);
+        }
         Self::touch_dir(&mut dir, now);
         b.put_inode(&dir);
         b.put_inode(&rec);
         self.meta.commit(b)?;
+        if let Some(oi) = adopted {
+            oi.orphaned.store(false, Ordering::Relaxed);
+            // Once named, it is a file like any other (linked again only while it has a name).
+            oi.linkable.store(false, Ordering::Relaxed);
+        }
         Ok(self.attr_of(rec))
     }
 
@@ -498,6 +536,7 @@ impl Vfs {
         let dir = recs.get(&parent).ok_or(VfsError::NotFound)?;
         let node = NewNode { kind: FileKind::CharDev, perm: 0, rdev: 0, symlink: None };
         let rec = self.new_node(b, caller, dir, &node, now);
+        b.put_inode(&rec);
         b.put_dentry(parent, name, rec.attr.ino, FileKind::CharDev);
         Ok(true)
     }

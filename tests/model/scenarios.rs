@@ -479,6 +479,47 @@ pub(crate) fn a_removed_inode_leaves_no_xattr_symlink_or_orphan_record() {
     assert_eq!(meta.orphans().expect("orphans"), Vec::<u64>::new(), "orphan marker left");
 }
 
+/// `O_TMPFILE` at the inode level: the file is an orphan from the batch that makes it (a
+/// restart without its release reclaims it), listed nowhere; `link` names it and deletes the
+/// marker in one batch; opened with `O_EXCL`, or once named and unlinked, it cannot be named;
+/// in a file it is ENOTDIR.
+#[test]
+pub(crate) fn a_tmpfile_is_an_orphan_until_link_names_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = Vfs::new(VfsConfig::new(dir.path())).expect("open");
+    let meta = fs.meta().clone();
+    let (named, fh) = fs.tmpfile(ME, ROOT_INO, 0o666, UMASK, libc::O_RDWR).expect("tmpfile");
+    assert_eq!((named.nlink, named.perm, named.kind), (0, 0o644, FileKind::File));
+    assert_eq!(meta.orphans().expect("orphans"), vec![named.ino], "no orphan marker with the new inode");
+    fs.write(named.ino, fh, 0, b"contents").expect("write");
+    let listed = fs.readdir(ROOT_INO, fs.opendir(ROOT_INO).expect("opendir"), 0).expect("readdir");
+    assert!(listed.iter().all(|e| e.name == b"." || e.name == b".."), "an unnamed file is listed: {listed:?}");
+    let linked = fs.link(ME, named.ino, ROOT_INO, b"named").expect("link names it");
+    assert_eq!(linked.nlink, 1);
+    assert_eq!(meta.orphans().expect("orphans"), Vec::<u64>::new(), "the orphan marker outlived the link");
+    fs.release(named.ino, fh).expect("release");
+    assert_eq!(fs.lookup(ROOT_INO, b"named").expect("lookup").ino, named.ino);
+
+    let (excl, excl_fh) = fs.tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR | libc::O_EXCL).expect("tmpfile");
+    assert!(matches!(fs.link(ME, excl.ino, ROOT_INO, b"excl"), Err(VfsError::NotFound)), "an O_EXCL tmpfile linked");
+    let (once, once_fh) = fs.tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR).expect("tmpfile");
+    fs.link(ME, once.ino, ROOT_INO, b"once").expect("link");
+    fs.unlink(ME, ROOT_INO, b"once").expect("unlink while open");
+    assert!(matches!(fs.link(ME, once.ino, ROOT_INO, b"twice"), Err(VfsError::NotFound)), "linked twice from 0");
+    fs.release(excl.ino, excl_fh).expect("release");
+    fs.release(once.ino, once_fh).expect("release");
+    assert!(meta.inode(excl.ino).expect("inode").is_none() && meta.inode(once.ino).expect("inode").is_none());
+    assert!(matches!(fs.tmpfile(ME, named.ino, 0o600, UMASK, libc::O_RDWR), Err(VfsError::NotDir)));
+
+    // A crash with one open: the next start reclaims it.
+    let (lost, _) = fs.tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR).expect("tmpfile");
+    drop((fs, meta));
+    let fs = Vfs::new(VfsConfig::new(dir.path())).expect("reopen");
+    assert!(fs.meta().inode(lost.ino).expect("inode").is_none(), "an unnamed file survived a restart");
+    assert_eq!(fs.meta().orphans().expect("orphans"), Vec::<u64>::new());
+    assert_eq!(fs.stats().inodes, 2, "the root and the named file");
+}
+
 /// Every change of a file's bytes commits its metadata in one batch (issue 48): a write that
 /// turns a chunk dirty (its unsealed mark, the size and the times together), a write into a
 /// dirty chunk, writes that extend the file, truncates down (dropped chunks and the zeroed

@@ -27,9 +27,12 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{Fixture, Rng, assert_errno, assert_io_errno, cpath, getxattr, is_mounted, run, setxattr};
+use common::{
+    Fixture, Rng, assert_errno, assert_io_errno, child_errno, cpath, getxattr, in_child, is_mounted, run, setxattr,
+    wait_for_inodes, wait_for_status,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -140,32 +143,6 @@ fn utimens(path: &Path, atime: (i64, i64), mtime: (i64, i64)) -> i64 {
 
 fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_secs() as i64
-}
-
-/// Runs `f` in a forked child process and returns its exit code. `f` runs between fork and
-/// `_exit` in a copy of a multi-threaded process, so it must only make async-signal-safe
-/// calls (raw syscalls; no allocation, no locks, no panics).
-fn in_child(f: impl FnOnce() -> i32) -> i32 {
-    // SAFETY: the child only runs `f` (async-signal-safe by contract) and then `_exit`s.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
-    if pid == 0 {
-        let code = f();
-        // SAFETY: leaving the child without running any destructor or atexit handler.
-        unsafe { libc::_exit(code) };
-    }
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert_eq!(rc, pid, "waitpid: {}", io::Error::last_os_error());
-    assert!(libc::WIFEXITED(status), "child did not exit normally (status {status:#x})");
-    libc::WEXITSTATUS(status)
-}
-
-/// errno inside a forked child (no allocation).
-fn child_errno() -> i32 {
-    // SAFETY: reading the thread's errno location.
-    unsafe { *libc::__errno_location() }
 }
 
 // ---- file contents -----------------------------------------------------------------------
@@ -885,26 +862,6 @@ fn unlink_while_open_keeps_the_file_usable() {
     // The last close reclaims the orphan.
     wait_for_inodes(&fx, inodes_before + 1, "the orphan is reclaimed after its last close");
     assert_eq!(read(&path), b"new");
-}
-
-/// Polls `tierfs status` until it reports `want` inodes (release is asynchronous in FUSE:
-/// close(2) returns before tierfs hears of it).
-#[track_caller]
-fn wait_for_inodes(fx: &Fixture, want: u64, what: &str) {
-    wait_for_status(fx, "inodes", want, what);
-}
-
-#[track_caller]
-fn wait_for_status(fx: &Fixture, field: &str, want: u64, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = fx.status()[field].as_u64().unwrap_or_else(|| panic!("no {field} in status"));
-        if got == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: status says {field} = {got}, expected {want}");
-        thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

@@ -2,17 +2,19 @@
 //! directory (`/usr/local`, or any lower directory) lands in the workspace and comes back on a
 //! fresh node after a runtime reset. overlayfs takes a FUSE filesystem as its upper layer only
 //! when it supports `RENAME_WHITEOUT` and xattrs (it refuses it with "upper fs missing required
-//! features"); `O_TMPFILE` it only warns about. These tests mount a real overlay on a real
-//! tierfs mount with a `file://` store.
+//! features"); about `O_TMPFILE` (copy-up through an unnamed file) it only warns, and on
+//! tierfs it has no reason to since the vendored fuser carries the tmpfile operation. These
+//! tests mount a real overlay on a real tierfs mount with a `file://` store.
 
 mod common;
 use tierfs_test_support::moto;
 mod store_node;
 
 use std::ffi::CString;
-use std::fs;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -64,6 +66,40 @@ impl Overlay {
     fn umount(&self) {
         let out: Output = run(Command::new("umount").arg(&self.merged), Duration::from_secs(30));
         out.assert_success("umount of the overlay");
+    }
+}
+
+/// The kernel's log from the moment it is opened on (`/dev/kmsg` read without blocking, from
+/// its end): what overlayfs says about its upper layer at mount time.
+struct KernelLog(File);
+
+impl KernelLog {
+    fn open() -> KernelLog {
+        let open = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg");
+        let mut log = open.expect("opening /dev/kmsg");
+        log.seek(SeekFrom::End(0)).expect("seeking /dev/kmsg to its end");
+        KernelLog(log)
+    }
+
+    /// Adds `line` to the kernel's log (so a reader can tell it reads what came after it opened).
+    fn mark(&mut self, line: &str) {
+        self.0.write_all(format!("{line}\n").as_bytes()).expect("writing /dev/kmsg");
+    }
+
+    /// Every record logged since the open (or the last call), one string each.
+    fn since(&mut self) -> Vec<String> {
+        let mut records = Vec::new();
+        let mut buf = vec![0u8; 8192];
+        loop {
+            match self.0.read(&mut buf) {
+                Ok(0) => return records,
+                Ok(n) => records.push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                // Records overwritten before they were read: the next read goes on after them.
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return records,
+                Err(e) => panic!("reading /dev/kmsg: {e}"),
+            }
+        }
     }
 }
 
@@ -125,7 +161,16 @@ fn an_overlay_upper_layer_on_tierfs_comes_back_after_a_reset() {
     write(&lower.join("share/doc/readme"), "docs\n", 0o644);
 
     let first = Overlay::new(&lower, &a.fx.mountpoint, &outside.join("merged-a"));
+    let mut kernel = KernelLog::open();
     first.mount();
+    // overlayfs tries an O_TMPFILE in its work dir at mount time and warns when the upper
+    // layer refuses it; the mark shows the log was read past the mount.
+    let mark = format!("tierfs-test {}: overlay on tierfs mounted", std::process::id());
+    kernel.mark(&mark);
+    let said = kernel.since();
+    assert!(said.iter().any(|r| r.contains(&mark)), "the kernel log read back no mark: {said:?}");
+    let refused: Vec<&String> = said.iter().filter(|r| r.contains("does not support tmpfile")).collect();
+    assert!(refused.is_empty(), "overlayfs found no O_TMPFILE on tierfs: {refused:?}");
     let m = |rel: &str| first.merged.join(rel);
     write(&m("bin/new-tool"), "#!/bin/sh\necho installed\n", 0o755);
     write(&m("bin/tool"), "tool v2\n", 0o755); // copied up, then replaced

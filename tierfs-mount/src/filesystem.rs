@@ -154,6 +154,26 @@ impl TierFuse {
         });
     }
 
+    /// Answers a create or tmpfile that made (or, for a create, opened) the file of `created`.
+    fn created_result(&self, t: Timer, created: Result<(Attr, u64), VfsError>, reply: ReplyCreate) {
+        let (attr, opened) =
+            match created.and_then(|(attr, fh)| Ok((attr.clone(), self.vfs.created_mode(attr.ino, fh)?))) {
+                Ok(created) => created,
+                Err(err) => return reply.error(t.fail(&err)),
+            };
+        let (ttl, attr, fh) = (self.ttl(), file_attr(&attr), FileHandle(opened.fh));
+        // A new file is written through passthrough, and so is an existing one with
+        // passthrough handles open (the kernel would refuse a normal open of it).
+        let Some(file) = opened.backing.clone() else {
+            return reply.created(&ttl, &attr, GENERATION, fh, file_open_flags());
+        };
+        match backing_of(&self.vfs, &self.backings, attr.ino, &opened, || reply.open_backing(&*file)) {
+            Ok(Some(id)) => reply.created_passthrough(&ttl, &attr, GENERATION, fh, FopenFlags::FOPEN_NOFLUSH, &id),
+            Ok(None) => reply.created(&ttl, &attr, GENERATION, fh, file_open_flags()),
+            Err(err) => reply.error(t.fail(&err)),
+        }
+    }
+
     /// Asks the kernel for passthrough when the core wants it and it can work, else tells
     /// the core why not (shown by `status`).
     fn ask_passthrough(&self, config: &mut KernelConfig) {
@@ -643,22 +663,15 @@ impl Filesystem for TierFuse {
     ) {
         let t = self.time(FuseOp::Create, req, parent);
         let created = self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags);
-        let (attr, opened) =
-            match created.and_then(|(attr, fh)| Ok((attr.clone(), self.vfs.created_mode(attr.ino, fh)?))) {
-                Ok(created) => created,
-                Err(err) => return reply.error(t.fail(&err)),
-            };
-        let (ttl, attr, fh) = (self.ttl(), file_attr(&attr), FileHandle(opened.fh));
-        // A new file is written through passthrough, and so is an existing one with
-        // passthrough handles open (the kernel would refuse a normal open of it).
-        let Some(file) = opened.backing.clone() else {
-            return reply.created(&ttl, &attr, GENERATION, fh, file_open_flags());
-        };
-        match backing_of(&self.vfs, &self.backings, attr.ino, &opened, || reply.open_backing(&*file)) {
-            Ok(Some(id)) => reply.created_passthrough(&ttl, &attr, GENERATION, fh, FopenFlags::FOPEN_NOFLUSH, &id),
-            Ok(None) => reply.created(&ttl, &attr, GENERATION, fh, file_open_flags()),
-            Err(err) => reply.error(t.fail(&err)),
-        }
+        self.created_result(t, created, reply);
+    }
+
+    /// `open(dir, O_TMPFILE)` (the vendored fuser's tmpfile operation): a new file with no
+    /// name, answered as a create. The kernel checked write and search permission on `parent`.
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let t = self.time(FuseOp::Tmpfile, req, parent);
+        let created = self.vfs.tmpfile(&caller(req), parent.0, mode, umask, flags);
+        self.created_result(t, created, reply);
     }
 
     fn fallocate(

@@ -55,10 +55,11 @@ pub enum FuseOp {
     Ioctl,
     Lseek,
     CopyFileRange,
+    Tmpfile,
 }
 
 /// The operations' names, in [`FuseOp`] order: the `op` label of the metrics.
-pub const FUSE_OPS: [&str; 33] = [
+pub const FUSE_OPS: [&str; 34] = [
     "lookup",
     "getattr",
     "setattr",
@@ -92,6 +93,7 @@ pub const FUSE_OPS: [&str; 33] = [
     "ioctl",
     "lseek",
     "copy_file_range",
+    "tmpfile",
 ];
 
 impl FuseOp {
@@ -192,7 +194,8 @@ mod tests {
         assert_eq!(FuseOp::Lookup.name(), "lookup");
         assert_eq!(FuseOp::Readdirplus.name(), "readdirplus");
         assert_eq!(FuseOp::CopyFileRange.name(), "copy_file_range");
-        assert_eq!(FuseOp::CopyFileRange as usize + 1, FUSE_OPS.len());
+        assert_eq!(FuseOp::Tmpfile.name(), "tmpfile");
+        assert_eq!(FuseOp::Tmpfile as usize + 1, FUSE_OPS.len());
     }
 
     /// A failure is logged inside the request's span: its id, operation and inode go with it.
