@@ -23,7 +23,9 @@
 #
 # `tierfs status --json` right after each reset import is kept as
 # OUTDIR/status-b<build>-<store>-r<round>-{refill,norefill}.json (what the refill had
-# fetched by then, the misses).
+# fetched by then, the misses), and that daemon's log as daemon-….log (with
+# RUST_LOG=info,tierfs::backend=trace it has every store request, timed); env.log has the
+# UTC times each mount started and returned and each import ended, moto.log moto's requests.
 # Env (knobs):
 #   ROUNDS [3]           rounds of each measurement
 #   WHEELS [/var/lib/tierfs-test-tools/python-env-wheels]   the wheelhouse
@@ -98,6 +100,8 @@ session() {
   t2=$(now)
   RESULT[$key]=$(secs "$t0" "$t2")
   RESULT[$key-import]=$(secs "$t1" "$t2")
+  # To line up with the daemon's log (kept in OUTDIR) and moto's.
+  echo "[env.sh] $key: mount started $(date -u -d "@$t0" +%T.%6N), returned $(date -u -d "@$t1" +%T.%6N), imported $(date -u -d "@$t2" +%T.%6N) UTC" >>"$LOG"
 }
 
 setup_workspace() {
@@ -136,6 +140,7 @@ for B in "${!BUILDS[@]}"; do
         session "$B,$S,$mode,$r" "$data" "${opts[@]}"
         t status --json "$TMNT" >"$OUTDIR/status-b$B-$S-r$r-$mode.json" 2>>"$LOG"
         umount_t
+        cp "$data/daemon.log" "$OUTDIR/daemon-b$B-$S-r$r-$mode.log" 2>>"$LOG"
         rm -rf "$data"
       done
       log "build $B $S round $r: warm ${RESULT[$B,$S,warm,$r]} s, reset+refill ${RESULT[$B,$S,refill,$r]} s," \

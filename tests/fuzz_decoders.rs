@@ -611,6 +611,7 @@ fn targets() -> Vec<Target> {
                     store_id: hex::encode([5u8; 16]),
                     redundancy: Redundancy::Erasure { data: 4, parity: 2 },
                     created_unix: 1_700_000_000,
+                    conditional_create: store::ConditionalCreate::Honoured(vec!["ab".repeat(32)]),
                 };
                 let three = StoreInfo { redundancy: Redundancy::Replicas(3), ..info.clone() };
                 vec![serde_json::to_vec(&info).unwrap(), serde_json::to_vec(&three).unwrap()]

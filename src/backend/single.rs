@@ -557,6 +557,9 @@ impl Backend {
         };
         let failed = matches!(result, Err((_, Class::Neutral | Class::Permanent | Class::Transient)));
         self.traffic.methods[op.method()].record(started.elapsed(), failed);
+        // Every request with its time (RUST_LOG=tierfs::backend=trace): how a mount's or a
+        // refill's requests line up, which a server's own log (whole seconds) cannot show.
+        tracing::trace!(backend = %self.name, key, op = op.describe(), failed, micros = started.elapsed().as_micros() as u64, "request");
         match result {
             Ok(v) => {
                 permit.succeeded();

@@ -43,7 +43,7 @@ use crate::meta::{Clock, system_unix_ms};
 use crate::remote::{
     AtReport, ChainPoint, ChainState, CheckpointReport, Committer, RemoteError, RemoteStats, Workspace,
 };
-use crate::store::{Fencing, Store};
+use crate::store::{ConditionalCreate, Fencing, Store};
 use crate::tier::{ColdConfig, DEFAULT_INFLIGHT_BUDGET, DEFAULT_RESERVE};
 use crate::vfs::{AttachedStore, HeadChange, PASSTHROUGH_TAKE_IN, Prepared, Vfs, VfsConfig, VfsStats};
 
@@ -900,9 +900,7 @@ fn open_remote(
     let ws = Arc::new(Workspace::new(store.clone(), &config.workspace));
     handle.block_on(async {
         match store.config().fencing {
-            Fencing::Conditional => {
-                store.backend().check_conditional_create().await.map_err(SessionError::NoConditionalWrites)?
-            }
+            Fencing::Conditional => check_conditional_writes(store).await?,
             Fencing::Lease => info!(
                 "workspace {:?} is fenced by its lease only: a takeover waits out the holder's lease",
                 config.workspace
@@ -924,6 +922,25 @@ fn open_remote(
         );
         Ok(committer)
     })
+}
+
+/// Checks that the store's servers honour conditional creates, which fencing a writer rests
+/// on, unless the store's config records that every one of them did (then no request at all);
+/// a probe that passed is recorded for the next node (best effort).
+async fn check_conditional_writes(store: &Store) -> Result<(), SessionError> {
+    if store.conditional_create_recorded() {
+        return Ok(());
+    }
+    if let ConditionalCreate::Unreadable(why) = &store.info().conditional_create {
+        warn!(
+            "the store's config records its conditional-create check in a form this tierfs does not read ({why}); checking the backends again"
+        );
+    }
+    let honoured = store.backend().check_conditional_create().await.map_err(SessionError::NoConditionalWrites)?;
+    if let Err(e) = store.record_conditional_create(&honoured).await {
+        warn!("recording the conditional-create check in the store's config: {e}");
+    }
+    Ok(())
 }
 
 fn io_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + use<> {

@@ -23,19 +23,21 @@
 //!   repaired by the redundancy layer;
 //! - opening a store written by a newer format fails with a message, never a misread.
 
+pub mod conditional;
 pub mod config;
 pub mod limits;
 
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendError, BackendOptions, BackendSpec, Redundancy, RedundantStore, ScrubOutcome};
 use crate::block::{self, BlockError, BlockId, BlockLoc, PackBuilder};
 use crate::crypto::{self, CryptoError, DataKey, KdfParams, Keys, Secret, WrappedKey};
 use crate::types::ErrorKind;
+pub use conditional::ConditionalCreate;
 pub use config::{Fencing, StoreConfig, private_mode};
 pub use limits::WholeObject;
 
@@ -146,6 +148,13 @@ pub struct StoreInfo {
     pub store_id: String,
     pub redundancy: Redundancy,
     pub created_unix: u64,
+    /// The backends a writer found honouring conditional creates (`conditional.rs`).
+    #[serde(
+        default,
+        deserialize_with = "ConditionalCreate::lenient",
+        skip_serializing_if = "ConditionalCreate::is_unrecorded"
+    )]
+    pub conditional_create: ConditionalCreate,
 }
 
 /// Totals of a scrub.
@@ -290,6 +299,7 @@ impl Store {
             store_id: config.store_id.clone(),
             redundancy: config.redundancy()?,
             created_unix: unix_now(),
+            conditional_create: ConditionalCreate::Unrecorded,
         };
         let data_key = DataKey::generate();
         let label = match secret {
@@ -309,7 +319,9 @@ impl Store {
     /// Opens an existing store, unlocking its data key with `secret`.
     pub async fn open(config: &StoreConfig, secret: &Secret<'_>) -> Result<Store> {
         let backend = open_backends(config)?;
-        let info = read_info(&backend).await?;
+        // Two round trips at once: a reset's mount waits for both before anything else.
+        let (info, wrapped) = futures::join!(read_info(&backend), list_keys(&backend));
+        let info = info?;
         if info.store_id != config.store_id {
             return Err(StoreError::WrongStore {
                 backend: config.backends.join(", "),
@@ -317,7 +329,7 @@ impl Store {
                 expected: config.store_id.clone(),
             });
         }
-        let wrapped = list_keys(&backend).await?;
+        let wrapped = wrapped?;
         if wrapped.is_empty() {
             return Err(StoreError::Key("the store has no keys (keys/ is empty): it cannot be unlocked".into()));
         }
@@ -706,12 +718,13 @@ pub fn decode_wrapped_key(key: &str, bytes: &[u8]) -> Result<WrappedKey> {
 }
 
 async fn list_keys(backend: &RedundantStore) -> Result<Vec<WrappedKey>> {
-    let mut out = Vec::new();
-    for obj in backend.list("keys/").await? {
-        let bytes = backend.get_object(&obj.key, WholeObject::WrappedKey.limit(), &json_ok::<WrappedKey>).await?;
-        out.push(decode_wrapped_key(&obj.key, &bytes)?);
-    }
-    Ok(out)
+    let read = |key: String| async move {
+        let bytes = backend.get_object(&key, WholeObject::WrappedKey.limit(), &json_ok::<WrappedKey>).await?;
+        decode_wrapped_key(&key, &bytes)
+    };
+    // A few at once (a store has a key or two; a hostile one could list thousands).
+    let listed = backend.list("keys/").await?;
+    futures::stream::iter(listed.into_iter().map(|obj| read(obj.key))).buffered(8).try_collect().await
 }
 
 /// The bytes one GET reads for a run of blocks lying back to back in one pack: their

@@ -89,7 +89,7 @@ pub struct Cli {
 pub enum Command {
     /// Mount a workspace at MOUNTPOINT (created if missing).
     ///
-    /// By default a background daemon (`tierfs-daemon`, next to this executable) serves the
+    /// By default a background daemon (this executable, run as `tierfs-daemon`) serves the
     /// mount and this command returns once the mount is ready; the daemon logs to
     /// <DATA_DIR>/daemon.log. Running it again for a mount that is already up is a no-op.
     ///

@@ -1,5 +1,6 @@
-//! Background mounts: `tierfs mount` starts `tierfs-daemon` detached and returns only once
-//! the daemon says the mount is ready, or prints the daemon's own error and fails.
+//! Background mounts: `tierfs mount` starts its daemon detached (its own executable, run as
+//! `tierfs-daemon serve`: [`daemon_executable`]) and returns only once the daemon says the
+//! mount is ready, or prints the daemon's own error and fails.
 //!
 //! The handshake is a pipe. The parent creates it close-on-exec, the child clears that flag
 //! on the write end only (between fork and exec) and learns its number from the hidden
@@ -197,23 +198,54 @@ fn send(file: &mut Option<File>, message: &ReadyMessage) {
     }
 }
 
-/// The `tierfs-daemon` executable: `$TIERFS_DAEMON`, else next to the running executable.
-pub fn daemon_executable() -> Result<PathBuf> {
+/// The name a background daemon runs under: what `ps`, `pgrep -f tierfs-daemon` and a
+/// service's scripts look for, whichever executable serves.
+pub const DAEMON_NAME: &str = "tierfs-daemon";
+
+/// The executable that serves a background mount, and the name (`argv[0]`) it runs under:
+/// `$TIERFS_DAEMON` if set, else this very executable (both binaries serve
+/// [`SERVE_COMMAND`], [`serve_main`]) named [`DAEMON_NAME`] as if it lay beside it. After a
+/// runtime reset the page cache is empty: the running `tierfs` is read from disk already,
+/// and starting it again costs none of the cold start a second binary of the same size
+/// would (some 0.3 s for a debug build).
+pub fn daemon_executable() -> Result<(PathBuf, PathBuf)> {
     if let Some(explicit) = std::env::var_os("TIERFS_DAEMON") {
-        return Ok(PathBuf::from(explicit));
+        return Ok((PathBuf::from(&explicit), PathBuf::from(explicit)));
     }
     let current = std::env::current_exe().context("finding the tierfs executable")?;
-    let daemon = current.with_file_name("tierfs-daemon");
-    if !daemon.is_file() {
-        bail_with!(
-            ErrorKind::NotFound,
-            "cannot find tierfs-daemon next to {} (expected {}); install both binaries \
-             together, set TIERFS_DAEMON, or use `tierfs mount --foreground`",
-            current.display(),
-            daemon.display()
-        );
+    let name = current.with_file_name(DAEMON_NAME);
+    Ok((current, name))
+}
+
+/// `tierfs-daemon serve` (and `tierfs serve`, how `tierfs mount` starts its daemon): serves
+/// the [`MountConfig`] on stdin until it is unmounted, reporting readiness on `--ready-fd`.
+/// The caller's `main` first takes the passphrase out of the environment and sets the
+/// private umask, before any thread starts.
+pub fn serve_main() -> std::process::ExitCode {
+    use clap::Parser;
+    let cli = crate::cli::ServeCli::parse_from(std::env::args_os().skip(1));
+    crate::logging::init("info,fuser=error");
+    let mut readiness = match cli.ready_fd.map(Readiness::from_fd).transpose() {
+        Ok(readiness) => readiness.unwrap_or(Readiness::Quiet),
+        Err(err) => {
+            tracing::error!("{}", crate::logging::error_message(&err));
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let served = read_serve_config(std::io::stdin().lock(), cli.mountpoint.as_deref()).and_then(|config| {
+        let rt = crate::config::build_runtime()?;
+        let result = crate::frontend::run(&rt, &config, &mut readiness);
+        rt.shutdown_timeout(Duration::from_secs(1));
+        result
+    });
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{}", crate::logging::error_message(&err));
+            readiness.failed(&err);
+            std::process::ExitCode::FAILURE
+        }
     }
-    Ok(daemon)
 }
 
 /// The first argument of `tierfs-daemon` that makes it serve the [`MountConfig`] it reads as
@@ -247,7 +279,7 @@ pub fn read_config(input: impl Read) -> Result<MountConfig> {
 /// Starts `tierfs-daemon` for `config` in the background and waits up to `timeout` for it to
 /// report the mount ready.
 pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo> {
-    let daemon = daemon_executable()?;
+    let (daemon, name) = daemon_executable()?;
     paths::ensure_private_dir(&config.data_dir)?;
     let log_path = paths::mount_log_path(config)?;
     let log = OpenOptions::new()
@@ -266,6 +298,7 @@ pub fn spawn_daemon(config: &MountConfig, timeout: Duration) -> Result<ReadyInfo
     let mut command = Command::new(&daemon);
     // The configuration is data: one JSON line on its stdin, never a command line to parse again.
     command
+        .arg0(&name)
         .arg(SERVE_COMMAND)
         .arg("--ready-fd")
         .arg(write_fd.to_string())

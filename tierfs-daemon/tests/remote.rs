@@ -549,3 +549,54 @@ fn a_chain_rolled_back_behind_its_lease_is_refused_by_a_node_with_no_data_dir() 
     assert_eq!(fs::read_to_string(c.fx.p("first.txt")).expect("on the next node"), "one");
     c.fx.umount();
 }
+
+/// Store requests of `op` (`put_if_absent`, `delete`, …) a mounted node has sent so far,
+/// as its `status --json` counts them.
+fn requests(node: &Node, op: &str) -> u64 {
+    let status = node.fx.status();
+    let backends = status["backends"].as_array().expect("backends");
+    backends
+        .iter()
+        .flat_map(|b| b["traffic"]["requests"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["op"] == op)
+        .map(|r| r["calls"].as_u64().expect("calls"))
+        .sum()
+}
+
+/// The first writer of a store probes its server for conditional creates (two creates and a
+/// delete) and records the answer in the store's `config`; a fresh node after it, a reset,
+/// makes no probe request: its one conditional create is its fencing segment. A record that
+/// does not check is reported in one line and probed again (and recorded anew).
+#[test]
+fn a_fresh_node_reads_the_conditional_create_check_from_the_store_config() {
+    let servers = MotoServer::start_many(1, BUCKET);
+    let mut a = Node::init(&servers, BUCKET, "cc");
+    a.mount(&[]);
+    assert_eq!((requests(&a, "put_if_absent"), requests(&a, "delete")), (3, 1), "the first writer probes");
+    a.fx.umount();
+    let config: serde_json::Value =
+        serde_json::from_slice(&servers[0].get_raw(BUCKET, "cc/config").expect("config")).expect("config is JSON");
+    let record = config["conditional_create"].as_array().expect("the probe's answer is recorded");
+    assert_eq!(record.len(), 1, "{config}");
+    assert!(!config.to_string().contains(&servers[0].endpoint()), "the config names the backend: {config}");
+
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    assert_eq!((requests(&b, "put_if_absent"), requests(&b, "delete")), (1, 0), "a fresh node probed again");
+    b.fx.umount();
+
+    let mut garbage = config.clone();
+    garbage["conditional_create"] = serde_json::json!("yes, trust me");
+    servers[0].put_raw(BUCKET, "cc/config", &serde_json::to_vec(&garbage).expect("json"));
+    let mut c = Node::new(&a.store_file);
+    c.mount(&[]);
+    assert_eq!((requests(&c, "put_if_absent"), requests(&c, "delete")), (3, 1), "garbage was taken as a record");
+    c.fx.umount();
+    let log = c.daemon_log();
+    let said: Vec<_> = log.lines().filter(|l| l.contains("conditional-create check in a form")).collect();
+    assert_eq!(said.len(), 1, "not one clear line: {log}");
+    let fixed: serde_json::Value =
+        serde_json::from_slice(&servers[0].get_raw(BUCKET, "cc/config").expect("config")).expect("config is JSON");
+    assert_eq!(fixed["conditional_create"], config["conditional_create"], "the record is made again");
+    assert_eq!(fixed["store_id"], config["store_id"], "the rewrite kept the config's fields");
+}

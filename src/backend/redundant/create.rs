@@ -94,14 +94,15 @@ impl RedundantStore {
     /// refused, and deletes the probe (best effort). A backend that lets the second create
     /// through ignores If-None-Match: [`BackendError::NotSupported`] naming it. Unreachable
     /// backends are skipped (check again once they are back), but at least one backend must
-    /// have been probed; other errors (access denied, …) are returned as they are.
-    pub async fn check_conditional_create(&self) -> Result<(), BackendError> {
+    /// have been probed; other errors (access denied, …) are returned as they are. Returns the
+    /// indices of the backends that were probed and passed.
+    pub async fn check_conditional_create(&self) -> Result<Vec<usize>, BackendError> {
         let key = format!("probe/cc-{}", hex::encode(rand::random::<[u8; 8]>()));
         let probes = join_all(self.backends.iter().map(|b| probe_conditional_create(b, &key))).await;
-        let mut unreachable = Vec::new();
-        for (b, probe) in self.backends.iter().zip(probes) {
+        let (mut unreachable, mut honoured) = (Vec::new(), Vec::new());
+        for (i, (b, probe)) in self.backends.iter().zip(probes).enumerate() {
             match probe {
-                Ok(()) => {}
+                Ok(()) => honoured.push(i),
                 Err(e) if e.is_transient() => {
                     tracing::warn!(backend = %b.name(), error = %e, "conditional create not checked: unreachable");
                     unreachable.push((b, e));
@@ -110,7 +111,7 @@ impl RedundantStore {
             }
         }
         if unreachable.len() < self.backends.len() {
-            return Ok(());
+            return Ok(honoured);
         }
         if unreachable.len() == 1 {
             if let Some((_, e)) = unreachable.pop() {

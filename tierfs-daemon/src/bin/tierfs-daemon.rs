@@ -1,6 +1,8 @@
 //! `tierfs-daemon`: serve one tierfs mount in the foreground until it is unmounted, or with
 //! `node`, every mount of a node's configuration file (see `tierfs-daemon --help`).
-//! `tierfs mount` runs it in the background; service managers run it directly.
+//! Service managers run it directly; `tierfs mount` serves its background mounts from its
+//! own executable under this name (`launch::daemon_executable`), or from this binary when
+//! `TIERFS_DAEMON` names it.
 //!
 //! Exit status: 0 after a clean unmount with a complete flush, 1 on any failure (including a
 //! flush that did not finish within --flush-timeout), 2 on a usage error.
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Parser;
-use tierfs_daemon::cli::{DaemonCli, NodeCli, ServeCli};
+use tierfs_daemon::cli::{DaemonCli, NodeCli};
 use tierfs_daemon::launch::{self, Readiness};
 use tierfs_daemon::node::NodeConfig;
 use tierfs_daemon::notify::Notifier;
@@ -34,30 +36,9 @@ fn main() -> ExitCode {
         };
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == launch::SERVE_COMMAND) {
-        // `tierfs mount`'s daemon: the configuration comes as data on stdin.
-        let cli = ServeCli::parse_from(std::env::args_os().skip(1));
-        logging::init("info,fuser=error");
-        let mut readiness = match cli.ready_fd.map(Readiness::from_fd).transpose() {
-            Ok(readiness) => readiness.unwrap_or(Readiness::Quiet),
-            Err(err) => {
-                error!("{}", logging::error_message(&err));
-                return ExitCode::FAILURE;
-            }
-        };
-        let served = launch::read_serve_config(std::io::stdin().lock(), cli.mountpoint.as_deref()).and_then(|config| {
-            let rt = tierfs_daemon::config::build_runtime()?;
-            let result = frontend::run(&rt, &config, &mut readiness);
-            rt.shutdown_timeout(Duration::from_secs(1));
-            result
-        });
-        return match served {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                error!("{}", logging::error_message(&err));
-                readiness.failed(&err);
-                ExitCode::FAILURE
-            }
-        };
+        // `tierfs mount`'s daemon (when TIERFS_DAEMON names this binary): the configuration
+        // comes as data on stdin.
+        return launch::serve_main();
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == "node") {
         let cli = NodeCli::parse_from(std::env::args_os().skip(1));

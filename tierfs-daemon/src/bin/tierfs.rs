@@ -6,9 +6,16 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tierfs_daemon::cli::{Cli, Command};
-use tierfs_daemon::{commands, logging};
+use tierfs_daemon::{commands, launch, logging, store_link};
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == launch::SERVE_COMMAND) {
+        // `tierfs mount`'s background daemon: this executable again, already in the page
+        // cache (launch::daemon_executable). First, before any thread, as tierfs-daemon does.
+        store_link::take_passphrase_env();
+        tierfs_daemon::private::private_umask();
+        return launch::serve_main();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
