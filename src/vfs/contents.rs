@@ -156,29 +156,55 @@ impl Vfs {
         umask: u32,
         flags: i32,
     ) -> VfsResult<(Attr, u64)> {
-        let node = NewNode { kind: FileKind::File, perm: mode & !umask, rdev: 0, symlink: None };
+        let (attr, fh, _) = self.create_handle(caller, parent, name, (mode, umask, flags), false)?;
+        Ok((attr, fh))
+    }
+
+    /// [`Vfs::create`] and [`Vfs::open_for`]'s choice for its handle, for a front end that
+    /// serves passthrough: the handle is decided as a writer's open. A new file's writer goes
+    /// through passthrough when it can, and its dirty marker then commits in the create's own
+    /// batch (one commit, not two). On an error the handle is released.
+    pub fn create_open(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &[u8],
+        mode: (u32, u32),
+        flags: i32,
+    ) -> VfsResult<(Attr, Opened)> {
+        let marker = self.passthrough_wanted() && self.room_for_a_writer();
+        let (attr, fh, made) = self.create_handle(caller, parent, name, (mode.0, mode.1, flags), marker)?;
+        let opened = self.choose_mode(attr.ino, fh, libc::O_WRONLY, made && marker).inspect_err(|_| {
+            let _ = self.release(attr.ino, fh);
+        })?;
+        Ok((attr, opened))
+    }
+
+    /// [`Vfs::create`], with the passthrough marker in the batch when `marker` (see
+    /// [`Vfs::create_open`]), and whether it made the file (else it opened an existing one).
+    fn create_handle(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &[u8],
+        (mode, umask, flags): (u32, u32, i32),
+        marker: bool,
+    ) -> VfsResult<(Attr, u64, bool)> {
+        let node =
+            NewNode { kind: FileKind::File, perm: mode & !umask, rdev: 0, symlink: None, passthrough_marker: marker };
         match self.create_node(caller, parent, name, node) {
             Ok(attr) => {
                 let fh =
                     self.acquire_handle(&InodeRecord { attr: attr.clone(), parent, dense: true, no_xattrs: true })?;
-                Ok((attr, fh))
+                Ok((attr, fh, true))
             }
             Err(VfsError::Exists) if flags & libc::O_EXCL == 0 => {
                 let attr = self.lookup(parent, name)?;
                 let fh = self.open(caller, attr.ino, flags)?;
-                Ok((self.getattr(attr.ino)?, fh))
+                Ok((self.getattr(attr.ino)?, fh, false))
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// How the front end answers a [`Vfs::create`] that returned handle `fh` of `ino` (see
-    /// [`Vfs::open_for`]): a new file's handle is a normal one; an existing file's is decided
-    /// as a writer's open. On an error the handle is released.
-    pub fn created_mode(&self, ino: Ino, fh: u64) -> VfsResult<Opened> {
-        self.choose_mode(ino, fh, libc::O_WRONLY).inspect_err(|_| {
-            let _ = self.release(ino, fh);
-        })
     }
 
     /// Whether a read of `len` bytes at `offset` (or a write, with `write`) may wait for more

@@ -19,12 +19,15 @@ impl Vfs {
         let mut b = MetaBatch::new();
         let rec = self.new_node(&mut b, caller, &dir, &node, now);
         b.put_dentry(parent, name, rec.attr.ino, node.kind);
+        if node.passthrough_marker {
+            b.put_dirty_passthrough(rec.attr.ino);
+        }
         if node.kind == FileKind::Dir {
             dir.attr.nlink += 1;
         }
         Self::touch_dir(&mut dir, now);
         b.put_inode(&dir);
-        self.meta.commit(b)?;
+        self.commit_new_inodes(b)?;
         self.inode_count.fetch_add(1, Ordering::Relaxed);
         Ok(rec.attr)
     }
@@ -92,7 +95,12 @@ impl Vfs {
             return Err(VfsError::Invalid("mknod of a directory or symlink"));
         }
         let rdev = if matches!(kind, FileKind::CharDev | FileKind::BlockDev) { rdev } else { 0 };
-        self.create_node(caller, parent, name, NewNode { kind, perm: mode & !umask, rdev, symlink: None })
+        self.create_node(
+            caller,
+            parent,
+            name,
+            NewNode { kind, perm: mode & !umask, rdev, symlink: None, passthrough_marker: false },
+        )
     }
 
     pub fn mkdir(&self, caller: &Caller, parent: Ino, name: &[u8], mode: u32, umask: u32) -> VfsResult<Attr> {
@@ -100,7 +108,7 @@ impl Vfs {
             caller,
             parent,
             name,
-            NewNode { kind: FileKind::Dir, perm: mode & !umask, rdev: 0, symlink: None },
+            NewNode { kind: FileKind::Dir, perm: mode & !umask, rdev: 0, symlink: None, passthrough_marker: false },
         )
     }
 
@@ -115,7 +123,7 @@ impl Vfs {
             caller,
             parent,
             name,
-            NewNode { kind: FileKind::Symlink, perm: 0o777, rdev: 0, symlink: Some(target) },
+            NewNode { kind: FileKind::Symlink, perm: 0o777, rdev: 0, symlink: Some(target), passthrough_marker: false },
         )
     }
 
@@ -448,7 +456,8 @@ impl Vfs {
         for r in recs.values() {
             b.put_inode(r);
         }
-        self.meta.commit(b)?;
+        // A whiteout is a new inode.
+        self.commit_new_inodes(b)?;
         if freed {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
         }
@@ -496,7 +505,7 @@ impl Vfs {
             return Ok(false);
         }
         let dir = recs.get(&parent).ok_or(VfsError::NotFound)?;
-        let node = NewNode { kind: FileKind::CharDev, perm: 0, rdev: 0, symlink: None };
+        let node = NewNode { kind: FileKind::CharDev, perm: 0, rdev: 0, symlink: None, passthrough_marker: false };
         let rec = self.new_node(b, caller, dir, &node, now);
         b.put_dentry(parent, name, rec.attr.ino, FileKind::CharDev);
         Ok(true)
@@ -509,6 +518,9 @@ pub(super) struct NewNode<'a> {
     pub(super) perm: u32,
     pub(super) rdev: u32,
     pub(super) symlink: Option<&'a [u8]>,
+    /// Commit the new file's passthrough writer marker in its own batch (see
+    /// [`Vfs::create_open`]).
+    pub(super) passthrough_marker: bool,
 }
 
 /// The arguments of a rename that no state can make valid.

@@ -644,3 +644,54 @@ pub(crate) fn a_file_read_during_the_refill_is_refilled_next() {
     }
     assert_eq!(order.len() as u64, 4 * CHUNKS, "each chunk fetched once: {order:?}");
 }
+
+/// Inode numbers are reserved in runs of `INO_RESERVE` (one write of `Cnext_ino` per run, not
+/// one per create): after each restart every file made before it reads back with its number,
+/// and a new inode never takes an old one's, across a run used up and one left half used.
+#[test]
+pub(crate) fn inode_numbers_survive_restarts_and_are_never_reused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut made: Vec<(Vec<u8>, Ino)> = Vec::new();
+    for round in 0..3 {
+        let fs = Vfs::new(VfsConfig::new(dir.path())).expect("open");
+        for (name, ino) in &made {
+            assert_eq!(fs.lookup(ROOT_INO, name).expect("lookup after a restart").ino, *ino, "round {round}");
+        }
+        let count = if round == 0 { tierfs::vfs::INO_RESERVE + 3 } else { 2 };
+        for i in 0..count {
+            let name = format!("r{round}-{i}").into_bytes();
+            let attr = fs.mknod(ME, ROOT_INO, &name, libc::S_IFREG | 0o644, UMASK, 0).expect("mknod");
+            assert!(made.iter().all(|(_, ino)| *ino != attr.ino), "inode {} handed out twice", attr.ino);
+            made.push((name, attr.ino));
+        }
+    }
+}
+
+/// A file created through passthrough and closed unwritten (`touch`, a lock file): its
+/// writer marker commits in the create's own batch, so the create is one commit and the
+/// close one more (the marker goes), with nothing to take in; the marker is there from the
+/// create's commit on, so a crash while the file is open keeps what the kernel wrote.
+#[test]
+pub(crate) fn an_unwritten_file_created_through_passthrough_costs_two_commits() {
+    for cold in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = VfsConfig::new(dir.path());
+        if cold {
+            let mut tier = ColdConfig::new(None);
+            tier.seal_after = std::time::Duration::from_secs(3600);
+            config.store = Some(AttachedStore { store: Arc::new(MemStore::new()), config: tier });
+        }
+        let fs = Vfs::new(config).expect("open");
+        let meta = fs.meta().clone();
+        let before = meta.commits();
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        let (attr, opened) = fs.create_open(ME, ROOT_INO, b"f", (0o644, UMASK), flags).expect("create");
+        assert!(opened.backing.is_some(), "a new file's writer is not through passthrough (cold tier: {cold})");
+        assert_eq!(meta.commits() - before, 1, "the create (cold tier: {cold})");
+        assert_eq!(meta.passthrough_dirty_inodes().expect("markers"), vec![attr.ino], "cold tier: {cold}");
+        fs.release(attr.ino, opened.fh).expect("release");
+        assert_eq!(meta.commits() - before, 2, "the create and the close (cold tier: {cold})");
+        assert!(meta.dirty_inodes().expect("markers").is_empty(), "a marker stayed (cold tier: {cold})");
+        assert_eq!(fs.getattr(attr.ino).expect("getattr").size, 0);
+    }
+}

@@ -642,12 +642,10 @@ impl Filesystem for TierFuse {
         reply: ReplyCreate,
     ) {
         let t = self.time(FuseOp::Create, req, parent);
-        let created = self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags);
-        let (attr, opened) =
-            match created.and_then(|(attr, fh)| Ok((attr.clone(), self.vfs.created_mode(attr.ino, fh)?))) {
-                Ok(created) => created,
-                Err(err) => return reply.error(t.fail(&err)),
-            };
+        let (attr, opened) = match self.vfs.create_open(&caller(req), parent.0, name.as_bytes(), (mode, umask), flags) {
+            Ok(created) => created,
+            Err(err) => return reply.error(t.fail(&err)),
+        };
         let (ttl, attr, fh) = (self.ttl(), file_attr(&attr), FileHandle(opened.fh));
         // A new file is written through passthrough, and so is an existing one with
         // passthrough handles open (the kernel would refuse a normal open of it).
