@@ -479,6 +479,18 @@ pub(crate) fn a_removed_inode_leaves_no_xattr_symlink_or_orphan_record() {
     assert_eq!(meta.orphans().expect("orphans"), Vec::<u64>::new(), "orphan marker left");
 }
 
+/// A vfs in `dir`, with a cold tier on a memory store when `cold`, that seals nothing for an
+/// hour: only what a test does commits.
+fn quiet_vfs(dir: &std::path::Path, cold: bool) -> Vfs {
+    let mut config = VfsConfig::new(dir);
+    if cold {
+        let mut tier = ColdConfig::new(None);
+        tier.seal_after = std::time::Duration::from_secs(3600);
+        config.store = Some(AttachedStore { store: Arc::new(MemStore::new()), config: tier });
+    }
+    Vfs::new(config).expect("open")
+}
+
 /// Every change of a file's bytes commits its metadata in one batch (issue 48): a write that
 /// turns a chunk dirty (its unsealed mark, the size and the times together), a write into a
 /// dirty chunk, writes that extend the file, truncates down (dropped chunks and the zeroed
@@ -489,13 +501,7 @@ pub(crate) fn a_removed_inode_leaves_no_xattr_symlink_or_orphan_record() {
 pub(crate) fn every_data_change_commits_one_metadata_batch() {
     for cold in [true, false] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = VfsConfig::new(dir.path());
-        if cold {
-            let mut tier = ColdConfig::new(None);
-            tier.seal_after = std::time::Duration::from_secs(3600);
-            config.store = Some(AttachedStore { store: Arc::new(MemStore::new()), config: tier });
-        }
-        let fs = Vfs::new(config).expect("open");
+        let fs = quiet_vfs(dir.path(), cold);
         let (f, fh) = fs.create(ME, ROOT_INO, b"f", 0o644, UMASK, libc::O_RDWR).expect("create");
         let (g, gh) = fs.create(ME, ROOT_INO, b"g", 0o644, UMASK, libc::O_RDWR).expect("create");
         let ino = f.ino;
@@ -675,13 +681,7 @@ pub(crate) fn inode_numbers_survive_restarts_and_are_never_reused() {
 pub(crate) fn an_unwritten_file_created_through_passthrough_costs_two_commits() {
     for cold in [false, true] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = VfsConfig::new(dir.path());
-        if cold {
-            let mut tier = ColdConfig::new(None);
-            tier.seal_after = std::time::Duration::from_secs(3600);
-            config.store = Some(AttachedStore { store: Arc::new(MemStore::new()), config: tier });
-        }
-        let fs = Vfs::new(config).expect("open");
+        let fs = quiet_vfs(dir.path(), cold);
         let meta = fs.meta().clone();
         let before = meta.commits();
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
