@@ -157,17 +157,52 @@ impl Vfs {
         umask: u32,
         flags: i32,
     ) -> VfsResult<(Attr, u64)> {
-        let node = NewNode { kind: FileKind::File, perm: mode & !umask, rdev: 0, symlink: None };
+        let (attr, fh, _) = self.create_handle(caller, parent, name, (mode, umask, flags), false)?;
+        Ok((attr, fh))
+    }
+
+    /// [`Vfs::create`] and [`Vfs::open_for`]'s choice for its handle, for a front end that
+    /// serves passthrough: the handle is decided as a writer's open. A new file's writer goes
+    /// through passthrough when it can, and its dirty marker then commits in the create's own
+    /// batch (one commit, not two). On an error the handle is released.
+    pub fn create_open(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &[u8],
+        mode: (u32, u32),
+        flags: i32,
+    ) -> VfsResult<(Attr, Opened)> {
+        let marker = self.passthrough_wanted() && self.room_for_a_writer();
+        let (attr, fh, made) = self.create_handle(caller, parent, name, (mode.0, mode.1, flags), marker)?;
+        let opened = self.choose_mode(attr.ino, fh, libc::O_WRONLY, made && marker).inspect_err(|_| {
+            let _ = self.release(attr.ino, fh);
+        })?;
+        Ok((attr, opened))
+    }
+
+    /// [`Vfs::create`], with the passthrough marker in the batch when `marker` (see
+    /// [`Vfs::create_open`]), and whether it made the file (else it opened an existing one).
+    fn create_handle(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &[u8],
+        (mode, umask, flags): (u32, u32, i32),
+        marker: bool,
+    ) -> VfsResult<(Attr, u64, bool)> {
+        let node =
+            NewNode { kind: FileKind::File, perm: mode & !umask, rdev: 0, symlink: None, passthrough_marker: marker };
         match self.create_node(caller, parent, name, node) {
             Ok(attr) => {
                 let fh =
                     self.acquire_handle(&InodeRecord { attr: attr.clone(), parent, dense: true, no_xattrs: true })?;
-                Ok((attr, fh))
+                Ok((attr, fh, true))
             }
             Err(VfsError::Exists) if flags & libc::O_EXCL == 0 => {
                 let attr = self.lookup(parent, name)?;
                 let fh = self.open(caller, attr.ino, flags)?;
-                Ok((self.getattr(attr.ino)?, fh))
+                Ok((self.getattr(attr.ino)?, fh, false))
             }
             Err(e) => Err(e),
         }
@@ -177,22 +212,25 @@ impl Vfs {
     /// [`Vfs::create`] gives), whose last release reclaims it unless [`Vfs::link`] named it
     /// first; an orphan from its first batch on (`create_unnamed`). With
     /// `O_EXCL` in `flags` it can never be named (the kernel refuses that `linkat` itself).
-    pub fn tmpfile(&self, caller: &Caller, parent: Ino, mode: u32, umask: u32, flags: i32) -> VfsResult<(Attr, u64)> {
+    /// Its handle is chosen as [`Vfs::create_open`] chooses a new file's.
+    pub fn tmpfile(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> VfsResult<(Attr, Opened)> {
         let rec = self.create_unnamed(caller, parent, mode & !umask)?;
         let fh = self.acquire_handle(&rec)?;
         if flags & libc::O_EXCL == 0 {
             self.open_inode(rec.attr.ino)?.linkable.store(true, Ordering::Relaxed);
         }
-        Ok((rec.attr, fh))
-    }
-
-    /// How the front end answers a [`Vfs::create`] that returned handle `fh` of `ino` (see
-    /// [`Vfs::open_for`]): a new file's handle is a normal one; an existing file's is decided
-    /// as a writer's open. On an error the handle is released.
-    pub fn created_mode(&self, ino: Ino, fh: u64) -> VfsResult<Opened> {
-        self.choose_mode(ino, fh, libc::O_WRONLY).inspect_err(|_| {
-            let _ = self.release(ino, fh);
-        })
+        // Decided as a writer's open, as a create's handle is (its marker in a batch of its own).
+        let opened = self.choose_mode(rec.attr.ino, fh, libc::O_WRONLY, false).inspect_err(|_| {
+            let _ = self.release(rec.attr.ino, fh);
+        })?;
+        Ok((rec.attr, opened))
     }
 
     /// Whether a read of `len` bytes at `offset` (or a write, with `write`) may wait for more

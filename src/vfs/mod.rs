@@ -53,6 +53,12 @@ pub use types::*;
 /// busy inodes rarely share a stripe.
 pub const STRIPES: usize = 64;
 
+/// How many inode numbers one write of `Cnext_ino` reserves. Writing it with every new inode
+/// made it one of a create's four keys, each a RocksDB memtable insert and part of the log
+/// record; now one create in this many writes it. A restart skips what the last reservation
+/// left unused: numbers are never reused, and a u64 does not run out.
+pub const INO_RESERVE: u64 = 1024;
+
 /// `ioctl(fd, IOCTL_KEEP_CACHED)` on a file of a tierfs mount (`_IO(0xB7, 1)`): its reads are
 /// cached from now on (until the mount ends) even if it is larger than the stream limit.
 /// `tierfs warmup` uses it, so that warming up a big file really fills the cache.
@@ -207,6 +213,9 @@ pub struct Vfs {
     namespace: Mutex<()>,
     stripes: Vec<Mutex<()>>,
     next_ino: AtomicU64,
+    /// The inode number the store's `Cnext_ino` holds: every number below it may have been
+    /// handed out, none at or above it (see [`INO_RESERVE`]).
+    ino_reserved: AtomicU64,
     inode_count: AtomicU64,
     /// Data files freed by committed unlinks and renames whose removal has not finished yet
     /// (see [`DataFileRemoval`]): a write that finds the disk full waits for them.
@@ -256,9 +265,11 @@ impl Vfs {
         let Prepared { lock, meta } = prepared;
         let dir = &config.data_dir;
         let hot = Arc::new(HotTier::open(dir, config.reserve, config.cache_cipher.clone())?);
+        let next_ino = meta.next_ino()?.unwrap_or(ROOT_INO + 1);
         let vfs = Vfs {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            next_ino: AtomicU64::new(meta.next_ino()?.unwrap_or(ROOT_INO + 1)),
+            next_ino: AtomicU64::new(next_ino),
+            ino_reserved: AtomicU64::new(next_ino),
             inode_count: AtomicU64::new(0),
             pending_removals: AtomicU64::new(0),
             namespace: Mutex::new(()),
@@ -358,8 +369,21 @@ impl Vfs {
     fn alloc_ino(&self, batch: &mut MetaBatch) -> Ino {
         // Called under the namespace lock, so the counter and its persisted value agree.
         let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
-        batch.put_next_ino(ino + 1);
+        if ino >= self.ino_reserved.load(Ordering::Relaxed) {
+            // In the batch that makes the first inode past the last reservation: every inode
+            // a committed batch made is below what the store holds.
+            let reserved = ino.saturating_add(INO_RESERVE);
+            self.ino_reserved.store(reserved, Ordering::Relaxed);
+            batch.put_next_ino(reserved);
+        }
         ino
+    }
+
+    /// Commits a batch that may hold inodes from [`Vfs::alloc_ino`]. When it fails, the
+    /// reservation it may carry did not reach the store: the next inode reserves again.
+    fn commit_new_inodes(&self, batch: MetaBatch) -> VfsResult<()> {
+        self.meta.commit(batch).inspect_err(|_| self.ino_reserved.store(0, Ordering::Relaxed))?;
+        Ok(())
     }
 
     fn touch_dir(rec: &mut InodeRecord, now: Timestamp) {

@@ -20,12 +20,15 @@ impl Vfs {
         let rec = self.new_node(&mut b, caller, &dir, &node, now);
         b.put_inode(&rec);
         b.put_dentry(parent, name, rec.attr.ino, node.kind);
+        if node.passthrough_marker {
+            b.put_dirty_passthrough(rec.attr.ino);
+        }
         if node.kind == FileKind::Dir {
             dir.attr.nlink += 1;
         }
         Self::touch_dir(&mut dir, now);
         b.put_inode(&dir);
-        self.meta.commit(b)?;
+        self.commit_new_inodes(b)?;
         self.inode_count.fetch_add(1, Ordering::Relaxed);
         Ok(rec.attr)
     }
@@ -40,12 +43,12 @@ impl Vfs {
         let _g = self.lock_inodes(&[parent]);
         let dir = self.dir_record(parent)?;
         let mut b = MetaBatch::new();
-        let node = NewNode { kind: FileKind::File, perm, rdev: 0, symlink: None };
+        let node = NewNode { kind: FileKind::File, perm, rdev: 0, symlink: None, passthrough_marker: false };
         let mut rec = self.new_node(&mut b, caller, &dir, &node, Timestamp::now());
         rec.attr.nlink = 0;
         b.put_inode(&rec);
         b.put_orphan(rec.attr.ino);
-        self.meta.commit(b)?;
+        self.commit_new_inodes(b)?;
         self.inode_count.fetch_add(1, Ordering::Relaxed);
         Ok(rec)
     }
@@ -112,7 +115,12 @@ impl Vfs {
             return Err(VfsError::Invalid("mknod of a directory or symlink"));
         }
         let rdev = if matches!(kind, FileKind::CharDev | FileKind::BlockDev) { rdev } else { 0 };
-        self.create_node(caller, parent, name, NewNode { kind, perm: mode & !umask, rdev, symlink: None })
+        self.create_node(
+            caller,
+            parent,
+            name,
+            NewNode { kind, perm: mode & !umask, rdev, symlink: None, passthrough_marker: false },
+        )
     }
 
     pub fn mkdir(&self, caller: &Caller, parent: Ino, name: &[u8], mode: u32, umask: u32) -> VfsResult<Attr> {
@@ -120,7 +128,7 @@ impl Vfs {
             caller,
             parent,
             name,
-            NewNode { kind: FileKind::Dir, perm: mode & !umask, rdev: 0, symlink: None },
+            NewNode { kind: FileKind::Dir, perm: mode & !umask, rdev: 0, symlink: None, passthrough_marker: false },
         )
     }
 
@@ -135,7 +143,7 @@ impl Vfs {
             caller,
             parent,
             name,
-            NewNode { kind: FileKind::Symlink, perm: 0o777, rdev: 0, symlink: Some(target) },
+            NewNode { kind: FileKind::Symlink, perm: 0o777, rdev: 0, symlink: Some(target), passthrough_marker: false },
         )
     }
 
@@ -486,7 +494,8 @@ impl Vfs {
         for r in recs.values() {
             b.put_inode(r);
         }
-        self.meta.commit(b)?;
+        // A whiteout is a new inode.
+        self.commit_new_inodes(b)?;
         if freed {
             self.inode_count.fetch_sub(1, Ordering::Relaxed);
         }
@@ -534,7 +543,7 @@ impl Vfs {
             return Ok(false);
         }
         let dir = recs.get(&parent).ok_or(VfsError::NotFound)?;
-        let node = NewNode { kind: FileKind::CharDev, perm: 0, rdev: 0, symlink: None };
+        let node = NewNode { kind: FileKind::CharDev, perm: 0, rdev: 0, symlink: None, passthrough_marker: false };
         let rec = self.new_node(b, caller, dir, &node, now);
         b.put_inode(&rec);
         b.put_dentry(parent, name, rec.attr.ino, FileKind::CharDev);
@@ -548,6 +557,9 @@ pub(super) struct NewNode<'a> {
     pub(super) perm: u32,
     pub(super) rdev: u32,
     pub(super) symlink: Option<&'a [u8]>,
+    /// Commit the new file's passthrough writer marker in its own batch (see
+    /// [`Vfs::create_open`]).
+    pub(super) passthrough_marker: bool,
 }
 
 /// The arguments of a rename that no state can make valid.

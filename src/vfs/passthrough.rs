@@ -175,12 +175,14 @@ impl Vfs {
     /// [`Vfs::open`], deciding whether the kernel serves the new handle through passthrough.
     pub fn open_for(&self, caller: &Caller, ino: Ino, flags: i32) -> VfsResult<Opened> {
         let fh = self.open(caller, ino, flags)?;
-        self.choose_mode(ino, fh, flags).inspect_err(|_| {
+        self.choose_mode(ino, fh, flags, false).inspect_err(|_| {
             let _ = self.release(ino, fh);
         })
     }
 
-    pub(super) fn choose_mode(&self, ino: Ino, fh: u64, flags: i32) -> VfsResult<Opened> {
+    /// `marked`: the create of this new inode committed its passthrough writer marker
+    /// ([`Vfs::create_open`]); a normal open takes it back.
+    pub(super) fn choose_mode(&self, ino: Ino, fh: u64, flags: i32, marked: bool) -> VfsResult<Opened> {
         let oi = self.open_inode(ino)?;
         let mut modes = oi.modes.lock();
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
@@ -188,18 +190,23 @@ impl Vfs {
         let backing = if joins {
             let file = self.file_of(&oi, ino)?;
             if let Some(cold) = &self.cold {
-                cold.passthrough_open(ino, false, writes)?;
+                cold.passthrough_open(ino, false, writes, false)?;
             }
             Some(file)
         } else if modes.cached.is_empty()
             && self.passthrough_wanted()
             && (!writes || (self.room_for_a_writer() && self.small_enough_to_rewrite(ino)?))
         {
-            self.first_passthrough(&oi, ino, writes)
+            self.first_passthrough(&oi, ino, writes, marked)
         } else {
             None
         };
         let Some(file) = backing else {
+            if marked {
+                let mut b = MetaBatch::new();
+                b.delete_dirty(ino);
+                self.meta.commit(b)?;
+            }
             if self.passthrough_wanted() {
                 self.passthrough.fallbacks.fetch_add(1, Ordering::Relaxed);
             }
@@ -266,7 +273,7 @@ impl Vfs {
 
     /// Whether the hot tier has [`PASSTHROUGH_WRITE_ROOM`] for a writer to open through
     /// passthrough: on the data disk past the reserve, and under `--cache-size`.
-    fn room_for_a_writer(&self) -> bool {
+    pub(super) fn room_for_a_writer(&self) -> bool {
         let disk =
             self.hot.free_bytes().is_ok_and(|free| free.saturating_sub(self.hot.reserve()) >= PASSTHROUGH_WRITE_ROOM);
         let cache = match (self.config.cache_size, &self.cold) {
@@ -280,11 +287,12 @@ impl Vfs {
     /// local; `None` (a normal open, which reports its own errors when it reads) otherwise.
     /// With `writes`, the inode's dirty marker is committed first ([`ColdTier::passthrough_open`]):
     /// a marker that cannot be committed makes the open a normal one.
-    fn first_passthrough(&self, oi: &OpenInode, ino: Ino, writes: bool) -> Option<Arc<File>> {
+    /// `marked`: the marker is committed already ([`Vfs::create_open`]).
+    fn first_passthrough(&self, oi: &OpenInode, ino: Ino, writes: bool, marked: bool) -> Option<Arc<File>> {
         let file = self.file_of(oi, ino).ok()?;
         match &self.cold {
-            Some(cold) => cold.passthrough_open(ino, true, writes).ok()?.then_some(file),
-            None if writes => {
+            Some(cold) => cold.passthrough_open(ino, true, writes, marked).ok()?.then_some(file),
+            None if writes && !marked => {
                 // Without a store only the marker's crash rule applies (see above).
                 let mut b = MetaBatch::new();
                 b.put_dirty_passthrough(ino);
@@ -425,6 +433,11 @@ impl Vfs {
             let before = std::mem::replace(&mut modes.seen, now);
             now.is_none() || before != now
         };
+        if !written && size == 0 && self.record(ino)?.attr.size == 0 {
+            // An empty data file the kernel did not touch (a file created and closed
+            // unwritten): there is nothing to take in, and no commit to make.
+            return Ok(());
+        }
         let mut cold_write = match &self.cold {
             Some(cold) => Some(cold.begin_rewrite(ino, &file, size)?),
             None => None,

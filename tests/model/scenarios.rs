@@ -488,7 +488,8 @@ pub(crate) fn a_tmpfile_is_an_orphan_until_link_names_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fs = Vfs::new(VfsConfig::new(dir.path())).expect("open");
     let meta = fs.meta().clone();
-    let (named, fh) = fs.tmpfile(ME, ROOT_INO, 0o666, UMASK, libc::O_RDWR).expect("tmpfile");
+    let (named, fh) =
+        fs.tmpfile(ME, ROOT_INO, 0o666, UMASK, libc::O_RDWR).map(|(attr, opened)| (attr, opened.fh)).expect("tmpfile");
     assert_eq!((named.nlink, named.perm, named.kind), (0, 0o644, FileKind::File));
     assert_eq!(meta.orphans().expect("orphans"), vec![named.ino], "no orphan marker with the new inode");
     fs.write(named.ino, fh, 0, b"contents").expect("write");
@@ -500,9 +501,13 @@ pub(crate) fn a_tmpfile_is_an_orphan_until_link_names_it() {
     fs.release(named.ino, fh).expect("release");
     assert_eq!(fs.lookup(ROOT_INO, b"named").expect("lookup").ino, named.ino);
 
-    let (excl, excl_fh) = fs.tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR | libc::O_EXCL).expect("tmpfile");
+    let (excl, excl_fh) = fs
+        .tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR | libc::O_EXCL)
+        .map(|(attr, opened)| (attr, opened.fh))
+        .expect("tmpfile");
     assert!(matches!(fs.link(ME, excl.ino, ROOT_INO, b"excl"), Err(VfsError::NotFound)), "an O_EXCL tmpfile linked");
-    let (once, once_fh) = fs.tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR).expect("tmpfile");
+    let (once, once_fh) =
+        fs.tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR).map(|(attr, opened)| (attr, opened.fh)).expect("tmpfile");
     fs.link(ME, once.ino, ROOT_INO, b"once").expect("link");
     fs.unlink(ME, ROOT_INO, b"once").expect("unlink while open");
     assert!(matches!(fs.link(ME, once.ino, ROOT_INO, b"twice"), Err(VfsError::NotFound)), "linked twice from 0");
@@ -512,12 +517,25 @@ pub(crate) fn a_tmpfile_is_an_orphan_until_link_names_it() {
     assert!(matches!(fs.tmpfile(ME, named.ino, 0o600, UMASK, libc::O_RDWR), Err(VfsError::NotDir)));
 
     // A crash with one open: the next start reclaims it.
-    let (lost, _) = fs.tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR).expect("tmpfile");
+    let (lost, _) =
+        fs.tmpfile(ME, ROOT_INO, 0o600, UMASK, libc::O_RDWR).map(|(attr, opened)| (attr, opened.fh)).expect("tmpfile");
     drop((fs, meta));
     let fs = Vfs::new(VfsConfig::new(dir.path())).expect("reopen");
     assert!(fs.meta().inode(lost.ino).expect("inode").is_none(), "an unnamed file survived a restart");
     assert_eq!(fs.meta().orphans().expect("orphans"), Vec::<u64>::new());
     assert_eq!(fs.stats().inodes, 2, "the root and the named file");
+}
+
+/// A vfs in `dir`, with a cold tier on a memory store when `cold`, that seals nothing for an
+/// hour: only what a test does commits.
+fn quiet_vfs(dir: &std::path::Path, cold: bool) -> Vfs {
+    let mut config = VfsConfig::new(dir);
+    if cold {
+        let mut tier = ColdConfig::new(None);
+        tier.seal_after = std::time::Duration::from_secs(3600);
+        config.store = Some(AttachedStore { store: Arc::new(MemStore::new()), config: tier });
+    }
+    Vfs::new(config).expect("open")
 }
 
 /// Every change of a file's bytes commits its metadata in one batch (issue 48): a write that
@@ -530,13 +548,7 @@ pub(crate) fn a_tmpfile_is_an_orphan_until_link_names_it() {
 pub(crate) fn every_data_change_commits_one_metadata_batch() {
     for cold in [true, false] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = VfsConfig::new(dir.path());
-        if cold {
-            let mut tier = ColdConfig::new(None);
-            tier.seal_after = std::time::Duration::from_secs(3600);
-            config.store = Some(AttachedStore { store: Arc::new(MemStore::new()), config: tier });
-        }
-        let fs = Vfs::new(config).expect("open");
+        let fs = quiet_vfs(dir.path(), cold);
         let (f, fh) = fs.create(ME, ROOT_INO, b"f", 0o644, UMASK, libc::O_RDWR).expect("create");
         let (g, gh) = fs.create(ME, ROOT_INO, b"g", 0o644, UMASK, libc::O_RDWR).expect("create");
         let ino = f.ino;
@@ -691,4 +703,49 @@ pub(crate) fn a_file_read_during_the_refill_is_refilled_next() {
         assert!(at((b'f', idx)) < at((b'b', 0)), "chunk {idx} of f, read during the refill, came after b: {order:?}");
     }
     assert_eq!(order.len() as u64, 4 * CHUNKS, "each chunk fetched once: {order:?}");
+}
+
+/// Inode numbers are reserved in runs of `INO_RESERVE` (one write of `Cnext_ino` per run, not
+/// one per create): after each restart every file made before it reads back with its number,
+/// and a new inode never takes an old one's, across a run used up and one left half used.
+#[test]
+pub(crate) fn inode_numbers_survive_restarts_and_are_never_reused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut made: Vec<(Vec<u8>, Ino)> = Vec::new();
+    for round in 0..3 {
+        let fs = Vfs::new(VfsConfig::new(dir.path())).expect("open");
+        for (name, ino) in &made {
+            assert_eq!(fs.lookup(ROOT_INO, name).expect("lookup after a restart").ino, *ino, "round {round}");
+        }
+        let count = if round == 0 { tierfs::vfs::INO_RESERVE + 3 } else { 2 };
+        for i in 0..count {
+            let name = format!("r{round}-{i}").into_bytes();
+            let attr = fs.mknod(ME, ROOT_INO, &name, libc::S_IFREG | 0o644, UMASK, 0).expect("mknod");
+            assert!(made.iter().all(|(_, ino)| *ino != attr.ino), "inode {} handed out twice", attr.ino);
+            made.push((name, attr.ino));
+        }
+    }
+}
+
+/// A file created through passthrough and closed unwritten (`touch`, a lock file): its
+/// writer marker commits in the create's own batch, so the create is one commit and the
+/// close one more (the marker goes), with nothing to take in; the marker is there from the
+/// create's commit on, so a crash while the file is open keeps what the kernel wrote.
+#[test]
+pub(crate) fn an_unwritten_file_created_through_passthrough_costs_two_commits() {
+    for cold in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fs = quiet_vfs(dir.path(), cold);
+        let meta = fs.meta().clone();
+        let before = meta.commits();
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        let (attr, opened) = fs.create_open(ME, ROOT_INO, b"f", (0o644, UMASK), flags).expect("create");
+        assert!(opened.backing.is_some(), "a new file's writer is not through passthrough (cold tier: {cold})");
+        assert_eq!(meta.commits() - before, 1, "the create (cold tier: {cold})");
+        assert_eq!(meta.passthrough_dirty_inodes().expect("markers"), vec![attr.ino], "cold tier: {cold}");
+        fs.release(attr.ino, opened.fh).expect("release");
+        assert_eq!(meta.commits() - before, 2, "the create and the close (cold tier: {cold})");
+        assert!(meta.dirty_inodes().expect("markers").is_empty(), "a marker stayed (cold tier: {cold})");
+        assert_eq!(fs.getattr(attr.ino).expect("getattr").size, 0);
+    }
 }

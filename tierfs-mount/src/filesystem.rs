@@ -155,12 +155,11 @@ impl TierFuse {
     }
 
     /// Answers a create or tmpfile that made (or, for a create, opened) the file of `created`.
-    fn created_result(&self, t: Timer, created: Result<(Attr, u64), VfsError>, reply: ReplyCreate) {
-        let (attr, opened) =
-            match created.and_then(|(attr, fh)| Ok((attr.clone(), self.vfs.created_mode(attr.ino, fh)?))) {
-                Ok(created) => created,
-                Err(err) => return reply.error(t.fail(&err)),
-            };
+    fn created_result(&self, t: Timer, created: Result<(Attr, Opened), VfsError>, reply: ReplyCreate) {
+        let (attr, opened) = match created {
+            Ok(created) => created,
+            Err(err) => return reply.error(t.fail(&err)),
+        };
         let (ttl, attr, fh) = (self.ttl(), file_attr(&attr), FileHandle(opened.fh));
         // A new file is written through passthrough, and so is an existing one with
         // passthrough handles open (the kernel would refuse a normal open of it).
@@ -662,7 +661,7 @@ impl Filesystem for TierFuse {
         reply: ReplyCreate,
     ) {
         let t = self.time(FuseOp::Create, req, parent);
-        let created = self.vfs.create(&caller(req), parent.0, name.as_bytes(), mode, umask, flags);
+        let created = self.vfs.create_open(&caller(req), parent.0, name.as_bytes(), (mode, umask), flags);
         self.created_result(t, created, reply);
     }
 

@@ -904,7 +904,7 @@ impl ColdTier {
     /// dirty marker is committed now and kept until it closes; after a crash every resident
     /// chunk is then sealed again, never trusted (the caller marks the chunks dirty when the
     /// handle is synced or closed).
-    pub fn passthrough_open(&self, ino: Ino, check: bool, writes: bool) -> Result<bool, ColdError> {
+    pub fn passthrough_open(&self, ino: Ino, check: bool, writes: bool, marked: bool) -> Result<bool, ColdError> {
         let mut st = self.state.lock();
         let State { files, tick, first_reads, .. } = &mut *st;
         let f = files.entry(ino).or_default();
@@ -924,6 +924,10 @@ impl ColdTier {
                 // The first writer: the marker says so (a crash then keeps the data file's
                 // length, `Vfs::recover_passthrough_writes`), replacing a plain one.
                 let was = std::mem::replace(&mut f.marked_dirty, true);
+                if marked {
+                    // Committed with the file's create (`Vfs::create_open`).
+                    return Ok(true);
+                }
                 let mut batch = MetaBatch::new();
                 batch.put_dirty_passthrough(ino);
                 if let Err(e) = self.meta.commit(batch) {
