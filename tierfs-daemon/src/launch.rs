@@ -204,7 +204,7 @@ pub const DAEMON_NAME: &str = "tierfs-daemon";
 
 /// The executable that serves a background mount, and the name (`argv[0]`) it runs under:
 /// `$TIERFS_DAEMON` if set, else this very executable (both binaries serve
-/// [`SERVE_COMMAND`], [`serve_main`]) named [`DAEMON_NAME`] as if it lay beside it. After a
+/// [`SERVE_COMMAND`], `frontend::serve_main`) named [`DAEMON_NAME`] as if it lay beside it. After a
 /// runtime reset the page cache is empty: the running `tierfs` is read from disk already,
 /// and starting it again costs none of the cold start a second binary of the same size
 /// would (some 0.3 s for a debug build).
@@ -215,37 +215,6 @@ pub fn daemon_executable() -> Result<(PathBuf, PathBuf)> {
     let current = std::env::current_exe().context("finding the tierfs executable")?;
     let name = current.with_file_name(DAEMON_NAME);
     Ok((current, name))
-}
-
-/// `tierfs-daemon serve` (and `tierfs serve`, how `tierfs mount` starts its daemon): serves
-/// the [`MountConfig`] on stdin until it is unmounted, reporting readiness on `--ready-fd`.
-/// The caller's `main` first takes the passphrase out of the environment and sets the
-/// private umask, before any thread starts.
-pub fn serve_main() -> std::process::ExitCode {
-    use clap::Parser;
-    let cli = crate::cli::ServeCli::parse_from(std::env::args_os().skip(1));
-    crate::logging::init("info,fuser=error");
-    let mut readiness = match cli.ready_fd.map(Readiness::from_fd).transpose() {
-        Ok(readiness) => readiness.unwrap_or(Readiness::Quiet),
-        Err(err) => {
-            tracing::error!("{}", crate::logging::error_message(&err));
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let served = read_serve_config(std::io::stdin().lock(), cli.mountpoint.as_deref()).and_then(|config| {
-        let rt = crate::config::build_runtime()?;
-        let result = crate::frontend::run(&rt, &config, &mut readiness);
-        rt.shutdown_timeout(Duration::from_secs(1));
-        result
-    });
-    match served {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) => {
-            tracing::error!("{}", crate::logging::error_message(&err));
-            readiness.failed(&err);
-            std::process::ExitCode::FAILURE
-        }
-    }
 }
 
 /// The first argument of `tierfs-daemon` that makes it serve the [`MountConfig`] it reads as

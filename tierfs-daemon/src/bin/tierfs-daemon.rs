@@ -38,7 +38,8 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == launch::SERVE_COMMAND) {
         // `tierfs mount`'s daemon (when TIERFS_DAEMON names this binary): the configuration
         // comes as data on stdin.
-        return launch::serve_main();
+        let cli = tierfs_daemon::cli::ServeCli::parse_from(std::env::args_os().skip(1));
+        return tierfs_daemon::frontend::serve_main(cli.ready_fd, cli.mountpoint.as_deref());
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == "node") {
         let cli = NodeCli::parse_from(std::env::args_os().skip(1));

@@ -14,7 +14,8 @@ fn main() -> ExitCode {
         // cache (launch::daemon_executable). First, before any thread, as tierfs-daemon does.
         store_link::take_passphrase_env();
         tierfs_daemon::private::private_umask();
-        return launch::serve_main();
+        let cli = tierfs_daemon::cli::ServeCli::parse_from(std::env::args_os().skip(1));
+        return tierfs_daemon::frontend::serve_main(cli.ready_fd, cli.mountpoint.as_deref());
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
