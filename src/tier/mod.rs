@@ -257,6 +257,25 @@ impl HotTier {
         Ok(())
     }
 
+    /// Whether `len` bytes would fit beside the reserve, without taking them: the budget
+    /// [`HotTier::claim_space`] counts down, trusted for [`SPACE_RECHECK_MS`] while it holds
+    /// `len`, else measured again. So a check made for every new file (whether a passthrough
+    /// writer has room) costs two atomic loads, not a `statvfs`, while the disk has room.
+    pub fn has_room(&self, len: u64) -> Result<bool> {
+        let s = &self.space;
+        let len = i64::try_from(len).unwrap_or(i64::MAX);
+        let now = s.epoch.elapsed().as_millis() as u64;
+        let fresh = s.measured_ms.load(Ordering::Relaxed).checked_add(SPACE_RECHECK_MS).is_some_and(|t| now < t);
+        if fresh && s.budget.load(Ordering::Relaxed) >= len {
+            return Ok(true);
+        }
+        let free = self.free_bytes()?;
+        let budget = i64::try_from(free.saturating_sub(s.reserve)).unwrap_or(i64::MAX);
+        s.budget.store(budget, Ordering::Relaxed);
+        s.measured_ms.store(now, Ordering::Relaxed);
+        Ok(budget >= len)
+    }
+
     /// Whether [`HotTier::claim_space`] of `len` bytes may fail for want of space (the last
     /// measured budget is smaller), so that a writer may have to wait for eviction.
     pub fn may_be_full(&self, len: u64) -> bool {
@@ -694,5 +713,11 @@ mod tests {
         let err = hot.claim_space(8 << 30).expect_err("8 GiB does not fit in about 512 MiB");
         assert_eq!(err.errno(), libc::ENOSPC);
         hot.claim_space(1 << 20).expect("a small claim still fits after a refused big one");
+
+        // has_room asks the same question without taking anything.
+        assert!(hot.has_room(1 << 20).expect("statvfs"), "1 MiB of about 512 MiB");
+        assert!(!hot.has_room(8 << 30).expect("statvfs"), "8 GiB in about 512 MiB");
+        hot.claim_space(1 << 20).expect("has_room took nothing");
+        assert!(!full.has_room(1).expect("statvfs"), "nothing fits beside a reserve larger than the disk");
     }
 }

@@ -274,8 +274,7 @@ impl Vfs {
     /// Whether the hot tier has [`PASSTHROUGH_WRITE_ROOM`] for a writer to open through
     /// passthrough: on the data disk past the reserve, and under `--cache-size`.
     pub(super) fn room_for_a_writer(&self) -> bool {
-        let disk =
-            self.hot.free_bytes().is_ok_and(|free| free.saturating_sub(self.hot.reserve()) >= PASSTHROUGH_WRITE_ROOM);
+        let disk = self.hot.has_room(PASSTHROUGH_WRITE_ROOM).unwrap_or(false);
         let cache = match (self.config.cache_size, &self.cold) {
             (Some(limit), Some(cold)) => limit.saturating_sub(cold.resident_bytes()) >= PASSTHROUGH_WRITE_ROOM,
             _ => true,
