@@ -178,6 +178,12 @@ pub struct SpaceReserve {
 }
 
 impl SpaceReserve {
+    /// Whether the last measurement is recent enough to count down from.
+    fn fresh(&self) -> bool {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        self.measured_ms.load(Ordering::Relaxed).checked_add(SPACE_RECHECK_MS).is_some_and(|t| now < t)
+    }
+
     fn new(reserve: u64) -> SpaceReserve {
         SpaceReserve {
             reserve,
@@ -241,14 +247,10 @@ impl HotTier {
     pub fn claim_space(&self, len: u64) -> Result<()> {
         let s = &self.space;
         let len = i64::try_from(len).unwrap_or(i64::MAX);
-        let now = s.epoch.elapsed().as_millis() as u64;
-        let fresh = s.measured_ms.load(Ordering::Relaxed).checked_add(SPACE_RECHECK_MS).is_some_and(|t| now < t);
-        if fresh && s.budget.fetch_sub(len, Ordering::Relaxed) >= len {
+        if s.fresh() && s.budget.fetch_sub(len, Ordering::Relaxed) >= len {
             return Ok(());
         }
-        let free = self.free_bytes()?;
-        let budget = i64::try_from(free.saturating_sub(s.reserve)).unwrap_or(i64::MAX);
-        s.measured_ms.store(now, Ordering::Relaxed);
+        let (free, budget) = self.measure_space()?;
         if budget < len {
             s.budget.store(budget, Ordering::Relaxed);
             return Err(HotTierError::NoSpace { dir: self.root.clone(), free, reserve: s.reserve });
@@ -264,16 +266,22 @@ impl HotTier {
     pub fn has_room(&self, len: u64) -> Result<bool> {
         let s = &self.space;
         let len = i64::try_from(len).unwrap_or(i64::MAX);
-        let now = s.epoch.elapsed().as_millis() as u64;
-        let fresh = s.measured_ms.load(Ordering::Relaxed).checked_add(SPACE_RECHECK_MS).is_some_and(|t| now < t);
-        if fresh && s.budget.load(Ordering::Relaxed) >= len {
+        if s.fresh() && s.budget.load(Ordering::Relaxed) >= len {
             return Ok(true);
         }
-        let free = self.free_bytes()?;
-        let budget = i64::try_from(free.saturating_sub(s.reserve)).unwrap_or(i64::MAX);
+        let (_, budget) = self.measure_space()?;
         s.budget.store(budget, Ordering::Relaxed);
-        s.measured_ms.store(now, Ordering::Relaxed);
         Ok(budget >= len)
+    }
+
+    /// Measures the disk now: its free bytes, and the budget they leave past the reserve
+    /// (stored by the caller, after what it takes). The measurement is trusted from now on
+    /// for [`SPACE_RECHECK_MS`].
+    fn measure_space(&self) -> Result<(u64, i64)> {
+        let s = &self.space;
+        let free = self.free_bytes()?;
+        s.measured_ms.store(s.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        Ok((free, i64::try_from(free.saturating_sub(s.reserve)).unwrap_or(i64::MAX)))
     }
 
     /// Whether [`HotTier::claim_space`] of `len` bytes may fail for want of space (the last
