@@ -8,6 +8,10 @@
 #   floor        tierfs-fuse-floor: tierfs's FUSE settings, no work, nothing kept;
 #   floor_log    the same with FLOOR_LOG: one 256-byte write(2) per change before the reply,
 #                the least that tierfs's promise (an acknowledged change survives kill -9) costs;
+#   floor_rocks  the floor with FLOOR_ROCKS: each change one RocksDB batch (WAL on, no sync)
+#                before the reply, the namespace still served from memory (not run by default);
+#   floor_behind the floor with FLOOR_LOG and FLOOR_ROCKS: the write(2) inline and RocksDB
+#                written behind by a thread, WAL off (issue 48 item 3's design; not by default);
 #   tierfs       `tierfs mount --data-dir` (no store);
 #   tierfs_store `tierfs mount` on the embedded default store (what a user's `tierfs mount
 #                ~/tierfs` gives: the journal and uploads run beside the operations).
@@ -43,13 +47,12 @@ mount_peer() {
   CUR=$peer MNT=$WORK/mnt-$peer
   mkdir -p "$MNT"
   case $peer in
-    floor | floor_log)
-      rm -f "$WORK/floor.log"
-      if [[ $peer == floor_log ]]; then
-        FLOOR_LOG=$WORK/floor.log "$BIN/tierfs-fuse-floor" "$MNT" >>"$OUTDIR/floor.log" 2>&1 &
-      else
-        "$BIN/tierfs-fuse-floor" "$MNT" >>"$OUTDIR/floor.log" 2>&1 &
-      fi
+    floor | floor_log | floor_rocks | floor_behind)
+      rm -rf "$WORK/floor.log" "$WORK/floor.rocks"
+      local env=()
+      [[ $peer == floor_log || $peer == floor_behind ]] && env+=("FLOOR_LOG=$WORK/floor.log")
+      [[ $peer == floor_rocks || $peer == floor_behind ]] && env+=("FLOOR_ROCKS=$WORK/floor.rocks")
+      env "${env[@]}" "$BIN/tierfs-fuse-floor" "$MNT" >>"$OUTDIR/floor.log" 2>&1 &
       FLOOR_PID=$! SERVER=$!
       for i in $(seq 100); do mountpoint -q "$MNT" && return 0; sleep 0.1; done
       return 1 ;;
@@ -64,7 +67,7 @@ mount_peer() {
 
 umount_peer() {
   case $1 in
-    floor | floor_log)
+    floor | floor_log | floor_rocks | floor_behind)
       fusermount3 -u "$MNT"; wait "$FLOOR_PID" 2>/dev/null; FLOOR_PID='' ;;
     tierfs | tierfs_store) "$HERE/tierfs-peer.sh" umount >/dev/null 2>&1 ;;
   esac
@@ -94,8 +97,11 @@ def med(peer, pin, phase, key):
     return statistics.median(v) if v else None
 peers = list(dict.fromkeys(r["peer"] for r in rows))
 pins = list(dict.fromkeys(r["pin"] for r in rows))
-print("| placement | operation | " + " | ".join(f"{p} ops/s (server us/op)" for p in peers) + " | tierfs/floor | tierfs/floor_log | tierfs_store/floor_log |")
-print("|---|---|" + "---:|" * (len(peers) + 3))
+# The floors with RocksDB, when run, against the floor.
+extra = [(p, "floor") for p in ("floor_rocks", "floor_behind") if p in peers]
+print("| placement | operation | " + " | ".join(f"{p} ops/s (server us/op)" for p in peers) + " | tierfs/floor | tierfs/floor_log | tierfs_store/floor_log |"
+      + "".join(f" {a}/{b} |" for a, b in extra))
+print("|---|---|" + "---:|" * (len(peers) + 3 + len(extra)))
 for pin in pins:
     for phase in ("create", "rename", "delete"):
         cells = []
@@ -106,6 +112,7 @@ for pin in pins:
             x, y = med(a, pin, phase, "ops_s"), med(b, pin, phase, "ops_s")
             return "-" if x is None or y is None else f"{x / y:.2f}"
         print(f"| {pin} | {phase} | " + " | ".join(cells)
-              + f" | {ratio('tierfs', 'floor')} | {ratio('tierfs', 'floor_log')} | {ratio('tierfs_store', 'floor_log')} |")
+              + f" | {ratio('tierfs', 'floor')} | {ratio('tierfs', 'floor_log')} | {ratio('tierfs_store', 'floor_log')} |"
+              + "".join(f" {ratio(a, b)} |" for a, b in extra))
 print(f"\nMedians of {len({r['round'] for r in rows})} rounds; server us/op is the server's CPU (user + system) per operation.")
 EOF

@@ -31,6 +31,7 @@ METRICS = [
     ("fio_seqread", "read_MiBps", "seq read 1M (peer cache warm), MiB/s", "hi"),
     ("fio_coldread", "read_MiBps", "seq read 1M (peer cache wiped), MiB/s", "hi"),
     ("fio_randread", "read_iops", "rand read 4k, IOPS", "hi"),
+    ("fio_mmapread", "read_MiBps", "mmap walk 1M, MiB/s", "hi"),
     ("fio_randwrite", "write_iops", "rand write 4k, IOPS (fio)", "hi"),
     ("fio_randwrite", "wall_s", "rand write: wall incl. end fsync, s", "lo"),
     ("fio_randwrite", "drain_s", "rand write: wait until in S3, s", "lo"),

@@ -10,7 +10,13 @@
 #   fio_seqread    sequential read of the same file, page cache dropped first (peer's own cache warm)
 #   fio_coldread   same, after COLD_CMD (compare.sh: unmount, wipe the peer's local cache, remount,
 #                  so every byte comes from S3); without COLD_CMD only the page cache is dropped
-#   fio_randread   4k random read, FIO_RAND_S [20] s, on the same file
+#   fio_randread   4k random read, FIO_RAND_S [20] s, on the same file, page cache dropped first;
+#                  FIO_FADVISE [1] is fio's fadvise_hint: 1 tells the kernel the reads are random
+#                  (POSIX_FADV_RANDOM), 0 leaves its readahead on. Through FUSE passthrough the hint
+#                  reaches the FUSE file, not the backing file, whose readahead then pulls the file
+#                  into memory over a long run: FIO_FADVISE=0 gives every peer the same readahead
+#   fio_mmapread   a walk of the same file through mmap (fio's mmap engine, 1 MiB reads in order),
+#                  page cache dropped first
 #   fio_randwrite  4k random write, FIO_RAND_S s, end_fsync=1, on the same file
 #   meta           META_FILES [10000] empty files in 100 dirs: create, stat, rename, delete (ops/s each)
 #   smallfile      SMALL_FILES [2000] x 16 KiB: write (+sync), drop caches, read back
@@ -36,11 +42,12 @@ OUTDIR=${3:?outdir}
 HERE=$(cd "$(dirname "$0")" && pwd)
 FIO_SIZE=${FIO_SIZE:-1G}
 FIO_RAND_S=${FIO_RAND_S:-20}
+FIO_FADVISE=${FIO_FADVISE:-1}
 META_FILES=${META_FILES:-10000}
 SMALL_FILES=${SMALL_FILES:-2000}
 PHASE_MAX_S=${PHASE_MAX_S:-120}
 TARBALL=${TARBALL:-${TMPDIR:-/tmp}/tierfs-peers/bench/tree.tar}
-WORKLOADS=${WORKLOADS:-"fio_seqwrite fio_seqread fio_coldread fio_randread fio_randwrite meta smallfile untar"}
+WORKLOADS=${WORKLOADS:-"fio_seqwrite fio_seqread fio_coldread fio_randread fio_mmapread fio_randwrite meta smallfile untar"}
 PY=${PY:-python3}
 
 mkdir -p "$OUTDIR"
@@ -132,8 +139,14 @@ for wl in $WORKLOADS; do
       ;;
     fio_randread)
       drop_caches
-      m=$(run_fio randread --rw=randread --bs=4k --time_based --runtime="$FIO_RAND_S" --randrepeat=1)
-      emit "$wl" "$m" "{\"size\": \"$FIO_SIZE\", \"bs\": \"4k\", \"runtime_s\": $FIO_RAND_S}"
+      m=$(run_fio randread --rw=randread --bs=4k --time_based --runtime="$FIO_RAND_S" --randrepeat=1 \
+            --fadvise_hint="$FIO_FADVISE")
+      emit "$wl" "$m" "{\"size\": \"$FIO_SIZE\", \"bs\": \"4k\", \"runtime_s\": $FIO_RAND_S, \"fadvise_hint\": $FIO_FADVISE}"
+      ;;
+    fio_mmapread)
+      drop_caches
+      m=$(run_fio mmapread --rw=read --bs=1M --ioengine=mmap)
+      emit "$wl" "$m" "{\"size\": \"$FIO_SIZE\", \"bs\": \"1M\", \"engine\": \"mmap\", \"dropped_caches\": true}"
       ;;
     fio_randwrite)
       m=$(run_fio randwrite --rw=randwrite --bs=4k --time_based --runtime="$FIO_RAND_S" --end_fsync=1 --randrepeat=1)
