@@ -8,15 +8,19 @@
 # reach"). `mount` prints the mountpoint on stdout (everything else goes to stderr).
 #
 # Env: FLOOR_BIN (the tierfs-fuse-floor binary), BENCH_ROOT (mountpoint parent),
-#      OUTDIR (the log lands here).
+#      OUTDIR (the log lands here), FLOOR_PEER [floor] (names the mountpoint, pid and log, so
+#      two floors can be peers), FLOOR_PASSTHROUGH=DIR (made empty on mount: files' bytes in
+#      DIR, opened through FUSE passthrough; see benches/fuse-floor).
 set -uo pipefail
 : "${FLOOR_BIN:?FLOOR_BIN not set}" "${BENCH_ROOT:?BENCH_ROOT not set}"
-MNT=$BENCH_ROOT/mnt/floor-cmp
-PIDFILE=$BENCH_ROOT/floor.pid
+PEER=${FLOOR_PEER:-floor}
+MNT=$BENCH_ROOT/mnt/$PEER-cmp
+PIDFILE=$BENCH_ROOT/$PEER.pid
 case ${1:-} in
   mount)
     mkdir -p "$MNT"
-    nohup "$FLOOR_BIN" "$MNT" >"${OUTDIR:-$BENCH_ROOT}/floor.log" 2>&1 &
+    if [[ -n ${FLOOR_PASSTHROUGH:-} ]]; then rm -rf "$FLOOR_PASSTHROUGH"; mkdir -p "$FLOOR_PASSTHROUGH"; fi
+    nohup "$FLOOR_BIN" "$MNT" >"${OUTDIR:-$BENCH_ROOT}/$PEER.log" 2>&1 &
     echo $! >"$PIDFILE"
     for _ in $(seq 100); do mountpoint -q "$MNT" && { echo "$MNT"; exit 0; }; sleep 0.1; done
     echo "floor-peer.sh: $MNT not mounted after 10 s (see floor.log)" >&2
@@ -28,6 +32,8 @@ case ${1:-} in
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill "$pid" 2>/dev/null
       rm -f "$PIDFILE"
-    fi ;;
+    fi
+    [[ -n ${FLOOR_PASSTHROUGH:-} ]] && rm -rf "$FLOOR_PASSTHROUGH"
+    true ;;
   *) echo "usage: floor-peer.sh mount|umount" >&2; exit 2 ;;
 esac

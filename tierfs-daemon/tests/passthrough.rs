@@ -411,3 +411,50 @@ fn kill9_with_a_passthrough_writer_open_keeps_what_it_wrote_and_uploads_it_after
     n.mount(&[]);
     assert!(fs::read(n.fx.p("f")).expect("read after reset") == want, "the recovered writes were not uploaded");
 }
+
+/// Mounts `fx` in the background with `args`, its daemon logging every FUSE request
+/// (fuser's debug lines, in `daemon.log`).
+fn mount_logging_requests(fx: &mut common::Fixture, args: &[&str]) {
+    let mut cmd = fx.tierfs();
+    cmd.env("RUST_LOG", "info,fuser=debug").args(["--json", "mount"]).args(args);
+    cmd.arg("--data-dir").arg(&fx.data_dir).arg(&fx.mountpoint);
+    let out = common::run(&mut cmd, common::MOUNT_TIMEOUT);
+    out.assert_success("tierfs mount");
+    let json: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("tierfs mount --json");
+    fx.daemon_pid = json["pid"].as_u64().and_then(|pid| u32::try_from(pid).ok());
+}
+
+/// The kernel asks a FUSE filesystem for `security.capability` before every write (FUSE never
+/// marks an inode `S_NOSEC`): through passthrough that `getxattr` is the daemon's only part
+/// in a write. `--no-xattrs` answers it ENOSYS once, the kernel stops asking, and every xattr
+/// call then fails with EOPNOTSUPP, as on a filesystem without them.
+#[test]
+fn without_xattrs_a_write_through_passthrough_sends_the_daemon_nothing() {
+    const WRITES: u64 = 200;
+    for no_xattrs in [false, true] {
+        let mut fx = common::Fixture::new();
+        mount_logging_requests(&mut fx, if no_xattrs { &["--no-xattrs"] } else { &[] });
+        let f = fs::File::create(fx.p("f")).expect("create");
+        for i in 0..WRITES {
+            f.write_all_at(&[7u8; 4096], (i * 7919 % WRITES) * 4096).expect("write");
+        }
+        drop(f);
+        let s = fx.status();
+        assert_eq!(s["passthrough"]["write_opens"].as_u64(), Some(1), "the writer was not passthrough: {s}");
+        assert_eq!(s["no_xattrs"].as_bool(), Some(no_xattrs), "{s}");
+        assert_eq!(fs::read(fx.p("f")).expect("read back"), vec![7u8; (WRITES * 4096) as usize]);
+        let log = fs::read_to_string(fx.data_dir.join("daemon.log")).expect("daemon log");
+        assert!(log.contains("CREATE name"), "the daemon did not log its requests:\n{log}");
+        assert_eq!(log.matches("WRITE fh").count(), 0, "a write reached the daemon");
+        let asked = log.matches("GETXATTR").count() as u64;
+        if no_xattrs {
+            assert!(asked <= 1, "{asked} getxattr requests for {WRITES} writes without xattrs");
+            common::assert_errno(common::setxattr(&fx.p("f"), "user.a", b"1", 0), libc::EOPNOTSUPP, "setxattr");
+            common::assert_io_errno(common::getxattr(&fx.p("f"), "user.a"), libc::EOPNOTSUPP, "getxattr");
+        } else {
+            assert!(asked >= WRITES, "only {asked} getxattr requests for {WRITES} writes: the kernel changed");
+            assert_eq!(common::setxattr(&fx.p("f"), "user.a", b"1", 0), 0, "setxattr with xattrs on");
+        }
+        fx.umount();
+    }
+}

@@ -31,6 +31,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -75,6 +76,77 @@ struct Floor {
     log: Option<Mutex<File>>,
     /// `FLOOR_ROCKS=DIR`: where each change's keys go, inline or behind (see the module doc).
     rocks: Option<Rocks>,
+    /// `FLOOR_PASSTHROUGH=DIR`: the backing files, and the kernel's id for each inode open.
+    passthrough: Option<Passthrough>,
+    /// `FLOOR_NO_GETXATTR=1`: `getxattr` answers ENOSYS, as a filesystem without xattrs does.
+    no_getxattr: bool,
+}
+
+/// Regular files kept in backing files and opened with FUSE passthrough.
+struct Passthrough {
+    dir: PathBuf,
+    /// Per inode with handles open: its backing id and how many handles hold it.
+    open: Mutex<HashMap<u64, (Arc<fuser::BackingId>, u32)>>,
+    /// Open handle to its inode.
+    handles: Mutex<HashMap<u64, u64>>,
+    next_fh: std::sync::atomic::AtomicU64,
+}
+
+impl Passthrough {
+    fn path(&self, ino: u64) -> PathBuf {
+        self.dir.join(ino.to_string())
+    }
+
+    /// The backing id of `ino` for a new handle (registering its file when no handle holds
+    /// one), and the handle.
+    fn acquire(
+        &self,
+        ino: u64,
+        truncate: bool,
+        register: impl FnOnce(&File) -> std::io::Result<fuser::BackingId>,
+    ) -> std::io::Result<(Arc<fuser::BackingId>, FileHandle)> {
+        let file = File::options().read(true).write(true).create(true).truncate(truncate).open(self.path(ino))?;
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let id = match open.get_mut(&ino) {
+            Some((id, handles)) => {
+                *handles += 1;
+                Arc::clone(id)
+            }
+            None => {
+                let id = Arc::new(register(&file)?);
+                open.insert(ino, (Arc::clone(&id), 1));
+                id
+            }
+        };
+        let fh = self.next_fh.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.handles.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(fh, ino);
+        Ok((id, FileHandle(fh)))
+    }
+
+    fn release(&self, fh: FileHandle) {
+        let Some(ino) = self.handles.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&fh.0) else {
+            return;
+        };
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, handles)) = open.get_mut(&ino) {
+            *handles -= 1;
+            if *handles == 0 {
+                open.remove(&ino);
+            }
+        }
+    }
+
+    /// `attr` with the backing file's size and mtime, when it has one.
+    fn attr(&self, mut attr: FileAttr) -> FileAttr {
+        if attr.kind == FileType::RegularFile
+            && let Ok(meta) = std::fs::metadata(self.path(attr.ino.0))
+        {
+            attr.size = meta.len();
+            attr.blocks = meta.len().div_ceil(512);
+            attr.mtime = meta.modified().unwrap_or(attr.mtime);
+        }
+        attr
+    }
 }
 
 /// RocksDB under the floor: written inline with each change, or by a thread behind the log.
@@ -327,9 +399,15 @@ impl Floor {
 
     fn entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
         match result {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Ok(attr) => reply.entry(&TTL, &self.attr(attr), Generation(0)),
             Err(err) => reply.error(err),
         }
+    }
+
+    /// `attr` as the kernel is told it: with `FLOOR_PASSTHROUGH`, a file's size and mtime are
+    /// its backing file's.
+    fn attr(&self, attr: FileAttr) -> FileAttr {
+        self.passthrough.as_ref().map_or(attr, |pt| pt.attr(attr))
     }
 }
 
@@ -362,6 +440,12 @@ impl Filesystem for Floor {
         for flag in wanted.iter() {
             let _ = config.add_capabilities(flag);
         }
+        if self.passthrough.is_some() {
+            config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).map_err(|_| {
+                std::io::Error::other("FLOOR_PASSTHROUGH: the kernel lacks FUSE passthrough (Linux 6.9 or later)")
+            })?;
+            let _ = config.set_max_stack_depth(1);
+        }
         Ok(())
     }
 
@@ -370,7 +454,7 @@ impl Filesystem for Floor {
             let ino = s.child(parent.0, name)?;
             Ok(s.node(ino)?.attr)
         }) {
-            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Ok(attr) => reply.entry(&TTL, &self.attr(attr), Generation(0)),
             Err(err) if err == Errno::ENOENT => {
                 let gone = new_attr(0, FileType::RegularFile, 0, 0, 0);
                 reply.entry_with_ttls(&Duration::ZERO, &TTL, &gone, Generation(0))
@@ -381,7 +465,7 @@ impl Filesystem for Floor {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.with(|s| Ok(s.node(ino.0)?.attr)) {
-            Ok(attr) => reply.attr(&TTL, &attr),
+            Ok(attr) => reply.attr(&TTL, &self.attr(attr)),
             Err(err) => reply.error(err),
         }
     }
@@ -413,6 +497,9 @@ impl Filesystem for Floor {
             a.uid = uid.unwrap_or(a.uid);
             a.gid = gid.unwrap_or(a.gid);
             if let Some(size) = size {
+                if let Some(pt) = &self.passthrough {
+                    File::options().write(true).create(true).truncate(false).open(pt.path(ino.0))?.set_len(size)?;
+                }
                 node.data.resize(usize::try_from(size).map_err(|_| Errno::EFBIG)?, 0);
                 node.attr.size = size;
                 node.attr.mtime = SystemTime::now();
@@ -428,7 +515,7 @@ impl Filesystem for Floor {
             Ok(*a)
         });
         match result {
-            Ok(attr) => reply.attr(&TTL, &attr),
+            Ok(attr) => reply.attr(&TTL, &self.attr(attr)),
             Err(err) => reply.error(err),
         }
     }
@@ -531,6 +618,13 @@ impl Filesystem for Floor {
             }
             Ok(())
         });
+        if let (Ok(()), Some(pt)) = (&result, &self.passthrough) {
+            let truncate = flags.0 & libc::O_TRUNC != 0;
+            return match pt.acquire(ino.0, truncate, |file| reply.open_backing(file)) {
+                Ok((id, fh)) => reply.opened_passthrough(fh, FopenFlags::FOPEN_NOFLUSH, &id),
+                Err(err) => reply.error(Errno::from(err)),
+            };
+        }
         match result {
             Ok(()) => reply.opened(FileHandle(0), open_flags()),
             Err(err) => reply.error(err),
@@ -601,12 +695,15 @@ impl Filesystem for Floor {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(pt) = &self.passthrough {
+            pt.release(fh);
+        }
         reply.ok();
     }
 
@@ -667,7 +764,8 @@ impl Filesystem for Floor {
     }
 
     fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::NO_XATTR);
+        // ENOSYS makes the kernel stop asking (and answer every getxattr with EOPNOTSUPP).
+        reply.error(if self.no_getxattr { Errno::ENOSYS } else { Errno::NO_XATTR });
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
@@ -687,7 +785,15 @@ impl Filesystem for Floor {
         match self.changed(b'c', parent.0, name, |s| {
             s.make(req, parent.0, name, FileType::RegularFile, mode & !umask, Vec::new())
         }) {
-            Ok(attr) => reply.created(&TTL, &attr, Generation(0), FileHandle(0), open_flags()),
+            Ok(attr) => match &self.passthrough {
+                None => reply.created(&TTL, &attr, Generation(0), FileHandle(0), open_flags()),
+                Some(pt) => match pt.acquire(attr.ino.0, true, |file| reply.open_backing(file)) {
+                    Ok((id, fh)) => {
+                        reply.created_passthrough(&TTL, &attr, Generation(0), fh, FopenFlags::FOPEN_NOFLUSH, &id);
+                    }
+                    Err(err) => reply.error(Errno::from(err)),
+                },
+            },
             Err(err) => reply.error(err),
         }
     }
@@ -736,6 +842,13 @@ fn main() {
             },
         },
         rocks,
+        passthrough: std::env::var_os("FLOOR_PASSTHROUGH").map(|dir| Passthrough {
+            dir: PathBuf::from(dir),
+            open: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: std::sync::atomic::AtomicU64::new(1),
+        }),
+        no_getxattr: env_flag("FLOOR_NO_GETXATTR"),
     };
     let mut config = Config::default();
     // FLOOR_THREADS=N: request threads (tierfs's `--threads`, default 1).
