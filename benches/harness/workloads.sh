@@ -14,7 +14,9 @@
 #                  FIO_FADVISE [1] is fio's fadvise_hint: 1 tells the kernel the reads are random
 #                  (POSIX_FADV_RANDOM), 0 leaves its readahead on. Through FUSE passthrough the hint
 #                  reaches the FUSE file, not the backing file, whose readahead then pulls the file
-#                  into memory over a long run: FIO_FADVISE=0 gives every peer the same readahead
+#                  into memory over a long run: FIO_FADVISE=0 gives every peer the same readahead,
+#                  and FIO_RAND_DIRECT=1 reads with O_DIRECT (no page cache, no readahead: every
+#                  peer's reads reach the disk; passthrough passes O_DIRECT to the backing file)
 #   fio_mmapread   a walk of the same file through mmap (fio's mmap engine, 1 MiB reads in order),
 #                  page cache dropped first
 #   fio_randwrite  4k random write, FIO_RAND_S s, end_fsync=1, on the same file
@@ -43,6 +45,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 FIO_SIZE=${FIO_SIZE:-1G}
 FIO_RAND_S=${FIO_RAND_S:-20}
 FIO_FADVISE=${FIO_FADVISE:-1}
+FIO_RAND_DIRECT=${FIO_RAND_DIRECT:-0}
 META_FILES=${META_FILES:-10000}
 SMALL_FILES=${SMALL_FILES:-2000}
 PHASE_MAX_S=${PHASE_MAX_S:-120}
@@ -140,8 +143,8 @@ for wl in $WORKLOADS; do
     fio_randread)
       drop_caches
       m=$(run_fio randread --rw=randread --bs=4k --time_based --runtime="$FIO_RAND_S" --randrepeat=1 \
-            --fadvise_hint="$FIO_FADVISE")
-      emit "$wl" "$m" "{\"size\": \"$FIO_SIZE\", \"bs\": \"4k\", \"runtime_s\": $FIO_RAND_S, \"fadvise_hint\": $FIO_FADVISE}"
+            --fadvise_hint="$FIO_FADVISE" --direct="$FIO_RAND_DIRECT")
+      emit "$wl" "$m" "{\"size\": \"$FIO_SIZE\", \"bs\": \"4k\", \"runtime_s\": $FIO_RAND_S, \"fadvise_hint\": $FIO_FADVISE, \"direct\": $FIO_RAND_DIRECT}"
       ;;
     fio_mmapread)
       drop_caches
