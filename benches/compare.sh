@@ -13,8 +13,7 @@
 #               embedded default store, as `tierfs mount ~/tierfs` gives a user: every change
 #               also goes to a local encrypted store), tierfs_enc (the same with the cache
 #               encrypted at rest, --encrypt-cache), floor_pt (the floor with FUSE passthrough to
-#               a backing file per file: the kernel's passthrough cost alone), tierfs_nox
-#               (tierfs --no-xattrs: no getxattr round trip before each write), tierfs_nopt (tierfs without a store
+#               a backing file per file: the kernel's passthrough cost alone), tierfs_nopt (tierfs without a store
 #               and with --no-passthrough: every read through the daemon, beside `tierfs`,
 #               whose hot files the kernel reads through FUSE passthrough when run as root);
 #               S3 peers rclone, s3fs (need an S3 server, see S3_BACKEND).
@@ -67,7 +66,7 @@ done
 
 # --- tierfs: build + mount/unmount commands -----------------------------------------------
 if [[ " $PEERS " == *" tierfs "* || " $PEERS " == *" tierfs_store "* || " $PEERS " == *" tierfs_enc "* ||
-      " $PEERS " == *" tierfs_nopt "* || " $PEERS " == *" tierfs_nox "* ]]; then
+      " $PEERS " == *" tierfs_nopt "* ]]; then
   if [[ -z ${TIERFS_BIN:-} ]]; then
     if [[ ${SKIP_BUILD:-0} != 1 ]]; then
       echo "=== building tierfs (release)" >&2
@@ -107,12 +106,6 @@ if [[ " $PEERS " == *" tierfs "* || " $PEERS " == *" tierfs_store "* || " $PEERS
   PEER_MOUNT_tierfs_nopt=${PEER_MOUNT_tierfs_nopt:-"$nopt_env '$HERE/tierfs-peer.sh' mount"}
   PEER_UMOUNT_tierfs_nopt=${PEER_UMOUNT_tierfs_nopt:-"$nopt_env '$HERE/tierfs-peer.sh' umount"}
   export PEER_MOUNT_tierfs_nopt PEER_UMOUNT_tierfs_nopt
-  # Without xattrs: no getxattr round trip before each write (`--no-xattrs`).
-  nox_env="TIERFS_MNT=$BENCH_ROOT/mnt/tierfs-nox-cmp TIERFS_DATA=\$TIERFS_DATA-nox"
-  nox_env+=" TIERFS_MOUNT_OPTS='$TIERFS_MOUNT_OPTS --no-xattrs'"
-  PEER_MOUNT_tierfs_nox=${PEER_MOUNT_tierfs_nox:-"$nox_env '$HERE/tierfs-peer.sh' mount"}
-  PEER_UMOUNT_tierfs_nox=${PEER_UMOUNT_tierfs_nox:-"$nox_env '$HERE/tierfs-peer.sh' umount"}
-  export PEER_MOUNT_tierfs_nox PEER_UMOUNT_tierfs_nox
   # Mounted without a store: "cold" read = page cache dropped only, i.e. the same as fio_seqread.
   TIERFS_COLD_CMD=${TIERFS_COLD_CMD-'sync; echo 3 >/proc/sys/vm/drop_caches'}
   TIERFS_COLD_NOTE=${TIERFS_COLD_NOTE-"mounted without a store: COLD_CMD only drops the page cache, data still comes from the local hot tier (cold.sh measures cold reads from a store)"}
@@ -186,7 +179,7 @@ tierfs_data_base=${TIERFS_DATA:-}
 for round in $(seq 1 "$ROUNDS"); do
 for p in $PEERS; do
   # each round on a fresh tierfs data dir (the unmount removes it)
-  [[ ($p == tierfs || $p == tierfs_store || $p == tierfs_enc || $p == tierfs_nopt || $p == tierfs_nox) && -n $tierfs_data_base && $ROUNDS -gt 1 ]] && export TIERFS_DATA=$tierfs_data_base-r$round
+  [[ ($p == tierfs || $p == tierfs_store || $p == tierfs_enc || $p == tierfs_nopt) && -n $tierfs_data_base && $ROUNDS -gt 1 ]] && export TIERFS_DATA=$tierfs_data_base-r$round
   v="PEER_MOUNT_$p"
   if [[ -n ${!v:-} ]]; then mnt=$(bash -c "${!v}") || { echo "mount $p failed" >&2; continue; }
   else mnt=$(mount_peer "$p" cmp) || { echo "mount $p failed" >&2; continue; }; fi
@@ -197,7 +190,7 @@ for p in $PEERS; do
       cold="source '$H/peers.sh'; bash -c $(printf '%q' "$drain"); umount_peer rclone cmp && mount_peer rclone cmp" ;;
     s3fs)
       cold="source '$H/peers.sh'; umount_peer s3fs cmp && mount_peer s3fs cmp" ;;
-    tierfs | tierfs_store | tierfs_enc | tierfs_nopt | tierfs_nox)
+    tierfs | tierfs_store | tierfs_enc | tierfs_nopt)
       cold=$TIERFS_COLD_CMD note=$TIERFS_COLD_NOTE ;;
   esac
   echo "=== $p on $mnt (S3: ${S3_SERVER:-none}), round $round of $ROUNDS" >&2

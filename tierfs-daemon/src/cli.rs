@@ -1007,16 +1007,6 @@ pub struct MountArgs {
     #[serde(default)]
     pub no_passthrough: bool,
 
-    /// Serve no extended attributes: getxattr, setxattr, listxattr and removexattr fail with
-    /// EOPNOTSUPP, as on a filesystem without them (POSIX ACLs and file capabilities too).
-    /// The kernel asks a FUSE filesystem for `security.capability` before every write, one
-    /// round trip each; without xattrs it stops asking, so small writes to hot files through
-    /// passthrough run at the local disk's speed (about 4x faster for 4 KiB random writes,
-    /// benches/README.md). For scratch data, datasets and checkpoints that need no xattrs.
-    #[arg(long)]
-    #[serde(default)]
-    pub no_xattrs: bool,
-
     /// Follow the workspace as another node writes it (read-only, no lease; implies
     /// --read-only): every --follow-interval the mount looks for a newer state in the store
     /// and switches to it whole, so datasets and checkpoints written on one node appear on
@@ -1198,7 +1188,6 @@ impl MountArgs {
             no_refill: self.no_refill,
             encrypt_cache: self.encrypt_cache,
             no_passthrough: self.no_passthrough,
-            no_xattrs: self.no_xattrs,
             follow: self.follow.then(|| self.follow_interval.unwrap_or(tierfs::session::FOLLOW_INTERVAL)),
             owner: self.owner,
             metered: false,

@@ -82,9 +82,6 @@ pub struct MountConfig {
     pub encrypt_cache: bool,
     /// Never serve files through FUSE passthrough (`--no-passthrough`).
     pub no_passthrough: bool,
-    /// Serve no extended attributes (`--no-xattrs`).
-    #[serde(default)]
-    pub no_xattrs: bool,
     /// Follow the workspace as another node writes it, looking for a new head this often
     /// (`--follow`, `--follow-interval`); implies `read_only`.
     pub follow: Option<Duration>,
@@ -166,7 +163,6 @@ impl MountConfig {
             fsname: "tierfs".to_owned(),
             read_only: self.read_only,
             read_ahead_kib: self.read_ahead_kib.unwrap_or(defaults.read_ahead_kib),
-            xattrs: !self.no_xattrs,
         }
     }
 }

@@ -276,9 +276,6 @@ pub struct StatusReport {
     /// The local cache is encrypted at rest (`--encrypt-cache`).
     #[serde(default)]
     pub cache_encrypted: bool,
-    /// Extended attributes are not served (`--no-xattrs`).
-    #[serde(default)]
-    pub no_xattrs: bool,
     /// Whether wholly local files are served through FUSE passthrough, why not, and how
     /// often. Absent from older daemons and from watch mode.
     #[serde(default)]
@@ -821,7 +818,6 @@ mod tests {
                 read_only: false,
                 writeback_cache: true,
                 cache_encrypted: true,
-                no_xattrs: false,
                 passthrough: None,
                 watch: None,
                 fuse_ops: Vec::new(),

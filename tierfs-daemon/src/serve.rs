@@ -712,7 +712,6 @@ impl ControlHandler for Served {
             read_only: self.config.read_only,
             writeback_cache: self.config.writeback_cache,
             cache_encrypted: self.config.encrypt_cache,
-            no_xattrs: self.config.no_xattrs,
             passthrough: Some(stats.passthrough),
             watch: None,
             fuse_ops: self.fuse_stats.as_ref().map(|s| s.snapshot()).unwrap_or_default(),

@@ -44,9 +44,6 @@ fn mount_rows(report: &StatusReport) -> Vec<Row> {
     if report.cache_encrypted {
         options.push("cache encrypted at rest");
     }
-    if report.no_xattrs {
-        options.push("no xattrs");
-    }
     if report.allow_other {
         options.push("allow_other");
     }
@@ -358,7 +355,6 @@ mod tests {
             read_only: false,
             writeback_cache: true,
             cache_encrypted: false,
-            no_xattrs: false,
             watch: None,
             fuse_ops: Vec::new(),
             follow: None,

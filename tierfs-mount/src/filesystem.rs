@@ -626,33 +626,21 @@ impl Filesystem for TierFuse {
         reply: ReplyEmpty,
     ) {
         let t = self.time(FuseOp::Setxattr, req, ino);
-        if !self.opts.xattrs {
-            return reply.error(t.errno(Errno::ENOSYS));
-        }
         empty_result(t, self.vfs.setxattr(&caller(req), ino.0, name.as_bytes(), value, flags), reply);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let t = self.time(FuseOp::Getxattr, req, ino);
-        if !self.opts.xattrs {
-            return reply.error(t.errno(Errno::ENOSYS));
-        }
         xattr_result(t, size, self.vfs.getxattr(ino.0, name.as_bytes()), reply);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let t = self.time(FuseOp::Listxattr, req, ino);
-        if !self.opts.xattrs {
-            return reply.error(t.errno(Errno::ENOSYS));
-        }
         xattr_result(t, size, self.vfs.listxattr(ino.0), reply);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let t = self.time(FuseOp::Removexattr, req, ino);
-        if !self.opts.xattrs {
-            return reply.error(t.errno(Errno::ENOSYS));
-        }
         empty_result(t, self.vfs.removexattr(&caller(req), ino.0, name.as_bytes()), reply);
     }
 

@@ -98,11 +98,6 @@ pub struct MountOptions {
     /// The kernel's readahead window for the mount, in KiB, set by [`set_read_ahead`] once
     /// the mount is up; 0 leaves the kernel's (128 KiB, which INIT cannot raise).
     pub read_ahead_kib: u32,
-    /// Serve extended attributes. Without them (`--no-xattrs`) every xattr request is answered
-    /// ENOSYS, after which the kernel sends none and answers EOPNOTSUPP itself. That spares
-    /// each write the `getxattr` of `security.capability` the kernel sends first (FUSE never
-    /// marks an inode `S_NOSEC`): the one round trip a write through passthrough makes.
-    pub xattrs: bool,
 }
 
 impl Default for MountOptions {
@@ -127,7 +122,6 @@ impl Default for MountOptions {
             // anyway, so this costs no store traffic; a random page walk of a 1 GiB file hot
             // in tierfs ran in 1.6-2.0 s instead of 2.6-3.2 s (benches/README.md, mmap).
             read_ahead_kib: 1024,
-            xattrs: true,
         }
     }
 }

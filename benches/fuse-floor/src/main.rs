@@ -78,8 +78,6 @@ struct Floor {
     rocks: Option<Rocks>,
     /// `FLOOR_PASSTHROUGH=DIR`: the backing files, and the kernel's id for each inode open.
     passthrough: Option<Passthrough>,
-    /// `FLOOR_NO_GETXATTR=1`: `getxattr` answers ENOSYS, as a filesystem without xattrs does.
-    no_getxattr: bool,
 }
 
 /// Regular files kept in backing files and opened with FUSE passthrough.
@@ -431,6 +429,7 @@ impl Filesystem for Floor {
             let _ = config.set_max_readahead(nearest);
         }
         let mut wanted = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_CACHE_SYMLINKS;
@@ -764,8 +763,7 @@ impl Filesystem for Floor {
     }
 
     fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        // ENOSYS makes the kernel stop asking (and answer every getxattr with EOPNOTSUPP).
-        reply.error(if self.no_getxattr { Errno::ENOSYS } else { Errno::NO_XATTR });
+        reply.error(Errno::NO_XATTR);
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
@@ -848,7 +846,6 @@ fn main() {
             handles: Mutex::new(HashMap::new()),
             next_fh: std::sync::atomic::AtomicU64::new(1),
         }),
-        no_getxattr: env_flag("FLOOR_NO_GETXATTR"),
     };
     let mut config = Config::default();
     // FLOOR_THREADS=N: request threads (tierfs's `--threads`, default 1).
