@@ -445,8 +445,13 @@ impl Vfs {
     pub(super) fn take_passthrough_writes(&self, ino: Ino) -> VfsResult<()> {
         let oi = self.open_inode(ino)?;
         let file = self.file_of(&oi, ino)?;
-        let size = self.hot.data(&file, ino).plain_len()?;
         let now = Seen::of(&file);
+        // One stat gives both: a passthrough data file holds plaintext (never with
+        // `--encrypt-cache`), so its length is the file's size.
+        let size = match now {
+            Some(seen) => seen.size,
+            None => self.hot.data(&file, ino).plain_len()?,
+        };
         let written = {
             let mut modes = oi.modes.lock();
             let before = std::mem::replace(&mut modes.seen, now);
