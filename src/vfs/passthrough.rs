@@ -6,7 +6,8 @@
 //! - An open of a regular file whose chunks are all local and checked (none evicted, none
 //!   from an earlier run still unverified), with no other handle open, is served through
 //!   passthrough: a read-only one always, one that may write (`create` too) while the hot
-//!   tier has [`PASSTHROUGH_WRITE_ROOM`] (on the disk past the reserve, under the cache size). Not with an encrypted hot tier (the data file holds
+//!   tier has [`PASSTHROUGH_WRITE_ROOM`] (on the disk past the reserve, under the cache size)
+//!   and the file no setuid or setgid bit a write must clear (`setid`). Not with an encrypted hot tier (the data file holds
 //!   ciphertext), not on a follower (a handle reads the version it opened, maybe the store's
 //!   only), and not once the front end reported the kernel or the privilege missing.
 //! - The kernel refuses to mix the two kinds of open on one inode (a cached open while a
