@@ -13,7 +13,8 @@
 //!   and a truncate, `fallocate` or `copy_file_range` into the file by a caller other than
 //!   root (FUSE does not pass those on to this layer, so root stands for `CAP_FSETID`), clear
 //!   setuid, and setgid when group execute is set;
-//! - a change of owner or group clears them the same way, whoever makes it;
+//! - a change of owner or group clears them the same way, whoever makes it, unless it sets the
+//!   mode too (see [`drops_setid`]);
 //! - a writer through passthrough writes behind this process, so the kernel's writes can
 //!   clear nothing: a file with a bit to clear is never opened for writing through
 //!   passthrough first, and a writer other than root that must join a passthrough inode
@@ -39,9 +40,12 @@ pub(super) fn has_setid_to_drop(rec: &InodeRecord) -> bool {
     rec.attr.kind == FileKind::File && without_setid(rec.attr.perm) != rec.attr.perm
 }
 
-/// Whether the change `ch` by `caller` clears setuid and setgid (see the module).
+/// Whether the change `ch` by `caller` clears setuid and setgid (see the module). Not when it
+/// sets the mode too: the kernel drops the mode from a change that clears the bits, so a
+/// change with a mode states the mode wanted (watch mode copying a file's owner and mode, or
+/// a kernel that clears the bits itself and sends the mode it computed).
 pub(super) fn drops_setid(caller: &Caller, ch: &SetAttr) -> bool {
-    ch.uid.is_some() || ch.gid.is_some() || (ch.size.is_some() && caller.uid != 0)
+    ch.mode.is_none() && (ch.uid.is_some() || ch.gid.is_some() || (ch.size.is_some() && caller.uid != 0))
 }
 
 impl Vfs {
@@ -75,7 +79,7 @@ impl Vfs {
 
 #[cfg(test)]
 mod tests {
-    use super::without_setid;
+    use super::*;
 
     #[test]
     fn setuid_always_goes_and_setgid_only_with_group_execute() {
@@ -85,5 +89,16 @@ mod tests {
         assert_eq!(without_setid(0o2745), 0o2745, "setgid without group execute is a locking mark");
         assert_eq!(without_setid(0o6745), 0o2745);
         assert_eq!(without_setid(0o1777), 0o1777, "sticky stays");
+    }
+
+    #[test]
+    fn an_owner_change_clears_the_bits_unless_it_states_the_mode() {
+        let (root, user) = (Caller::ROOT, Caller { uid: 1000, gid: 1000, pid: 1 });
+        let chown = SetAttr { uid: Some(7), ..SetAttr::default() };
+        assert!(drops_setid(&root, &chown), "a chown clears them, even root's");
+        let watch = SetAttr { mode: Some(0o4755), uid: Some(7), ..SetAttr::default() };
+        assert!(!drops_setid(&root, &watch), "a change that states the mode keeps it");
+        let trunc = SetAttr { size: Some(0), ..SetAttr::default() };
+        assert!(drops_setid(&user, &trunc) && !drops_setid(&root, &trunc), "a truncate: only a caller other than root");
     }
 }
