@@ -190,15 +190,16 @@ fn passes_read_and_upload_only_what_changed_and_renames_stay_renames() {
     let vfs = session.vfs();
     assert!(vfs.lookup(ROOT_INO, b"big-moved.bin").is_ok() && vfs.lookup(ROOT_INO, b"b-moved").is_ok());
 
-    // A mode change alone, and a removal.
-    fs::set_permissions(src.join("train.py"), fs::Permissions::from_mode(0o600)).expect("chmod");
+    // A mode change alone (to a setuid mode, which the owner the scan sets with it must not
+    // clear), and a removal.
+    fs::set_permissions(src.join("train.py"), fs::Permissions::from_mode(0o4700)).expect("chmod");
     fs::remove_dir_all(src.join("b-moved")).expect("rm -rf");
     let pass = mirror.rescan().expect("pass");
     assert_eq!(pass.counts.files_read, 0, "{pass:?}");
     assert!(pass.counts.attrs_set >= 1 && pass.counts.removed == 3, "{pass:?}");
     assert!(vfs.lookup(ROOT_INO, b"b-moved").is_err());
     let train = vfs.lookup(ROOT_INO, b"train.py").expect("train.py");
-    assert_eq!(train.perm, 0o600);
+    assert_eq!(train.perm, 0o4700);
 
     // A user xattr alone (only the ctime moves): seen, and not again in the next pass.
     let c = std::ffi::CString::new(src.join("run.sh").as_os_str().as_encoded_bytes()).expect("path");

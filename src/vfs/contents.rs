@@ -175,9 +175,12 @@ impl Vfs {
     ) -> VfsResult<(Attr, Opened)> {
         let marker = self.passthrough_wanted() && self.room_for_a_writer();
         let (attr, fh, made) = self.create_handle(caller, parent, name, (mode.0, mode.1, flags), marker)?;
-        let opened = self.choose_mode(attr.ino, fh, libc::O_WRONLY, made && marker).inspect_err(|_| {
-            let _ = self.release(attr.ino, fh);
-        })?;
+        let opened = self
+            .choose_mode(attr.ino, fh, libc::O_WRONLY, made && marker)
+            .and_then(|o| self.joined_writer(caller, attr.ino, libc::O_WRONLY, o))
+            .inspect_err(|_| {
+                let _ = self.release(attr.ino, fh);
+            })?;
         Ok((attr, opened))
     }
 
@@ -314,8 +317,8 @@ impl Vfs {
         out.write_at(offset, data)?;
         let _g = self.lock_inodes(&[ino]);
         let (rec, changed) = self.written(self.record(ino)?, offset, end);
-        // Clearing setuid/setgid on write is the kernel's job (file_remove_privs sends a
-        // setattr): it knows whether the writer has CAP_FSETID, which this layer does not.
+        // Setuid and setgid were cleared before this, when the writer lacks CAP_FSETID
+        // (`Vfs::drop_setid`, called by the front end, which the kernel tells).
         if changed {
             let mut b = MetaBatch::new();
             b.put_inode(&rec);

@@ -12,7 +12,8 @@
 //!   (for a write that extends the file) a size update under the inode's stripe;
 //! - the kernel checks permissions (`default_permissions`); this layer enforces what the
 //!   kernel leaves to filesystems: name length, directory emptiness, link and rename rules,
-//!   setgid-directory inheritance, xattr namespaces (clearing setuid on write is the kernel's);
+//!   setgid-directory inheritance, xattr namespaces, and clearing setuid and setgid when a file's
+//!   bytes or owner change (`setid`: the mount leaves it to the filesystem);
 //! - an inode unlinked while open becomes an *orphan* (marked in the same batch) and is
 //!   reclaimed on its last release, or at the next start after a crash; an `O_TMPFILE` file
 //!   ([`Vfs::tmpfile`]) is an orphan from the batch that makes it until a `link` names it;
@@ -25,6 +26,7 @@ pub mod error;
 mod follow;
 mod namespace;
 mod passthrough;
+mod setid;
 pub mod types;
 mod walk;
 mod xattr;
@@ -443,7 +445,7 @@ impl Vfs {
         attr
     }
 
-    pub fn setattr(&self, _caller: &Caller, ino: Ino, ch: &SetAttr, _fh: Option<u64>) -> VfsResult<Attr> {
+    pub fn setattr(&self, caller: &Caller, ino: Ino, ch: &SetAttr, _fh: Option<u64>) -> VfsResult<Attr> {
         self.catch_up_passthrough(ino)?;
         let _g = self.lock_inodes(&[ino]);
         let times_only = ch.mode.is_none() && ch.uid.is_none() && ch.gid.is_none() && ch.size.is_none();
@@ -465,6 +467,9 @@ impl Vfs {
         }
         if let Some(gid) = ch.gid {
             a.gid = gid;
+        }
+        if a.kind == FileKind::File && setid::drops_setid(caller, ch) {
+            a.perm = setid::without_setid(a.perm);
         }
         let mut shrink_to = None;
         let mut b = MetaBatch::new();

@@ -6,7 +6,8 @@
 //! - An open of a regular file whose chunks are all local and checked (none evicted, none
 //!   from an earlier run still unverified), with no other handle open, is served through
 //!   passthrough: a read-only one always, one that may write (`create` too) while the hot
-//!   tier has [`PASSTHROUGH_WRITE_ROOM`] (on the disk past the reserve, under the cache size). Not with an encrypted hot tier (the data file holds
+//!   tier has [`PASSTHROUGH_WRITE_ROOM`] (on the disk past the reserve, under the cache size)
+//!   and the file no setuid or setgid bit a write must clear (`setid`). Not with an encrypted hot tier (the data file holds
 //!   ciphertext), not on a follower (a handle reads the version it opened, maybe the store's
 //!   only), and not once the front end reported the kernel or the privilege missing.
 //! - The kernel refuses to mix the two kinds of open on one inode (a cached open while a
@@ -171,13 +172,29 @@ impl Seen {
     }
 }
 
+/// Whether an open with `flags` may change the file (`O_TRUNC` does, even read-only).
+fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
 impl Vfs {
     /// [`Vfs::open`], deciding whether the kernel serves the new handle through passthrough.
     pub fn open_for(&self, caller: &Caller, ino: Ino, flags: i32) -> VfsResult<Opened> {
         let fh = self.open(caller, ino, flags)?;
-        self.choose_mode(ino, fh, flags, false).inspect_err(|_| {
+        let opened = self.choose_mode(ino, fh, flags, false).and_then(|o| self.joined_writer(caller, ino, flags, o));
+        opened.inspect_err(|_| {
             let _ = self.release(ino, fh);
         })
+    }
+
+    /// A writer other than root that joined a passthrough inode clears setuid and setgid now:
+    /// the kernel's writes through passthrough cannot, and a file with such a bit is never
+    /// opened for writing through passthrough first, so the inode was a reader's (see `setid`).
+    pub(super) fn joined_writer(&self, caller: &Caller, ino: Ino, flags: i32, opened: Opened) -> VfsResult<Opened> {
+        if opened.backing.is_some() && writes(flags) {
+            self.drop_setid_for(caller, ino)?;
+        }
+        Ok(opened)
     }
 
     /// `marked`: the create of this new inode committed its passthrough writer marker
@@ -185,7 +202,7 @@ impl Vfs {
     pub(super) fn choose_mode(&self, ino: Ino, fh: u64, flags: i32, marked: bool) -> VfsResult<Opened> {
         let oi = self.open_inode(ino)?;
         let mut modes = oi.modes.lock();
-        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        let writes = writes(flags);
         let joins = !modes.passthrough.is_empty();
         let backing = if joins {
             let file = self.file_of(&oi, ino)?;
@@ -195,7 +212,7 @@ impl Vfs {
             Some(file)
         } else if modes.cached.is_empty()
             && self.passthrough_wanted()
-            && (!writes || (self.room_for_a_writer() && self.small_enough_to_rewrite(ino)?))
+            && (!writes || (self.room_for_a_writer() && self.writer_may_pass(ino)?))
         {
             self.first_passthrough(&oi, ino, writes, marked)
         } else {
@@ -266,9 +283,13 @@ impl Vfs {
     }
 
     /// Whether a first writer of `ino` may go through passthrough by what the file holds
-    /// ([`PASSTHROUGH_REWRITE_MAX`]).
-    fn small_enough_to_rewrite(&self, ino: Ino) -> VfsResult<bool> {
-        Ok(self.meta.inode(ino)?.is_some_and(|rec| rec.attr.size <= PASSTHROUGH_REWRITE_MAX))
+    /// ([`PASSTHROUGH_REWRITE_MAX`]) and its mode: not with a setuid or setgid bit that a
+    /// write must clear, which the kernel's writes through passthrough cannot (see `setid`).
+    fn writer_may_pass(&self, ino: Ino) -> VfsResult<bool> {
+        Ok(self
+            .meta
+            .inode(ino)?
+            .is_some_and(|rec| rec.attr.size <= PASSTHROUGH_REWRITE_MAX && !setid::has_setid_to_drop(&rec)))
     }
 
     /// Whether the hot tier has [`PASSTHROUGH_WRITE_ROOM`] for a writer to open through
@@ -425,8 +446,13 @@ impl Vfs {
     pub(super) fn take_passthrough_writes(&self, ino: Ino) -> VfsResult<()> {
         let oi = self.open_inode(ino)?;
         let file = self.file_of(&oi, ino)?;
-        let size = self.hot.data(&file, ino).plain_len()?;
         let now = Seen::of(&file);
+        // One stat gives both: a passthrough data file holds plaintext (never with
+        // `--encrypt-cache`), so its length is the file's size.
+        let size = match now {
+            Some(seen) => seen.size,
+            None => self.hot.data(&file, ino).plain_len()?,
+        };
         let written = {
             let mut modes = oi.modes.lock();
             let before = std::mem::replace(&mut modes.seen, now);

@@ -1242,6 +1242,71 @@ fn check_writes_clear_setuid_only_as_a_local_filesystem_does(fx: Fixture) {
     );
 }
 
+/// What an unprivileged process (uid and gid 65534) does to `path` in a child: opens it
+/// with `flags`, then `ftruncate`s it to `truncate_to` if given, else writes one byte. 0 when
+/// all worked, else 100 + the failed step (setuid, open, change, close).
+fn as_nobody(path: &Path, flags: i32, truncate_to: Option<i64>) -> i32 {
+    let path = cpath(path);
+    in_child(|| {
+        // SAFETY: raw syscalls only (async-signal-safe) in the forked child.
+        unsafe {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return 100;
+            }
+            let fd = libc::open(path.as_ptr(), flags);
+            if fd < 0 {
+                return 101;
+            }
+            let changed = match truncate_to {
+                Some(len) => libc::ftruncate(fd, len) == 0,
+                None => libc::write(fd, b"z".as_ptr().cast(), 1) == 1,
+            };
+            if !changed {
+                return 102;
+            }
+            if libc::close(fd) != 0 { 103 } else { 0 }
+        }
+    })
+}
+
+/// The mount clears setuid and setgid itself (the kernel leaves it to the filesystem, so that
+/// it need not ask for `security.capability` before every write): as ext4 does, a truncate by
+/// an unprivileged process clears them, a change of owner clears them whoever makes it,
+/// setgid without group execute stays on a write, and a writer that joins a reader the kernel
+/// serves through passthrough (where its writes never reach the daemon) clears them too.
+fn check_truncate_chown_and_joined_writers_clear_setuid_as_a_local_filesystem_does(fx: Fixture) {
+    let mut fx = fx;
+    let mode = |p: &Path| meta(p).mode() & 0o7777;
+    let f = fx.p("f");
+    write(&f, b"0123456789");
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).expect("chmod 6777");
+    assert_eq!(as_nobody(&f, libc::O_WRONLY, Some(4)), 0, "the unprivileged truncate failed");
+    assert_eq!((mode(&f), meta(&f).len()), (0o777, 4), "setuid and setgid cleared by an unprivileged truncate");
+
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6755)).expect("chmod 6755");
+    std::os::unix::fs::chown(&f, Some(65534), Some(65534)).expect("chown by root");
+    assert_eq!(mode(&f), 0o755, "a change of owner clears setuid and setgid, even by root");
+
+    let lock = fx.p("lock");
+    write(&lock, b"l");
+    fs::set_permissions(&lock, fs::Permissions::from_mode(0o6766)).expect("chmod 6766");
+    assert_eq!(as_nobody(&lock, libc::O_WRONLY | libc::O_APPEND, None), 0, "the unprivileged append failed");
+    assert_eq!(mode(&lock), 0o2766, "setuid cleared, setgid without group execute kept");
+
+    // Root holds the file open to read (through passthrough where the mount has it): the
+    // unprivileged writer must join that open.
+    let shared = fx.p("shared");
+    write(&shared, b"x");
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o6777)).expect("chmod 6777");
+    let reader = File::open(&shared).expect("open to read");
+    assert_eq!(as_nobody(&shared, libc::O_WRONLY | libc::O_APPEND, None), 0, "the joining writer failed");
+    assert_eq!(mode(&shared), 0o777, "setuid and setgid cleared by an unprivileged writer beside a reader");
+    drop(reader);
+    assert_eq!(read(&shared), b"xz");
+    fx.remount();
+    assert_eq!((mode(&f), mode(&lock), mode(&shared)), (0o755, 0o2766, 0o777), "as tierfs stored them");
+}
+
 fn check_utimensat_now_omit_and_exact(fx: Fixture) {
     let f = fx.p("f");
     write(&f, b"x");
@@ -1959,6 +2024,7 @@ macro_rules! both_cache_modes {
 
 both_cache_modes! {
     check_writes_clear_setuid_only_as_a_local_filesystem_does => writes_clear_setuid_only_as_a_local_filesystem_does, writes_clear_setuid_only_as_a_local_filesystem_does_with_writeback_cache;
+    check_truncate_chown_and_joined_writers_clear_setuid_as_a_local_filesystem_does => truncate_chown_and_joined_writers_clear_setuid_as_a_local_filesystem_does, truncate_chown_and_joined_writers_clear_setuid_as_a_local_filesystem_does_with_writeback_cache;
     check_utimensat_now_omit_and_exact => utimensat_now_omit_and_exact, utimensat_now_omit_and_exact_with_writeback_cache;
     check_writes_update_mtime_and_size_seen_by_stat => writes_update_mtime_and_size_seen_by_stat, writes_update_mtime_and_size_seen_by_stat_with_writeback_cache;
     check_syncfs_after_unlinking_a_written_file_succeeds => syncfs_after_unlinking_a_written_file_succeeds, syncfs_after_unlinking_a_written_file_succeeds_with_writeback_cache;

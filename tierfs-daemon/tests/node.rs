@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -383,9 +383,21 @@ fn one_daemon_serves_two_workspaces_with_metrics_readiness_and_access_control() 
     });
     let s = scrape(port);
     assert_eq!(labelled(&s, "tierfs_fuse_requests_total", "b", "op=\"rmdir\""), None, "b had no rmdir: {s:#?}");
-    // The kernel asks for security.capability at writes: a missing attribute is no error.
+    // The kernel asks for security.capability before a write to a file it has not marked
+    // clean: a missing attribute is no error.
     let xattr_errors = labelled(&s, "tierfs_fuse_request_errors_total", "a", "op=\"getxattr\"");
     assert!(xattr_errors.unwrap_or(0.0) == 0.0, "ENODATA counted as an error: {s:#?}");
+    // The mount clears setuid itself (FUSE_HANDLE_KILLPRIV_V2), so the kernel marks a file it
+    // found clean and does not ask again before each write (it did: one GETXATTR per write).
+    let asked = |s: &BTreeMap<String, f64>| labelled(s, "tierfs_fuse_requests_total", "a", "op=\"getxattr\"");
+    let asked_before = asked(&scrape(port)).unwrap_or(0.0);
+    let small = fs::File::create(a.fx.mountpoint.join("small-writes")).expect("creating on a");
+    for i in 0..200u64 {
+        small.write_all_at(&[i as u8; 4096], i * 4096).expect("a 4 KiB write on a");
+    }
+    drop(small);
+    let asked_after = asked(&scrape(port)).unwrap_or(0.0);
+    assert!(asked_after - asked_before <= 2.0, "200 writes asked for xattrs {} times", asked_after - asked_before);
     // Store requests by backend and method, and their bytes.
     let puts = labelled(&after, "tierfs_store_requests_total", "a", "method=\"put\"").unwrap_or(0.0);
     assert!(puts >= 1.0, "{after:#?}");

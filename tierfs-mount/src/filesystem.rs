@@ -320,7 +320,10 @@ impl Filesystem for TierFuse {
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
             // A symlink's target never changes (inode numbers are not reused).
-            | InitFlags::FUSE_CACHE_SYMLINKS;
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            // Setuid and setgid are cleared by the core (`tierfs::vfs` `setid`), so the kernel
+            // need not ask for `security.capability` before every write.
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.opts.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -512,12 +515,18 @@ impl Filesystem for TierFuse {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let t = self.time(FuseOp::Write, req, ino);
+        // The writer lacks CAP_FSETID: setuid and setgid go before the bytes move.
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(err) = self.vfs.drop_setid(ino.0) {
+                return reply.error(t.fail(&err));
+            }
+        }
         let result = move |vfs: &Vfs, data: &[u8], reply: ReplyWrite| match vfs.write(ino.0, fh.0, offset, data) {
             Ok(written) => reply.written(written),
             Err(err) => reply.error(t.fail(&err)),
@@ -683,8 +692,11 @@ impl Filesystem for TierFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let t = self.time(FuseOp::Fallocate, req, ino);
-        self.offload(move |vfs| empty_result(t, vfs.fallocate(ino.0, fh.0, offset, length, mode), reply));
+        let (t, caller) = (self.time(FuseOp::Fallocate, req, ino), caller(req));
+        let op = move |vfs: &Vfs| {
+            vfs.drop_setid_for(&caller, ino.0).and_then(|()| vfs.fallocate(ino.0, fh.0, offset, length, mode))
+        };
+        self.offload(move |vfs| empty_result(t, op(vfs), reply));
     }
 
     /// The kernel sends only SEEK_DATA and SEEK_HOLE; it resolves the other whences itself.
@@ -746,8 +758,11 @@ impl Filesystem for TierFuse {
         }
         // A short copy is allowed; the caller loops.
         let len = len.min(u64::from(MAX_COPY));
+        let caller = caller(req);
         self.offload(move |vfs| {
-            match vfs.copy_file_range(ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len) {
+            let copy =
+                |vfs: &Vfs| vfs.copy_file_range(ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len);
+            match vfs.drop_setid_for(&caller, ino_out.0).and_then(|()| copy(vfs)) {
                 Ok(copied) => reply.written(u32::try_from(copied).unwrap_or(MAX_COPY)),
                 Err(err) => reply.error(t.fail(&err)),
             }
