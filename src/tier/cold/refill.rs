@@ -15,6 +15,12 @@
 //! - a refill batch starts only while no read or write waits for the store and no read-ahead
 //!   is queued, so foreground fetches never queue behind it; refilled chunks keep the age
 //!   they had (none on a fresh node), so they are evicted before anything used here;
+//! - a batch is one stretch of one pack (its planned blocks within [`BATCH_SPAN`] bytes), and
+//!   batches go in the order of their first chunk in the plan, so the ordered prefix leads;
+//!   a batch is read with [`RunJoin::Loose`]: in one ranged GET while the gaps (blocks not
+//!   planned, or local already) stay within the bytes it wants, so the refill reads at most
+//!   twice what it refills (and a trailer, at most 64 KiB, per run that spans a whole pack),
+//!   and a worker holds at most one stretch in memory;
 //! - the batches of the set's ordered prefix are fetched by every worker, the rest by one;
 //! - each chunk of the plan is fetched by one batch: the plan's next, or the rest of a file
 //!   a foreground read found not yet refilled (that file goes first), whichever takes it first;
@@ -33,14 +39,19 @@ use super::fetch::Fetch;
 use super::{ColdError, ColdTier};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::ChunkRecord;
+use crate::store::RunJoin;
 use crate::types::Ino;
 
 /// A hot set names at most this many chunks (the store's limits derive its size bound from it).
 pub use crate::store::limits::{MAX_HOT_CHUNKS, MAX_HOT_ORDERED};
 /// A refill batch: about this many bytes of data, in one or a few ranged GETs.
 const BATCH_BYTES: u64 = 2 * CHUNK_SIZE;
-/// ...or this many chunks (small files).
+/// ...or this many chunks (small files; each batch opens their data files at once).
 const BATCH_CHUNKS: usize = 256;
+/// ...whose blocks lie within this many bytes of one pack: a batch is one stretch of one pack,
+/// read in one ranged GET when its planned blocks fill at least half of it
+/// ([`RunJoin::Loose`]), so what a batch holds in memory stays within this bound.
+const BATCH_SPAN: u64 = 2 * CHUNK_SIZE;
 /// How often a refill worker looks again while foreground reads use the store.
 const YIELD: Duration = Duration::from_millis(5);
 
@@ -180,6 +191,9 @@ struct Planned {
     ino: Ino,
     idx: u64,
     data: u64,
+    /// Where its block lay when the refill was planned (`None`: not in the local index; the
+    /// fetch reports it). Only to cut the plan into batches: a fetch locates the block again.
+    loc: Option<BlockLoc>,
 }
 
 /// A running refill's plan, shared by its workers: each chunk is taken by one batch only,
@@ -188,8 +202,8 @@ struct RefillRun {
     plan: Vec<Planned>,
     /// Each chunk of the plan, once taken.
     taken: Vec<AtomicBool>,
-    /// The plan's batches, as ranges of its indices.
-    batches: Vec<std::ops::Range<usize>>,
+    /// The plan's batches, as lists of its indices ([`batches`]).
+    batches: Vec<Vec<usize>>,
     /// The plan's indices of each file's chunks.
     by_ino: HashMap<Ino, Vec<usize>>,
     next: AtomicUsize,
@@ -207,10 +221,11 @@ impl RefillRun {
         for (i, p) in plan.iter().enumerate() {
             by_ino.entry(p.ino).or_default().push(i);
         }
+        let batches = batches(&plan);
         RefillRun {
             taken: plan.iter().map(|_| AtomicBool::new(false)).collect(),
-            prefix_batches: batches(&plan).iter().take_while(|b| b.start < ordered).count(),
-            batches: batches(&plan),
+            prefix_batches: batches.iter().take_while(|b| b[0] < ordered).count(),
+            batches,
             by_ino,
             plan,
             next: AtomicUsize::new(0),
@@ -349,7 +364,7 @@ impl ColdTier {
                 // workers would take the CPU and disk from this session's own first reads.
                 None if worker > 0 && run.next.load(Ordering::Acquire) >= run.prefix_batches => return,
                 None => match run.batches.get(run.next.fetch_add(1, Ordering::AcqRel)) {
-                    Some(range) => run.claim(range.clone()),
+                    Some(batch) => run.claim(batch.iter().copied()),
                     None => return,
                 },
             };
@@ -381,12 +396,13 @@ impl ColdTier {
     }
 
     /// The chunks of `set` to fetch, each once, in the set's order: those evicted here whose
-    /// record says they hold data; with how many of them come from its ordered prefix.
+    /// record says they hold data, each with where its block lies (looked up once the state
+    /// is unlocked); with how many of them come from its ordered prefix.
     fn refill_plan(&self, set: &HotSet) -> (Vec<Planned>, usize) {
         let st = self.state.lock();
         let mut seen = std::collections::HashSet::new();
         let mut ordered = 0;
-        let plan = set
+        let wanted: Vec<(Ino, u64, ChunkRecord)> = set
             .chunks
             .iter()
             .enumerate()
@@ -395,7 +411,17 @@ impl ColdTier {
                 let c = st.files.get(&ino)?.chunks.get(&idx)?;
                 let r = c.rec.filter(|r| c.evicted() && r.block != ZERO_BLOCK)?;
                 ordered += usize::from(i < set.ordered);
-                Some(Planned { ino, idx, data: u64::from(r.data) })
+                Some((ino, idx, r))
+            })
+            .collect();
+        drop(st);
+        let plan = wanted
+            .into_iter()
+            .map(|(ino, idx, r)| Planned {
+                ino,
+                idx,
+                data: u64::from(r.data),
+                loc: self.locate(ino, idx, &r).ok().flatten(),
             })
             .collect();
         (plan, ordered)
@@ -476,7 +502,7 @@ impl ColdTier {
             .filter_map(|p| files.entry(p.ino).or_insert_with(|| open(p.ino)).clone().map(|f| (p.ino, p.idx, f)))
             .collect();
         let gone = (batch.len() - items.len()) as u64;
-        let got = self.fetch_many(&items, false);
+        let got = self.fetch_many(&items, false, RunJoin::Loose);
         if let Some(stats) = self.refill.lock().as_mut() {
             stats.fetched_chunks += got.chunks;
             stats.fetched_bytes += got.bytes;
@@ -493,9 +519,9 @@ impl ColdTier {
 
     /// Fetches chunks of any files (each with its data file) that are evicted and not being
     /// fetched, sorted by where their blocks lie so each pack is read in as few ranged GETs as
-    /// its gaps allow. `touch`: the chunks count as just used (read-ahead for a reader), or
-    /// keep their age (the refill).
-    pub(super) fn fetch_many(&self, items: &[(Ino, u64, Arc<File>)], touch: bool) -> Fetched {
+    /// the gaps `join` accepts allow; a block several chunks hold is read once. `touch`: the
+    /// chunks count as just used (read-ahead for a reader), or keep their age (the refill).
+    pub(super) fn fetch_many(&self, items: &[(Ino, u64, Arc<File>)], touch: bool, join: RunJoin) -> Fetched {
         let mine: Vec<Claimed<'_>> = {
             let mut st = self.state.lock();
             items
@@ -516,12 +542,22 @@ impl ColdTier {
                 Err(e) => done.count(self.finish_fetch_aged(c.ino, c.idx, c.rec, Err(e), touch), 0),
             }
         }
-        located.sort_by_key(|(loc, _)| (loc.pack, loc.offset));
-        let blocks: Vec<(BlockId, BlockLoc)> = located.iter().map(|(loc, c)| (c.rec.block, *loc)).collect();
-        let results: Vec<Result<bytes::Bytes, ColdError>> = match self.get_blocks_buffered(&blocks) {
-            Ok(datas) => datas.into_iter().map(Ok).collect(),
-            Err(ColdError::Store(e)) => blocks.iter().map(|_| Err(ColdError::Store(e.clone()))).collect(),
-            Err(_) => blocks.iter().map(|_| Err(ColdError::NotFetched)).collect(),
+        located.sort_by_key(|(loc, c)| (loc.pack, loc.offset, c.rec.block));
+        // Each block once (a run cannot hold one block twice): `of[k]` is located[k]'s block.
+        let mut blocks: Vec<(BlockId, BlockLoc)> = Vec::with_capacity(located.len());
+        let of: Vec<usize> = located
+            .iter()
+            .map(|(loc, c)| {
+                if blocks.last() != Some(&(c.rec.block, *loc)) {
+                    blocks.push((c.rec.block, *loc));
+                }
+                blocks.len() - 1
+            })
+            .collect();
+        let results: Vec<Result<bytes::Bytes, ColdError>> = match self.get_blocks_buffered(&blocks, join) {
+            Ok(datas) => of.iter().map(|&k| datas.get(k).cloned().ok_or(ColdError::NotFetched)).collect(),
+            Err(ColdError::Store(e)) => of.iter().map(|_| Err(ColdError::Store(e.clone()))).collect(),
+            Err(_) => of.iter().map(|_| Err(ColdError::NotFetched)).collect(),
         };
         for ((_, c), data) in located.into_iter().zip(results) {
             let stored = data.and_then(|data| self.store_fetched(c.ino, c.file, c.idx, &c.rec, &data, true));
@@ -562,28 +598,42 @@ impl Fetched {
     }
 }
 
-/// Cuts the plan into batches of at most `BATCH_CHUNKS` chunks and about `BATCH_BYTES`
-/// (a batch always holds at least one chunk), as ranges of its indices.
-fn batches(plan: &[Planned]) -> Vec<std::ops::Range<usize>> {
-    let mut batches = Vec::new();
-    let mut rest = plan;
-    let mut at = 0;
-    while !rest.is_empty() {
-        let mut bytes = 0;
-        let n = rest
-            .iter()
-            .take(BATCH_CHUNKS)
-            .take_while(|p| {
-                let fits = bytes < BATCH_BYTES;
-                bytes += p.data;
-                fits
-            })
-            .count()
-            .max(1);
-        batches.push(at..at + n);
-        at += n;
-        rest = &rest[n..];
+/// Cuts the plan into batches, as lists of its indices: the planned chunks of one stretch of
+/// one pack (blocks within [`BATCH_SPAN`] bytes of its first), at most [`BATCH_CHUNKS`] of
+/// them and about [`BATCH_BYTES`] of data (a batch holds at least one chunk); chunks with no
+/// location go in batches of their own, in plan order. The batches are in the order of
+/// their first chunk in the plan, so the plan's order holds batch by batch: the stretch of a
+/// pack that holds the plan's first chunk comes first, with the chunks of later files that
+/// lie beside it (a pack read in a few requests, not one request per gap between the
+/// chunks the plan wanted first).
+fn batches(plan: &[Planned]) -> Vec<Vec<usize>> {
+    let mut by_pack: HashMap<Option<crate::crypto::Hash>, Vec<usize>> = HashMap::new();
+    for (i, p) in plan.iter().enumerate() {
+        by_pack.entry(p.loc.map(|l| l.pack)).or_default().push(i);
     }
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    for mut same in by_pack.into_values() {
+        same.sort_by_key(|&i| (plan[i].loc.map(|l| l.offset), i));
+        let mut batch: Vec<usize> = Vec::new();
+        let (mut from, mut bytes) = (0, 0);
+        for i in same {
+            let p = &plan[i];
+            let (offset, end) = p.loc.map_or((0, 0), |l| (l.offset, l.range().end));
+            if !batch.is_empty() && (batch.len() >= BATCH_CHUNKS || bytes >= BATCH_BYTES || end > from + BATCH_SPAN) {
+                batches.push(std::mem::take(&mut batch));
+            }
+            if batch.is_empty() {
+                (from, bytes) = (offset, 0);
+            }
+            batch.push(i);
+            bytes += p.data;
+        }
+        batches.push(batch);
+    }
+    for b in &mut batches {
+        b.sort_unstable();
+    }
+    batches.sort_unstable_by_key(|b| b[0]);
     batches
 }
 
