@@ -212,9 +212,8 @@ fn a_fresh_node_refills_in_the_order_the_last_session_first_read() {
     b.fx.umount();
 }
 
-/// Writes `files` (their directories made) through `a`, syncs, resets `a` (unmounted, local
-/// state wiped) and returns a fresh node mounted with `--no-refill`.
-fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)], cache: &str) -> Node {
+/// Writes `files` (their directories made) through a mount of `a`, syncs and unmounts.
+fn written(a: &mut Node, files: &[(String, Vec<u8>)]) {
     a.mount(&[]);
     for (rel, data) in files {
         if let Some((dir, _)) = rel.rsplit_once('/') {
@@ -224,6 +223,12 @@ fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)], cache: &str) ->
     }
     a.sync("tree").assert_success("tierfs sync");
     a.fx.umount();
+}
+
+/// [`written`], then resets `a` (local state wiped) and returns a fresh node mounted with
+/// `--no-refill`.
+fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)], cache: &str) -> Node {
+    written(a, files);
     a.wipe_local_state();
     let mut b = Node::new(&a.store_file);
     b.mount(&["--no-refill", "--cache-size", cache]);
@@ -449,16 +454,8 @@ fn a_refill_of_small_files_interleaved_in_few_packs_reads_each_pack_in_few_reque
     let servers = MotoServer::start_many(1, BUCKET);
     let made = round_robin(4747, DIRS, PER_DIR, 24 << 10);
     let mut a = Node::init(&servers, BUCKET, "interleaved");
-    a.mount(&[]);
-    for (rel, data) in &made {
-        if let Some((dir, _)) = rel.rsplit_once('/') {
-            fs::create_dir_all(a.fx.p(dir)).expect("mkdir");
-        }
-        fs::write(a.fx.p(rel), data).expect("write");
-    }
-    a.sync("made").assert_success("tierfs sync");
+    written(&mut a, &made);
     // A second session reads the tree in a walk's order, so that the reads reach tierfs.
-    a.fx.umount();
     a.mount(&[]);
     let mut walk = made.clone();
     walk.sort_by(|x, y| x.0.cmp(&y.0));
