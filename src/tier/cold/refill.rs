@@ -15,8 +15,9 @@
 //! - a refill batch starts only while no read or write waits for the store and no read-ahead
 //!   is queued, so foreground fetches never queue behind it; refilled chunks keep the age
 //!   they had (none on a fresh node), so they are evicted before anything used here;
-//! - a batch is one stretch of one pack (its planned blocks within [`BATCH_SPAN`] bytes), and
-//!   batches go in the order of their first chunk in the plan, so the ordered prefix leads;
+//! - a batch is one stretch of one pack (its planned blocks within [`BATCH_SPAN`] bytes) of
+//!   either the set's ordered prefix or the rest, never both, and batches go in the order of
+//!   their first chunk in the plan, so the ordered prefix leads;
 //!   a batch is read with [`RunJoin::Loose`]: in one ranged GET while the gaps (blocks not
 //!   planned, or local already) stay within the bytes it wants, so the refill reads at most
 //!   twice what it refills (and a trailer, at most 64 KiB, per run that spans a whole pack),
@@ -221,7 +222,7 @@ impl RefillRun {
         for (i, p) in plan.iter().enumerate() {
             by_ino.entry(p.ino).or_default().push(i);
         }
-        let batches = batches(&plan);
+        let batches = batches(&plan, ordered);
         RefillRun {
             taken: plan.iter().map(|_| AtomicBool::new(false)).collect(),
             prefix_batches: batches.iter().take_while(|b| b[0] < ordered).count(),
@@ -601,15 +602,16 @@ impl Fetched {
 /// Cuts the plan into batches, as lists of its indices: the planned chunks of one stretch of
 /// one pack (blocks within [`BATCH_SPAN`] bytes of its first), at most [`BATCH_CHUNKS`] of
 /// them and about [`BATCH_BYTES`] of data (a batch holds at least one chunk); chunks with no
-/// location go in batches of their own, in plan order. The batches are in the order of
-/// their first chunk in the plan, so the plan's order holds batch by batch: the stretch of a
-/// pack that holds the plan's first chunk comes first, with the chunks of later files that
-/// lie beside it (a pack read in a few requests, not one request per gap between the
-/// chunks the plan wanted first).
-fn batches(plan: &[Planned]) -> Vec<Vec<usize>> {
-    let mut by_pack: HashMap<Option<crate::crypto::Hash>, Vec<usize>> = HashMap::new();
+/// location go in batches of their own. The set's ordered prefix (the plan's first `ordered`
+/// chunks) is cut apart from the rest, so its batches hold only its chunks and its workers
+/// fetch nothing else. The batches are in the order of their first chunk in the plan: the
+/// stretch of a pack that holds the plan's first chunk comes first, with the chunks of the
+/// same part of the plan that lie beside it (a pack read in a few requests, not one request
+/// per gap between the chunks the plan wanted first).
+fn batches(plan: &[Planned], ordered: usize) -> Vec<Vec<usize>> {
+    let mut by_pack: HashMap<(bool, Option<crate::crypto::Hash>), Vec<usize>> = HashMap::new();
     for (i, p) in plan.iter().enumerate() {
-        by_pack.entry(p.loc.map(|l| l.pack)).or_default().push(i);
+        by_pack.entry((i < ordered, p.loc.map(|l| l.pack))).or_default().push(i);
     }
     let mut batches: Vec<Vec<usize>> = Vec::new();
     for mut same in by_pack.into_values() {
@@ -704,6 +706,37 @@ mod tests {
         let mut count = good;
         count[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(HotSet::decode(&count).is_err(), "a run count the length does not match");
+    }
+
+    fn planned(pack: u8, offset: u64, len: u32) -> Planned {
+        let loc = BlockLoc { pack: [pack; 32], offset, sealed_len: len, plain_len: len - 44, pack_len: 1 << 24 };
+        Planned { ino: 1, idx: offset, data: u64::from(len - 44), loc: Some(loc) }
+    }
+
+    #[test]
+    fn a_plan_is_cut_into_stretches_of_packs_in_the_order_of_their_first_chunk() {
+        let kib = 1u32 << 10;
+        // Read first: the second chunk of packs 1 and 2, then their first; then the rest,
+        // which lies between them in pack 1, and one chunk with no location.
+        let mut plan = vec![
+            planned(1, 100_000, 50 * kib),
+            planned(2, 0, 50 * kib),
+            planned(1, 0, 50 * kib),
+            planned(1, 300_000, 50 * kib),
+            planned(1, 200_000, 50 * kib),
+        ];
+        plan.push(Planned { loc: None, ..plan[0] });
+        // Pack 1's prefix (indices 0, 2, 3) in one batch, then pack 2's; the rest apart.
+        assert_eq!(batches(&plan, 4), vec![vec![0, 2, 3], vec![1], vec![4], vec![5]]);
+        // No prefix: pack 1 whole, in one batch, first since it holds the plan's first chunk.
+        assert_eq!(batches(&plan, 0), vec![vec![0, 2, 3, 4], vec![1], vec![5]]);
+        // A stretch ends BATCH_SPAN bytes from its first block; a batch at BATCH_CHUNKS.
+        let far: Vec<Planned> = (0..3).map(|i| planned(1, i * (BATCH_SPAN / 2 + 1), 4 * kib)).collect();
+        assert_eq!(batches(&far, 0), vec![vec![0, 1], vec![2]]);
+        let many: Vec<Planned> = (0..BATCH_CHUNKS as u64 + 1).map(|i| planned(1, i * 100, 100)).collect();
+        let cut = batches(&many, 0);
+        assert_eq!((cut.len(), cut[0].len()), (2, BATCH_CHUNKS));
+        assert!(batches(&[], 0).is_empty());
     }
 
     #[test]
