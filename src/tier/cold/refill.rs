@@ -371,10 +371,19 @@ impl ColdTier {
             };
             let (fit, bytes) = self.reserve_fitting(&batch, &mut r, &run.halt);
             drop(r);
+            // Each chunk's reservation ends as it lands (it counts as resident from then on),
+            // not when the whole batch is back: else a batch's landed bytes count twice, and
+            // the next batch finds no room it has.
+            let left = std::cell::Cell::new(bytes);
+            let landed = |b: u64| {
+                let b = b.min(left.get());
+                left.set(left.get() - b);
+                *run.reserved.lock() -= b;
+            };
             if !fit.is_empty() {
-                self.refill_batch(fit, open, started);
+                self.refill_batch(fit, open, started, &landed);
             }
-            *run.reserved.lock() -= bytes;
+            *run.reserved.lock() -= left.get();
         }
     }
 
@@ -496,14 +505,20 @@ impl ColdTier {
         room
     }
 
-    fn refill_batch(&self, batch: &[Planned], open: &(dyn Fn(Ino) -> Option<Arc<File>> + Sync), started: Instant) {
+    fn refill_batch(
+        &self,
+        batch: &[Planned],
+        open: &(dyn Fn(Ino) -> Option<Arc<File>> + Sync),
+        started: Instant,
+        landed: &dyn Fn(u64),
+    ) {
         let mut files: HashMap<Ino, Option<Arc<File>>> = HashMap::new();
         let items: Vec<(Ino, u64, Arc<File>)> = batch
             .iter()
             .filter_map(|p| files.entry(p.ino).or_insert_with(|| open(p.ino)).clone().map(|f| (p.ino, p.idx, f)))
             .collect();
         let gone = (batch.len() - items.len()) as u64;
-        let got = self.fetch_many(&items, false, RunJoin::Loose);
+        let got = self.fetch_many(&items, false, RunJoin::Loose, landed);
         if let Some(stats) = self.refill.lock().as_mut() {
             stats.fetched_chunks += got.chunks;
             stats.fetched_bytes += got.bytes;
@@ -522,7 +537,14 @@ impl ColdTier {
     /// fetched, sorted by where their blocks lie so each pack is read in as few ranged GETs as
     /// the gaps `join` accepts allow; a block several chunks hold is read once. `touch`: the
     /// chunks count as just used (read-ahead for a reader), or keep their age (the refill).
-    pub(super) fn fetch_many(&self, items: &[(Ino, u64, Arc<File>)], touch: bool, join: RunJoin) -> Fetched {
+    /// `landed` is told the data bytes of each chunk as it becomes resident.
+    pub(super) fn fetch_many(
+        &self,
+        items: &[(Ino, u64, Arc<File>)],
+        touch: bool,
+        join: RunJoin,
+        landed: &dyn Fn(u64),
+    ) -> Fetched {
         let mine: Vec<Claimed<'_>> = {
             let mut st = self.state.lock();
             items
@@ -562,7 +584,11 @@ impl ColdTier {
         };
         for ((_, c), data) in located.into_iter().zip(results) {
             let stored = data.and_then(|data| self.store_fetched(c.ino, c.file, c.idx, &c.rec, &data, true));
-            done.count(self.finish_fetch_aged(c.ino, c.idx, c.rec, stored, touch), u64::from(c.rec.data));
+            let result = self.finish_fetch_aged(c.ino, c.idx, c.rec, stored, touch);
+            if result.is_ok() {
+                landed(u64::from(c.rec.data));
+            }
+            done.count(result, u64::from(c.rec.data));
         }
         done
     }
@@ -602,7 +628,7 @@ impl Fetched {
 /// Cuts the plan into batches, as lists of its indices: the planned chunks of one stretch of
 /// one pack (blocks within [`BATCH_SPAN`] bytes of its first), at most [`BATCH_CHUNKS`] of
 /// them and about [`BATCH_BYTES`] of data (a batch holds at least one chunk); chunks with no
-/// location go in batches of their own. The set's ordered prefix (the plan's first `ordered`
+/// location go in batches of their own, and a chunk of half a chunk's data or more alone. The set's ordered prefix (the plan's first `ordered`
 /// chunks) is cut apart from the rest, so its batches hold only its chunks and its workers
 /// fetch nothing else. The batches are in the order of their first chunk in the plan: the
 /// stretch of a pack that holds the plan's first chunk comes first, with the chunks of the
@@ -610,10 +636,16 @@ impl Fetched {
 /// per gap between the chunks the plan wanted first).
 fn batches(plan: &[Planned], ordered: usize) -> Vec<Vec<usize>> {
     let mut by_pack: HashMap<(bool, Option<crate::crypto::Hash>), Vec<usize>> = HashMap::new();
-    for (i, p) in plan.iter().enumerate() {
-        by_pack.entry((i < ordered, p.loc.map(|l| l.pack))).or_default().push(i);
-    }
     let mut batches: Vec<Vec<usize>> = Vec::new();
+    for (i, p) in plan.iter().enumerate() {
+        if p.data >= CHUNK_SIZE / 2 {
+            // A large chunk is a request's worth alone, and joined to small ones it would
+            // take the room of the plan's next small chunks when the cache is nearly full.
+            batches.push(vec![i]);
+        } else {
+            by_pack.entry((i < ordered, p.loc.map(|l| l.pack))).or_default().push(i);
+        }
+    }
     for mut same in by_pack.into_values() {
         same.sort_by_key(|&i| (plan[i].loc.map(|l| l.offset), i));
         let mut batch: Vec<usize> = Vec::new();
@@ -733,6 +765,9 @@ mod tests {
         // A stretch ends BATCH_SPAN bytes from its first block; a batch at BATCH_CHUNKS.
         let far: Vec<Planned> = (0..3).map(|i| planned(1, i * (BATCH_SPAN / 2 + 1), 4 * kib)).collect();
         assert_eq!(batches(&far, 0), vec![vec![0, 1], vec![2]]);
+        // A large chunk between small ones of its pack goes alone.
+        let big = [planned(1, 0, 4 * kib), planned(1, 4096, 3 << 20), planned(1, 4 << 20, 4 * kib)];
+        assert_eq!(batches(&big, 0), vec![vec![0, 2], vec![1]]);
         let many: Vec<Planned> = (0..BATCH_CHUNKS as u64 + 1).map(|i| planned(1, i * 100, 100)).collect();
         let cut = batches(&many, 0);
         assert_eq!((cut.len(), cut[0].len()), (2, BATCH_CHUNKS));

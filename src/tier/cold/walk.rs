@@ -155,7 +155,7 @@ impl ColdTier {
                 }
             })
             .collect();
-        self.fetch_many(&items, true, RunJoin::Tight);
+        self.fetch_many(&items, true, RunJoin::Tight, &|_| ());
     }
 
     /// The queued files whose first chunk is still only in the store and not being fetched,
