@@ -13,7 +13,7 @@ use tokio::runtime::Handle;
 
 use crate::block::{BlockId, BlockLoc, PackBuilder};
 use crate::crypto::Keys;
-use crate::store::{Store, StoreError};
+use crate::store::{RunJoin, Store, StoreError};
 use crate::tier::{BlockStore, Near};
 
 /// The cold tier's view of a store.
@@ -41,8 +41,8 @@ impl BlockStore for StoreBlocks {
         self.handle.block_on(self.store.get_block(id, loc))
     }
 
-    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, StoreError> {
-        self.handle.block_on(self.store.get_blocks(blocks))
+    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)], join: RunJoin) -> Result<Vec<Bytes>, StoreError> {
+        self.handle.block_on(self.store.get_blocks(blocks, join))
     }
 
     fn get_block_near(&self, id: &BlockId, loc: &BlockLoc, window: u64) -> Result<Near, StoreError> {

@@ -55,6 +55,32 @@ pub const MAX_RUN_GAP: u64 = 256 << 10;
 /// wanted, so a run never reads more than 1.2 times what it was asked for (a walk of files
 /// made round-robin asks for blocks with other directories' files between them).
 const GAP_SHARE: u64 = 5;
+
+/// How [`Store::get_blocks`] joins blocks of one pack into one ranged GET: what a run may read
+/// that nobody asked for (the gaps between the blocks wanted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunJoin {
+    /// Reads a reader waits for (misses, read-ahead, walks): each gap at most [`MAX_RUN_GAP`]
+    /// and all of a run's gaps at most a fifth of its blocks' bytes ([`GAP_SHARE`]), so a run
+    /// reads at most 1.2 times what it was asked for.
+    Tight,
+    /// Background reads of many blocks (the refill after a reset): any gap, while a run's gaps
+    /// add up to at most its blocks' bytes, so a run reads at most twice what it was asked
+    /// for, in far fewer requests. The caller bounds a run's span (its batch); a store that
+    /// answers each range by reading the whole object (moto) pays per request, not per byte.
+    Loose,
+}
+
+impl RunJoin {
+    /// Whether a run of `wanted` bytes with `gaps` bytes of gaps takes a next block of `next`
+    /// bytes `gap` bytes after its end.
+    fn joins(self, wanted: u64, gaps: u64, gap: u64, next: u64) -> bool {
+        match self {
+            RunJoin::Tight => gap <= MAX_RUN_GAP && (gaps + gap) * GAP_SHARE <= wanted + next,
+            RunJoin::Loose => gaps + gap <= wanted + next,
+        }
+    }
+}
 /// [`Store::get_blocks`] reads this many runs (packs) at once.
 pub const PARALLEL_RUNS: usize = 8;
 /// Block entries of pack trailers kept in memory (56 bytes each, some 11 MiB): the packs of
@@ -474,36 +500,13 @@ impl Store {
         }
     }
 
-    /// Fetches several blocks, in order. Runs of blocks that lie in one pack in order, at most
-    /// [`MAX_RUN_GAP`] apart and with gaps of at most a fifth of their bytes ([`GAP_SHARE`]),
-    /// are read with one range GET (then each is decrypted in its part of the body and verified
-    /// on its own; the gaps, blocks nobody asked for, are skipped); a
-    /// run whose read or check fails falls back to one verified read per block. Up to
-    /// [`PARALLEL_RUNS`] runs are read at once (blocks of many files lie in many packs).
-    pub async fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>> {
-        let mut runs = Vec::new();
-        let mut i = 0;
-        while i < blocks.len() {
-            let mut j = i + 1;
-            // Bytes of the run's blocks and of the gaps between them.
-            let (mut wanted, mut gaps) = (u64::from(blocks[i].1.sealed_len), 0);
-            while j < blocks.len() && blocks[j].1.pack == blocks[i].1.pack && {
-                let end = blocks[j - 1].1.range().end;
-                let gap = blocks[j].1.offset.saturating_sub(end);
-                let joins = blocks[j].1.offset >= end
-                    && gap <= MAX_RUN_GAP
-                    && (gaps + gap) * GAP_SHARE <= wanted + u64::from(blocks[j].1.sealed_len);
-                if joins {
-                    wanted += u64::from(blocks[j].1.sealed_len);
-                    gaps += gap;
-                }
-                joins
-            } {
-                j += 1;
-            }
-            runs.push(i..j);
-            i = j;
-        }
+    /// Fetches several blocks, in order. Runs of blocks that lie in one pack in order, with
+    /// gaps `join` accepts ([`RunJoin`]), are read with one range GET (then each is decrypted
+    /// in its part of the body and verified on its own; the gaps, blocks nobody asked for, are
+    /// skipped); a run whose read or check fails falls back to one verified read per block.
+    /// Up to [`PARALLEL_RUNS`] runs are read at once (blocks of many files lie in many packs).
+    pub async fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)], join: RunJoin) -> Result<Vec<Bytes>> {
+        let runs = runs_of(blocks, join);
         let mut read = futures::stream::iter(runs)
             .map(|r| async move { Ok::<_, StoreError>((r.start, self.get_run(&blocks[r]).await?)) })
             .buffered(PARALLEL_RUNS);
@@ -766,6 +769,33 @@ fn neighbourhood(
     blocks[first..=last].to_vec()
 }
 
+/// The runs [`Store::get_blocks`] reads `blocks` in, as ranges of their indices: blocks that
+/// lie in one pack in order, with gaps `join` accepts, go in one run.
+fn runs_of(blocks: &[(BlockId, BlockLoc)], join: RunJoin) -> Vec<std::ops::Range<usize>> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut j = i + 1;
+        // Bytes of the run's blocks and of the gaps between them.
+        let (mut wanted, mut gaps) = (u64::from(blocks[i].1.sealed_len), 0);
+        while j < blocks.len() && blocks[j].1.pack == blocks[i].1.pack && {
+            let end = blocks[j - 1].1.range().end;
+            let gap = blocks[j].1.offset.saturating_sub(end);
+            let joins = blocks[j].1.offset >= end && join.joins(wanted, gaps, gap, u64::from(blocks[j].1.sealed_len));
+            if joins {
+                wanted += u64::from(blocks[j].1.sealed_len);
+                gaps += gap;
+            }
+            joins
+        } {
+            j += 1;
+        }
+        runs.push(i..j);
+        i = j;
+    }
+    runs
+}
+
 fn run_range(run: &[(BlockId, BlockLoc)]) -> std::ops::Range<u64> {
     let (Some((_, first)), Some((_, last))) = (run.first(), run.last()) else { return 0..0 };
     let end = last.range().end;
@@ -826,15 +856,15 @@ mod tests {
         let data: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i + 1; 3000 + usize::from(i)]).collect();
         let blocks: Vec<_> = data.iter().map(|d| (store.keys().block_id(d), d.as_slice())).collect();
         let locs = store.put_blocks(&blocks).await.expect("put");
-        let all = store.get_blocks(&locs).await.expect("get all");
+        let all = store.get_blocks(&locs, RunJoin::Tight).await.expect("get all");
         assert_eq!(all, data);
         // Not adjacent, out of order, repeated: still each block's own bytes.
         let pick = [locs[3], locs[0], locs[2], locs[3]];
-        let got = store.get_blocks(&pick).await.expect("get some");
+        let got = store.get_blocks(&pick, RunJoin::Tight).await.expect("get some");
         assert_eq!(got, vec![data[3].clone(), data[0].clone(), data[2].clone(), data[3].clone()]);
         // Every other block: one read with gaps, each block still its own bytes.
         let every_other = [locs[0], locs[2], locs[4]];
-        let got = store.get_blocks(&every_other).await.expect("get with gaps");
+        let got = store.get_blocks(&every_other, RunJoin::Tight).await.expect("get with gaps");
         assert_eq!(got, vec![data[0].clone(), data[2].clone(), data[4].clone()]);
     }
 
@@ -877,6 +907,30 @@ mod tests {
         let (id, mut loc) = locs[5];
         loc.pack_len += 1;
         assert!(neighbourhood(&listed, &id, &loc, 1 << 20).len() == 1);
+    }
+
+    #[test]
+    fn a_loose_run_reads_at_most_twice_its_blocks_in_one_request_where_a_tight_one_splits() {
+        // Blocks of 60 000 bytes every 100 000 (a pack whose files are wanted three in five).
+        let block = |pack: u8, offset: u64, len: u32| {
+            ([0; 32], BlockLoc { pack: [pack; 32], offset, sealed_len: len, plain_len: len - 44, pack_len: 1 << 24 })
+        };
+        let every: Vec<_> = (0..30).map(|i| block(1, i * 100_000, 60_000)).collect();
+        assert_eq!(runs_of(&every, RunJoin::Tight).len(), 30, "a 40 000-byte gap is more than a fifth");
+        assert_eq!(runs_of(&every, RunJoin::Loose), vec![0..30]);
+        // Wanted two in five: a run stops before its gaps pass its blocks' bytes.
+        let sparse: Vec<_> = (0..30).map(|i| block(1, i * 100_000, 40_000)).collect();
+        let runs = runs_of(&sparse, RunJoin::Loose);
+        assert_eq!(runs.len(), 10, "{runs:?}");
+        for r in runs {
+            let (span, wanted) = (run_range(&sparse[r.clone()]), 40_000 * r.len() as u64);
+            assert!(span.end - span.start <= 2 * wanted, "{r:?} reads {span:?} for {wanted} bytes");
+        }
+        // Gaps past a run's bytes start a new run, so do another pack and a block out of order.
+        let far =
+            [(0, 1), (50_000, 1), (5_000_000, 1), (5_100_000, 2), (0, 2)].map(|(at, pack)| block(pack, at, 40_000));
+        assert_eq!(runs_of(&far, RunJoin::Loose), vec![0..2, 2..3, 3..4, 4..5]);
+        assert_eq!(runs_of(&[], RunJoin::Loose), Vec::<std::ops::Range<usize>>::new());
     }
 
     #[test]

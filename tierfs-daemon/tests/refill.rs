@@ -127,7 +127,11 @@ fn a_fresh_node_refills_what_the_last_node_used_and_nothing_else() {
     let resident = cold_u64(&small, "resident_bytes");
     assert!(resident <= 8 * MIB / 10 * 9, "the refill went past 90% of the cache: {resident} bytes");
     for (rel, data) in &tree.small {
-        assert!(cached(&small, rel) >= data.len() as u64, "{rel}, read first on A, was not refilled first");
+        assert!(
+            cached(&small, rel) >= data.len() as u64,
+            "{rel}, read first on A, was not refilled first: {refill}\n{}",
+            small.daemon_log()
+        );
     }
     small.fx.umount();
 
@@ -208,9 +212,8 @@ fn a_fresh_node_refills_in_the_order_the_last_session_first_read() {
     b.fx.umount();
 }
 
-/// Writes `files` (their directories made) through `a`, syncs, resets `a` (unmounted, local
-/// state wiped) and returns a fresh node mounted with `--no-refill`.
-fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)], cache: &str) -> Node {
+/// Writes `files` (their directories made) through a mount of `a`, syncs and unmounts.
+fn written(a: &mut Node, files: &[(String, Vec<u8>)]) {
     a.mount(&[]);
     for (rel, data) in files {
         if let Some((dir, _)) = rel.rsplit_once('/') {
@@ -220,6 +223,12 @@ fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)], cache: &str) ->
     }
     a.sync("tree").assert_success("tierfs sync");
     a.fx.umount();
+}
+
+/// [`written`], then resets `a` (local state wiped) and returns a fresh node mounted with
+/// `--no-refill`.
+fn written_then_reset(a: &mut Node, files: &[(String, Vec<u8>)], cache: &str) -> Node {
+    written(a, files);
     a.wipe_local_state();
     let mut b = Node::new(&a.store_file);
     b.mount(&["--no-refill", "--cache-size", cache]);
@@ -429,5 +438,47 @@ fn a_miss_brings_its_pack_neighbours_so_one_file_directories_cost_few_requests()
     for (rel, data) in &files {
         assert!(cached(&b, rel) >= data.len() as u64, "{rel} is not cached after being read");
     }
+    b.fx.umount();
+}
+
+/// Issue 47: the refill reads each pack in a few large ranged GETs, not one per gap between
+/// the chunks it wants first. Small files made round-robin across directories lie interleaved
+/// in few packs; the last session read them directory by directory (its ordered prefix), so
+/// the refill's first chunks lie one in eight along every pack. A fresh node refills them all
+/// in a few GETs per pack, and the store sends at most twice what it refilled.
+#[test]
+fn a_refill_of_small_files_interleaved_in_few_packs_reads_each_pack_in_few_requests() {
+    const DIRS: usize = 8;
+    const PER_DIR: usize = 100;
+    common::require_fuse();
+    let servers = MotoServer::start_many(1, BUCKET);
+    let made = round_robin(4747, DIRS, PER_DIR, 24 << 10);
+    let mut a = Node::init(&servers, BUCKET, "interleaved");
+    written(&mut a, &made);
+    // A second session reads the tree in a walk's order, so that the reads reach tierfs.
+    a.mount(&[]);
+    let mut walk = made.clone();
+    walk.sort_by(|x, y| x.0.cmp(&y.0));
+    read_all(&a.fx.mountpoint, &walk);
+    a.fx.umount();
+    a.wipe_local_state();
+    let packs = servers[0].list_keys(BUCKET).iter().filter(|k| k.starts_with("interleaved/packs/")).count() as u64;
+    assert!(packs >= 2, "the tree fits in one pack: {packs}");
+
+    let mut b = Node::new(&a.store_file);
+    b.mount(&[]);
+    let refill = refill_end(&b);
+    let (gets, received) = (range_gets(&b), received_bytes(&b));
+    assert_eq!(refill["state"], "done", "{refill}\n{}", b.daemon_log());
+    assert_eq!(refill["fetched_chunks"], made.len() as u64, "{refill}");
+    assert_eq!(refill["ordered_chunks"], made.len() as u64, "every file read is in the ordered prefix: {refill}");
+    let fetched = refill["fetched_bytes"].as_u64().expect("fetched_bytes");
+    // One GET per stretch of a pack (at most two chunks' worth): a handful per 16 MiB pack,
+    // where cutting the pack at every gap between the chunks read first costs hundreds.
+    assert!(gets <= 3 * packs, "{gets} ranged GETs to refill {} files from {packs} packs: {refill}", made.len());
+    assert!(received <= 2 * fetched + MIB, "the store sent {received} bytes to refill {fetched}: {refill}");
+    let misses = cold_u64(&b, "read_misses");
+    read_all(&b.fx.mountpoint, &walk);
+    assert_eq!(cold_u64(&b, "read_misses"), misses, "reads of refilled files went to the store");
     b.fx.umount();
 }

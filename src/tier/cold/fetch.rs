@@ -21,6 +21,7 @@ use parking_lot::MutexGuard;
 use super::{ColdError, ColdTier, MAX_REFILL_BUMPS, ReadGuard, State, chunks_of};
 use crate::block::{self, BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::{ChunkRecord, MetaBatch};
+use crate::store::RunJoin;
 use crate::types::Ino;
 
 /// Counts foreground fetches in flight while alive (see [`ColdTier::hydrate`]).
@@ -378,7 +379,7 @@ impl ColdTier {
         }
         if !wanted.is_empty() {
             let blocks: Vec<(BlockId, BlockLoc)> = wanted.iter().map(|(_, b)| *b).collect();
-            match self.get_blocks_buffered(&blocks) {
+            match self.get_blocks_buffered(&blocks, RunJoin::Tight) {
                 Ok(datas) => {
                     for ((slot, _), data) in wanted.iter().zip(datas) {
                         results[*slot] = Some(Ok(Some(data)));

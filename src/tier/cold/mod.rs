@@ -67,7 +67,7 @@ use super::{HotTier, HotTierError};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, PackBuilder, ZERO_BLOCK};
 use crate::crypto::{Hash, Keys};
 use crate::meta::{ChunkRecord, MetaBatch, MetaError, MetaStore};
-use crate::store::StoreError;
+use crate::store::{RunJoin, StoreError};
 use crate::types::ErrorKind;
 use crate::types::Ino;
 
@@ -98,9 +98,10 @@ pub trait BlockStore: Send + Sync {
     fn put_pack(&self, pack: PackBuilder) -> Result<Vec<(BlockId, BlockLoc)>, StoreError>;
     /// Fetches and verifies one block.
     fn get_block(&self, id: &BlockId, loc: &BlockLoc) -> Result<Bytes, StoreError>;
-    /// Fetches and verifies several blocks (in order); blocks next to each other in one pack
-    /// may come in one request.
-    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, StoreError> {
+    /// Fetches and verifies several blocks (in order); blocks near each other in one pack may
+    /// come in one request, with the gaps between them that `join` accepts.
+    fn get_blocks(&self, blocks: &[(BlockId, BlockLoc)], join: RunJoin) -> Result<Vec<Bytes>, StoreError> {
+        let _ = join;
         blocks.iter().map(|(id, loc)| self.get_block(id, loc)).collect()
     }
     /// Fetches and verifies block `id` and, in the same request where the store can, the

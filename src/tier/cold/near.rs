@@ -29,6 +29,7 @@ use bytes::Bytes;
 use super::{ColdError, ColdTier};
 use crate::block::{BlockId, BlockLoc};
 use crate::meta::ChunkRecord;
+use crate::store::RunJoin;
 use crate::types::Ino;
 
 /// While neighbours go unused, one miss in this many still fetches them (a walk may start).
@@ -183,7 +184,11 @@ impl ColdTier {
     /// from the buffer instead.
     ///
     /// [`BlockStore::get_blocks`]: super::BlockStore::get_blocks
-    pub(super) fn get_blocks_buffered(&self, blocks: &[(BlockId, BlockLoc)]) -> Result<Vec<Bytes>, ColdError> {
+    pub(super) fn get_blocks_buffered(
+        &self,
+        blocks: &[(BlockId, BlockLoc)],
+        join: RunJoin,
+    ) -> Result<Vec<Bytes>, ColdError> {
         let mut out: Vec<Option<Bytes>> = {
             let mut near = self.near.lock();
             blocks.iter().map(|(id, _)| near.take(id)).collect()
@@ -193,7 +198,7 @@ impl ColdTier {
         let rest: Vec<(BlockId, BlockLoc)> =
             blocks.iter().zip(&out).filter(|(_, got)| got.is_none()).map(|(b, _)| *b).collect();
         if !rest.is_empty() {
-            let mut fetched = self.store.get_blocks(&rest)?.into_iter();
+            let mut fetched = self.store.get_blocks(&rest, join)?.into_iter();
             for slot in out.iter_mut().filter(|s| s.is_none()) {
                 *slot = fetched.next();
             }

@@ -15,6 +15,13 @@
 //! - a refill batch starts only while no read or write waits for the store and no read-ahead
 //!   is queued, so foreground fetches never queue behind it; refilled chunks keep the age
 //!   they had (none on a fresh node), so they are evicted before anything used here;
+//! - a batch is one stretch of one pack (its planned blocks within [`BATCH_SPAN`] bytes) of
+//!   either the set's ordered prefix or the rest, never both, and batches go in the order of
+//!   their first chunk in the plan, so the ordered prefix leads;
+//!   a batch is read with [`RunJoin::Loose`]: in one ranged GET while the gaps (blocks not
+//!   planned, or local already) stay within the bytes it wants, so the refill reads at most
+//!   twice what it refills (and a trailer, at most 64 KiB, per run that spans a whole pack),
+//!   and a worker holds at most one stretch in memory;
 //! - the batches of the set's ordered prefix are fetched by every worker, the rest by one;
 //! - each chunk of the plan is fetched by one batch: the plan's next, or the rest of a file
 //!   a foreground read found not yet refilled (that file goes first), whichever takes it first;
@@ -33,14 +40,19 @@ use super::fetch::Fetch;
 use super::{ColdError, ColdTier};
 use crate::block::{BlockId, BlockLoc, CHUNK_SIZE, ZERO_BLOCK};
 use crate::meta::ChunkRecord;
+use crate::store::RunJoin;
 use crate::types::Ino;
 
 /// A hot set names at most this many chunks (the store's limits derive its size bound from it).
 pub use crate::store::limits::{MAX_HOT_CHUNKS, MAX_HOT_ORDERED};
 /// A refill batch: about this many bytes of data, in one or a few ranged GETs.
 const BATCH_BYTES: u64 = 2 * CHUNK_SIZE;
-/// ...or this many chunks (small files).
+/// ...or this many chunks (small files; each batch opens their data files at once).
 const BATCH_CHUNKS: usize = 256;
+/// ...whose blocks lie within this many bytes of one pack: a batch is one stretch of one pack,
+/// read in one ranged GET when its planned blocks fill at least half of it
+/// ([`RunJoin::Loose`]), so what a batch holds in memory stays within this bound.
+const BATCH_SPAN: u64 = 2 * CHUNK_SIZE;
 /// How often a refill worker looks again while foreground reads use the store.
 const YIELD: Duration = Duration::from_millis(5);
 
@@ -180,6 +192,9 @@ struct Planned {
     ino: Ino,
     idx: u64,
     data: u64,
+    /// Where its block lay when the refill was planned (`None`: not in the local index; the
+    /// fetch reports it). Only to cut the plan into batches: a fetch locates the block again.
+    loc: Option<BlockLoc>,
 }
 
 /// A running refill's plan, shared by its workers: each chunk is taken by one batch only,
@@ -188,8 +203,8 @@ struct RefillRun {
     plan: Vec<Planned>,
     /// Each chunk of the plan, once taken.
     taken: Vec<AtomicBool>,
-    /// The plan's batches, as ranges of its indices.
-    batches: Vec<std::ops::Range<usize>>,
+    /// The plan's batches, as lists of its indices ([`batches`]).
+    batches: Vec<Vec<usize>>,
     /// The plan's indices of each file's chunks.
     by_ino: HashMap<Ino, Vec<usize>>,
     next: AtomicUsize,
@@ -207,10 +222,11 @@ impl RefillRun {
         for (i, p) in plan.iter().enumerate() {
             by_ino.entry(p.ino).or_default().push(i);
         }
+        let batches = batches(&plan, ordered);
         RefillRun {
             taken: plan.iter().map(|_| AtomicBool::new(false)).collect(),
-            prefix_batches: batches(&plan).iter().take_while(|b| b.start < ordered).count(),
-            batches: batches(&plan),
+            prefix_batches: batches.iter().take_while(|b| b[0] < ordered).count(),
+            batches,
             by_ino,
             plan,
             next: AtomicUsize::new(0),
@@ -349,16 +365,25 @@ impl ColdTier {
                 // workers would take the CPU and disk from this session's own first reads.
                 None if worker > 0 && run.next.load(Ordering::Acquire) >= run.prefix_batches => return,
                 None => match run.batches.get(run.next.fetch_add(1, Ordering::AcqRel)) {
-                    Some(range) => run.claim(range.clone()),
+                    Some(batch) => run.claim(batch.iter().copied()),
                     None => return,
                 },
             };
             let (fit, bytes) = self.reserve_fitting(&batch, &mut r, &run.halt);
             drop(r);
+            // Each chunk's reservation ends as it lands (it counts as resident from then on),
+            // not when the whole batch is back: else a batch's landed bytes count twice, and
+            // the next batch finds no room it has.
+            let left = std::cell::Cell::new(bytes);
+            let landed = |b: u64| {
+                let b = b.min(left.get());
+                left.set(left.get() - b);
+                *run.reserved.lock() -= b;
+            };
             if !fit.is_empty() {
-                self.refill_batch(fit, open, started);
+                self.refill_batch(fit, open, started, &landed);
             }
-            *run.reserved.lock() -= bytes;
+            *run.reserved.lock() -= left.get();
         }
     }
 
@@ -381,12 +406,13 @@ impl ColdTier {
     }
 
     /// The chunks of `set` to fetch, each once, in the set's order: those evicted here whose
-    /// record says they hold data; with how many of them come from its ordered prefix.
+    /// record says they hold data, each with where its block lies (looked up once the state
+    /// is unlocked); with how many of them come from its ordered prefix.
     fn refill_plan(&self, set: &HotSet) -> (Vec<Planned>, usize) {
         let st = self.state.lock();
         let mut seen = std::collections::HashSet::new();
         let mut ordered = 0;
-        let plan = set
+        let wanted: Vec<(Ino, u64, ChunkRecord)> = set
             .chunks
             .iter()
             .enumerate()
@@ -395,7 +421,17 @@ impl ColdTier {
                 let c = st.files.get(&ino)?.chunks.get(&idx)?;
                 let r = c.rec.filter(|r| c.evicted() && r.block != ZERO_BLOCK)?;
                 ordered += usize::from(i < set.ordered);
-                Some(Planned { ino, idx, data: u64::from(r.data) })
+                Some((ino, idx, r))
+            })
+            .collect();
+        drop(st);
+        let plan = wanted
+            .into_iter()
+            .map(|(ino, idx, r)| Planned {
+                ino,
+                idx,
+                data: u64::from(r.data),
+                loc: self.locate(ino, idx, &r).ok().flatten(),
             })
             .collect();
         (plan, ordered)
@@ -469,14 +505,20 @@ impl ColdTier {
         room
     }
 
-    fn refill_batch(&self, batch: &[Planned], open: &(dyn Fn(Ino) -> Option<Arc<File>> + Sync), started: Instant) {
+    fn refill_batch(
+        &self,
+        batch: &[Planned],
+        open: &(dyn Fn(Ino) -> Option<Arc<File>> + Sync),
+        started: Instant,
+        landed: &dyn Fn(u64),
+    ) {
         let mut files: HashMap<Ino, Option<Arc<File>>> = HashMap::new();
         let items: Vec<(Ino, u64, Arc<File>)> = batch
             .iter()
             .filter_map(|p| files.entry(p.ino).or_insert_with(|| open(p.ino)).clone().map(|f| (p.ino, p.idx, f)))
             .collect();
         let gone = (batch.len() - items.len()) as u64;
-        let got = self.fetch_many(&items, false);
+        let got = self.fetch_many(&items, false, RunJoin::Loose, landed);
         if let Some(stats) = self.refill.lock().as_mut() {
             stats.fetched_chunks += got.chunks;
             stats.fetched_bytes += got.bytes;
@@ -493,9 +535,16 @@ impl ColdTier {
 
     /// Fetches chunks of any files (each with its data file) that are evicted and not being
     /// fetched, sorted by where their blocks lie so each pack is read in as few ranged GETs as
-    /// its gaps allow. `touch`: the chunks count as just used (read-ahead for a reader), or
-    /// keep their age (the refill).
-    pub(super) fn fetch_many(&self, items: &[(Ino, u64, Arc<File>)], touch: bool) -> Fetched {
+    /// the gaps `join` accepts allow; a block several chunks hold is read once. `touch`: the
+    /// chunks count as just used (read-ahead for a reader), or keep their age (the refill).
+    /// `landed` is told the data bytes of each chunk as it becomes resident.
+    pub(super) fn fetch_many(
+        &self,
+        items: &[(Ino, u64, Arc<File>)],
+        touch: bool,
+        join: RunJoin,
+        landed: &dyn Fn(u64),
+    ) -> Fetched {
         let mine: Vec<Claimed<'_>> = {
             let mut st = self.state.lock();
             items
@@ -516,16 +565,30 @@ impl ColdTier {
                 Err(e) => done.count(self.finish_fetch_aged(c.ino, c.idx, c.rec, Err(e), touch), 0),
             }
         }
-        located.sort_by_key(|(loc, _)| (loc.pack, loc.offset));
-        let blocks: Vec<(BlockId, BlockLoc)> = located.iter().map(|(loc, c)| (c.rec.block, *loc)).collect();
-        let results: Vec<Result<bytes::Bytes, ColdError>> = match self.get_blocks_buffered(&blocks) {
-            Ok(datas) => datas.into_iter().map(Ok).collect(),
-            Err(ColdError::Store(e)) => blocks.iter().map(|_| Err(ColdError::Store(e.clone()))).collect(),
-            Err(_) => blocks.iter().map(|_| Err(ColdError::NotFetched)).collect(),
+        located.sort_by_key(|(loc, c)| (loc.pack, loc.offset, c.rec.block));
+        // Each block once (a run cannot hold one block twice): `of[k]` is located[k]'s block.
+        let mut blocks: Vec<(BlockId, BlockLoc)> = Vec::with_capacity(located.len());
+        let of: Vec<usize> = located
+            .iter()
+            .map(|(loc, c)| {
+                if blocks.last() != Some(&(c.rec.block, *loc)) {
+                    blocks.push((c.rec.block, *loc));
+                }
+                blocks.len() - 1
+            })
+            .collect();
+        let results: Vec<Result<bytes::Bytes, ColdError>> = match self.get_blocks_buffered(&blocks, join) {
+            Ok(datas) => of.iter().map(|&k| datas.get(k).cloned().ok_or(ColdError::NotFetched)).collect(),
+            Err(ColdError::Store(e)) => of.iter().map(|_| Err(ColdError::Store(e.clone()))).collect(),
+            Err(_) => of.iter().map(|_| Err(ColdError::NotFetched)).collect(),
         };
         for ((_, c), data) in located.into_iter().zip(results) {
             let stored = data.and_then(|data| self.store_fetched(c.ino, c.file, c.idx, &c.rec, &data, true));
-            done.count(self.finish_fetch_aged(c.ino, c.idx, c.rec, stored, touch), u64::from(c.rec.data));
+            let result = self.finish_fetch_aged(c.ino, c.idx, c.rec, stored, touch);
+            if result.is_ok() {
+                landed(u64::from(c.rec.data));
+            }
+            done.count(result, u64::from(c.rec.data));
         }
         done
     }
@@ -562,28 +625,49 @@ impl Fetched {
     }
 }
 
-/// Cuts the plan into batches of at most `BATCH_CHUNKS` chunks and about `BATCH_BYTES`
-/// (a batch always holds at least one chunk), as ranges of its indices.
-fn batches(plan: &[Planned]) -> Vec<std::ops::Range<usize>> {
-    let mut batches = Vec::new();
-    let mut rest = plan;
-    let mut at = 0;
-    while !rest.is_empty() {
-        let mut bytes = 0;
-        let n = rest
-            .iter()
-            .take(BATCH_CHUNKS)
-            .take_while(|p| {
-                let fits = bytes < BATCH_BYTES;
-                bytes += p.data;
-                fits
-            })
-            .count()
-            .max(1);
-        batches.push(at..at + n);
-        at += n;
-        rest = &rest[n..];
+/// Cuts the plan into batches, as lists of its indices: the planned chunks of one stretch of
+/// one pack (blocks within [`BATCH_SPAN`] bytes of its first), at most [`BATCH_CHUNKS`] of
+/// them and about [`BATCH_BYTES`] of data (a batch holds at least one chunk); chunks with no
+/// location go in batches of their own, and a chunk of half a chunk's data or more alone. The set's ordered prefix (the plan's first `ordered`
+/// chunks) is cut apart from the rest, so its batches hold only its chunks and its workers
+/// fetch nothing else. The batches are in the order of their first chunk in the plan: the
+/// stretch of a pack that holds the plan's first chunk comes first, with the chunks of the
+/// same part of the plan that lie beside it (a pack read in a few requests, not one request
+/// per gap between the chunks the plan wanted first).
+fn batches(plan: &[Planned], ordered: usize) -> Vec<Vec<usize>> {
+    let mut by_pack: HashMap<(bool, Option<crate::crypto::Hash>), Vec<usize>> = HashMap::new();
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    for (i, p) in plan.iter().enumerate() {
+        if p.data >= CHUNK_SIZE / 2 {
+            // A large chunk is a request's worth alone, and joined to small ones it would
+            // take the room of the plan's next small chunks when the cache is nearly full.
+            batches.push(vec![i]);
+        } else {
+            by_pack.entry((i < ordered, p.loc.map(|l| l.pack))).or_default().push(i);
+        }
     }
+    for mut same in by_pack.into_values() {
+        same.sort_by_key(|&i| (plan[i].loc.map(|l| l.offset), i));
+        let mut batch: Vec<usize> = Vec::new();
+        let (mut from, mut bytes) = (0, 0);
+        for i in same {
+            let p = &plan[i];
+            let (offset, end) = p.loc.map_or((0, 0), |l| (l.offset, l.range().end));
+            if !batch.is_empty() && (batch.len() >= BATCH_CHUNKS || bytes >= BATCH_BYTES || end > from + BATCH_SPAN) {
+                batches.push(std::mem::take(&mut batch));
+            }
+            if batch.is_empty() {
+                (from, bytes) = (offset, 0);
+            }
+            batch.push(i);
+            bytes += p.data;
+        }
+        batches.push(batch);
+    }
+    for b in &mut batches {
+        b.sort_unstable();
+    }
+    batches.sort_unstable_by_key(|b| b[0]);
     batches
 }
 
@@ -654,6 +738,40 @@ mod tests {
         let mut count = good;
         count[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(HotSet::decode(&count).is_err(), "a run count the length does not match");
+    }
+
+    fn planned(pack: u8, offset: u64, len: u32) -> Planned {
+        let loc = BlockLoc { pack: [pack; 32], offset, sealed_len: len, plain_len: len - 44, pack_len: 1 << 24 };
+        Planned { ino: 1, idx: offset, data: u64::from(len - 44), loc: Some(loc) }
+    }
+
+    #[test]
+    fn a_plan_is_cut_into_stretches_of_packs_in_the_order_of_their_first_chunk() {
+        let kib = 1u32 << 10;
+        // Read first: the second chunk of packs 1 and 2, then their first; then the rest,
+        // which lies between them in pack 1, and one chunk with no location.
+        let mut plan = vec![
+            planned(1, 100_000, 50 * kib),
+            planned(2, 0, 50 * kib),
+            planned(1, 0, 50 * kib),
+            planned(1, 300_000, 50 * kib),
+            planned(1, 200_000, 50 * kib),
+        ];
+        plan.push(Planned { loc: None, ..plan[0] });
+        // Pack 1's prefix (indices 0, 2, 3) in one batch, then pack 2's; the rest apart.
+        assert_eq!(batches(&plan, 4), vec![vec![0, 2, 3], vec![1], vec![4], vec![5]]);
+        // No prefix: pack 1 whole, in one batch, first since it holds the plan's first chunk.
+        assert_eq!(batches(&plan, 0), vec![vec![0, 2, 3, 4], vec![1], vec![5]]);
+        // A stretch ends BATCH_SPAN bytes from its first block; a batch at BATCH_CHUNKS.
+        let far: Vec<Planned> = (0..3).map(|i| planned(1, i * (BATCH_SPAN / 2 + 1), 4 * kib)).collect();
+        assert_eq!(batches(&far, 0), vec![vec![0, 1], vec![2]]);
+        // A large chunk between small ones of its pack goes alone.
+        let big = [planned(1, 0, 4 * kib), planned(1, 4096, 3 << 20), planned(1, 4 << 20, 4 * kib)];
+        assert_eq!(batches(&big, 0), vec![vec![0, 2], vec![1]]);
+        let many: Vec<Planned> = (0..BATCH_CHUNKS as u64 + 1).map(|i| planned(1, i * 100, 100)).collect();
+        let cut = batches(&many, 0);
+        assert_eq!((cut.len(), cut[0].len()), (2, BATCH_CHUNKS));
+        assert!(batches(&[], 0).is_empty());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use super::{ColdTier, State};
 use crate::block::CHUNK_SIZE;
 use crate::crypto::Hash;
 use crate::meta::ChunkRecord;
+use crate::store::RunJoin;
 use crate::types::Ino;
 
 /// Files waiting for directory-order read-ahead at most (the vfs's window is as wide).
@@ -154,7 +155,7 @@ impl ColdTier {
                 }
             })
             .collect();
-        self.fetch_many(&items, true);
+        self.fetch_many(&items, true, RunJoin::Tight, &|_| ());
     }
 
     /// The queued files whose first chunk is still only in the store and not being fetched,
