@@ -12,6 +12,8 @@
 #                before the reply, the namespace still served from memory (not run by default);
 #   floor_behind the floor with FLOOR_LOG and FLOOR_ROCKS: the write(2) inline and RocksDB
 #                written behind by a thread, WAL off (issue 48 item 3's design; not by default);
+#   floor_pt     the floor with FLOOR_PASSTHROUGH: each file created with a backing file on the
+#                local disk and opened through passthrough, as tierfs creates (not by default);
 #   tierfs       `tierfs mount --data-dir` (no store);
 #   tierfs_store `tierfs mount` on the embedded default store (what a user's `tierfs mount
 #                ~/tierfs` gives: the journal and uploads run beside the operations).
@@ -47,9 +49,10 @@ mount_peer() {
   CUR=$peer MNT=$WORK/mnt-$peer
   mkdir -p "$MNT"
   case $peer in
-    floor | floor_log | floor_rocks | floor_behind)
-      rm -rf "$WORK/floor.log" "$WORK/floor.rocks"
+    floor | floor_log | floor_rocks | floor_behind | floor_pt)
+      rm -rf "$WORK/floor.log" "$WORK/floor.rocks" "$WORK/floor.pt"
       local env=()
+      [[ $peer == floor_pt ]] && mkdir -p "$WORK/floor.pt" && env+=("FLOOR_PASSTHROUGH=$WORK/floor.pt")
       [[ $peer == floor_log || $peer == floor_behind ]] && env+=("FLOOR_LOG=$WORK/floor.log")
       [[ $peer == floor_rocks || $peer == floor_behind ]] && env+=("FLOOR_ROCKS=$WORK/floor.rocks")
       env "${env[@]}" "$BIN/tierfs-fuse-floor" "$MNT" >>"$OUTDIR/floor.log" 2>&1 &
@@ -67,7 +70,7 @@ mount_peer() {
 
 umount_peer() {
   case $1 in
-    floor | floor_log | floor_rocks | floor_behind)
+    floor | floor_log | floor_rocks | floor_behind | floor_pt)
       fusermount3 -u "$MNT"; wait "$FLOOR_PID" 2>/dev/null; FLOOR_PID='' ;;
     tierfs | tierfs_store) "$HERE/tierfs-peer.sh" umount >/dev/null 2>&1 ;;
   esac
@@ -98,7 +101,9 @@ def med(peer, pin, phase, key):
 peers = list(dict.fromkeys(r["peer"] for r in rows))
 pins = list(dict.fromkeys(r["pin"] for r in rows))
 # The floors with RocksDB, when run, against the floor.
-extra = [(p, "floor") for p in ("floor_rocks", "floor_behind") if p in peers]
+extra = [(p, "floor") for p in ("floor_rocks", "floor_behind", "floor_pt") if p in peers]
+if "floor_pt" in peers and "tierfs" in peers:
+    extra.append(("tierfs", "floor_pt"))
 print("| placement | operation | " + " | ".join(f"{p} ops/s (server us/op)" for p in peers) + " | tierfs/floor | tierfs/floor_log | tierfs_store/floor_log |"
       + "".join(f" {a}/{b} |" for a, b in extra))
 print("|---|---|" + "---:|" * (len(peers) + 3 + len(extra)))
