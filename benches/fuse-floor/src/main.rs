@@ -24,6 +24,14 @@
 //! `FLOOR_LOG=PATH` keeps the `write(2)` inline and writes RocksDB *behind*: a thread wakes
 //! every few milliseconds and applies what has queued as one batch, with RocksDB's own WAL
 //! off (the log is the durability). The namespace is served from the in-memory map in all of them.
+//!
+//! `FLOOR_PASSTHROUGH=DIR` (root): every regular file's bytes live in `DIR/<inode>` and every
+//! open of one is answered with FUSE passthrough to that file (as tierfs opens a hot file), so
+//! reads, writes and mmap go to it inside the kernel; `getattr` and lookups report its size
+//! and mtime, and the last unlink of a file removes it. What passthrough costs here is the
+//! kernel's, not a filesystem's. The floor asks for `FUSE_HANDLE_KILLPRIV_V2`, as tierfs does,
+//! so the kernel marks inodes `S_NOSEC` and sends no `getxattr` of `security.capability`
+//! before each write (a floor clears no setuid bit itself).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
@@ -65,6 +73,8 @@ struct State {
     /// directory index does), not O(n) per `readdir` call.
     dirs: HashMap<u64, Vec<DirEntry>>,
     next_fh: u64,
+    /// Regular files whose last name went, for `FLOOR_PASSTHROUGH` to remove their backing files.
+    freed: Vec<u64>,
 }
 
 struct Floor {
@@ -306,6 +316,9 @@ impl State {
         node.attr.ctime = SystemTime::now();
         node.attr.nlink = node.attr.nlink.saturating_sub(if node.attr.kind == FileType::Directory { 2 } else { 1 });
         if node.attr.nlink == 0 {
+            if node.attr.kind == FileType::RegularFile {
+                self.freed.push(ino);
+            }
             self.nodes.remove(&ino);
         }
         Ok(())
@@ -399,6 +412,17 @@ impl Floor {
         match result {
             Ok(attr) => reply.entry(&TTL, &self.attr(attr), Generation(0)),
             Err(err) => reply.error(err),
+        }
+    }
+
+    /// Removes the backing files of the regular files whose last name went (`FLOOR_PASSTHROUGH`;
+    /// an open handle keeps reading and writing its file), as tierfs removes a data file.
+    fn reap(&self) {
+        let freed = self.with(|s| Ok(std::mem::take(&mut s.freed))).unwrap_or_default();
+        if let Some(pt) = &self.passthrough {
+            for ino in freed {
+                let _ = std::fs::remove_file(pt.path(ino));
+            }
         }
     }
 
@@ -558,7 +582,9 @@ impl Filesystem for Floor {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.changed(b'u', parent.0, name, |s| s.remove(parent.0, name, false)));
+        let result = self.changed(b'u', parent.0, name, |s| s.remove(parent.0, name, false));
+        self.reap();
+        empty(reply, result);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -588,7 +614,9 @@ impl Filesystem for Floor {
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }
-        empty(reply, self.changed(b'm', parent.0, name, |s| s.rename(parent.0, name, newparent.0, newname)));
+        let result = self.changed(b'm', parent.0, name, |s| s.rename(parent.0, name, newparent.0, newname));
+        self.reap();
+        empty(reply, result);
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -827,6 +855,7 @@ fn main() {
             next_ino: ROOT + 1,
             dirs: HashMap::new(),
             next_fh: 0,
+            freed: Vec::new(),
         }),
         writeback: env_flag("FLOOR_WRITEBACK"),
         log: match std::env::var_os("FLOOR_LOG") {
