@@ -350,16 +350,28 @@ impl ForegroundMount {
 
     /// `kill -9` the serving process, reap it, and detach the dead mount it leaves behind.
     pub fn kill9(&mut self) -> ExitStatus {
+        let status = self.kill9_leaving_the_dead_mount();
+        self.unmount_dead();
+        status
+    }
+
+    /// SIGKILL and reap, leaving the dead mount in the mount table, where every call fails
+    /// (ENOTCONN): a program still writing there must be stopped before [`Self::unmount_dead`],
+    /// or its next call would land in the directory beneath.
+    pub fn kill9_leaving_the_dead_mount(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("the foreground child was already reaped");
         // SAFETY: kill(2) on our own, not yet reaped, child.
         let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
         assert_eq!(rc, 0, "kill -9 {}: {}", child.id(), io::Error::last_os_error());
-        let status = child.wait().expect("reaping the killed child");
+        child.wait().expect("reaping the killed child")
+    }
+
+    /// Lazily unmounts the dead mount a [`Self::kill9_leaving_the_dead_mount`] left.
+    pub fn unmount_dead(&self) {
         if is_mounted(&self.mountpoint) {
             fusermount_lazy(&self.mountpoint).assert_success("fusermount3 -u -z of the dead mount");
         }
         assert!(!is_mounted(&self.mountpoint), "the dead mount is still in the mount table");
-        status
     }
 
     /// SIGTERM (clean shutdown: flush and unmount), waiting up to `timeout` for the exit.
