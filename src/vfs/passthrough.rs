@@ -198,7 +198,8 @@ impl Vfs {
     }
 
     /// `marked`: the create of this new inode committed its passthrough writer marker
-    /// ([`Vfs::create_open`]); a normal open takes it back.
+    /// ([`Vfs::create_open`]), having just found room for a writer, which is not asked again;
+    /// a normal open takes the marker back.
     pub(super) fn choose_mode(&self, ino: Ino, fh: u64, flags: i32, marked: bool) -> VfsResult<Opened> {
         let oi = self.open_inode(ino)?;
         let mut modes = oi.modes.lock();
@@ -212,7 +213,7 @@ impl Vfs {
             Some(file)
         } else if modes.cached.is_empty()
             && self.passthrough_wanted()
-            && (!writes || (self.room_for_a_writer() && self.writer_may_pass(ino)?))
+            && (!writes || ((marked || self.room_for_a_writer()) && self.writer_may_pass(ino)?))
         {
             self.first_passthrough(&oi, ino, writes, marked)
         } else {
