@@ -73,8 +73,9 @@ struct State {
     /// directory index does), not O(n) per `readdir` call.
     dirs: HashMap<u64, Vec<DirEntry>>,
     next_fh: u64,
-    /// Regular files whose last name went, for `FLOOR_PASSTHROUGH` to remove their backing files.
-    freed: Vec<u64>,
+    /// Regular files whose last name went, for `FLOOR_PASSTHROUGH` to remove their backing
+    /// files (`None` without it: nothing is kept).
+    freed: Option<Vec<u64>>,
 }
 
 struct Floor {
@@ -316,8 +317,8 @@ impl State {
         node.attr.ctime = SystemTime::now();
         node.attr.nlink = node.attr.nlink.saturating_sub(if node.attr.kind == FileType::Directory { 2 } else { 1 });
         if node.attr.nlink == 0 {
-            if node.attr.kind == FileType::RegularFile {
-                self.freed.push(ino);
+            if let (FileType::RegularFile, Some(freed)) = (node.attr.kind, &mut self.freed) {
+                freed.push(ino);
             }
             self.nodes.remove(&ino);
         }
@@ -393,16 +394,15 @@ impl Floor {
             record[9..9 + name.len()].copy_from_slice(name);
             log.write_all(&record).map_err(Errno::from)?;
         }
-        let change = (op, ino, name.to_owned());
         match &self.rocks {
             None => {}
             Some(Rocks::Inline(db)) => {
                 let mut batch = rocksdb::WriteBatch::default();
-                put_change(&mut batch, &change);
+                put_change(&mut batch, &(op, ino, name.to_owned()));
                 db.write(batch).map_err(|_| Errno::EIO)?;
             }
             Some(Rocks::Behind(queue)) => {
-                queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(change);
+                queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((op, ino, name.to_owned()));
             }
         }
         Ok(out)
@@ -418,11 +418,10 @@ impl Floor {
     /// Removes the backing files of the regular files whose last name went (`FLOOR_PASSTHROUGH`;
     /// an open handle keeps reading and writing its file), as tierfs removes a data file.
     fn reap(&self) {
-        let freed = self.with(|s| Ok(std::mem::take(&mut s.freed))).unwrap_or_default();
-        if let Some(pt) = &self.passthrough {
-            for ino in freed {
-                let _ = std::fs::remove_file(pt.path(ino));
-            }
+        let Some(pt) = &self.passthrough else { return };
+        let freed = self.with(|s| Ok(s.freed.as_mut().map(std::mem::take).unwrap_or_default())).unwrap_or_default();
+        for ino in freed {
+            let _ = std::fs::remove_file(pt.path(ino));
         }
     }
 
@@ -855,7 +854,7 @@ fn main() {
             next_ino: ROOT + 1,
             dirs: HashMap::new(),
             next_fh: 0,
-            freed: Vec::new(),
+            freed: std::env::var_os("FLOOR_PASSTHROUGH").map(|_| Vec::new()),
         }),
         writeback: env_flag("FLOOR_WRITEBACK"),
         log: match std::env::var_os("FLOOR_LOG") {
